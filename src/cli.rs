@@ -1,0 +1,395 @@
+//! The command line (clap derive). `main` parses and calls [`execute`]; tests call it
+//! in-process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::check::Status;
+use crate::engine::{EnvironmentError, RunOptions};
+use crate::scenario::{self, GatewayPolicy};
+
+/// haq — qualifies LLM inference clusters for high availability.
+///
+/// Replays a production-like request mix at the protected load against an
+/// OpenAI-compatible streaming endpoint, breaks things at chosen points of the token
+/// loop, and judges eight verdicts from what the client measured.
+///
+/// Exit codes: 0 every verdict PASS · 1 any FAIL (or UNKNOWN) · 2 unusable scenario or
+/// environment (nothing was qualified) · 3 interrupted (partial report written).
+#[derive(Debug, Parser)]
+#[command(name = "haq", version, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a qualification scenario and write its report.
+    ///
+    /// Starts the target (the embedded sim, or reaches a URL), offers the seeded
+    /// open-loop load through every phase, injects the faults, records every SSE event
+    /// in RUN_DIR/trace.jsonl, then judges the trace and prints the verdicts.
+    Run(RunArgs),
+    /// Check a scenario file without running it (exit 0 if valid, 2 if not).
+    Validate(ValidateArgs),
+    /// Re-judge a stored run from its trace, with no network.
+    Check(CheckArgs),
+    /// Print the JSON Schema of scenario files (for editors).
+    Schema,
+    /// Write a commented starter scenario.
+    Init(InitArgs),
+    /// The embedded simulated cluster.
+    Sim(SimArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct Overrides {
+    /// Override a scenario field, as helm does: `--set target.replicas=5`,
+    /// `--set phases[1].duration=20s`. Repeatable; the value is read as YAML.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
+    /// Seed for every random choice (same as `--set workload.seed=N`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The scenario file (YAML).
+    pub scenario: PathBuf,
+    /// Run directory (default: `reports/<scenario>-<UTC time>/`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where run directories go when `--out` is not given.
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// No progress output (the verdict table is still printed).
+    #[arg(long, short)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub overrides: Overrides,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The scenario file (YAML).
+    pub scenario: PathBuf,
+    #[command(flatten)]
+    pub overrides: Overrides,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// A run directory written by `haq run`.
+    pub run_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Where to write it.
+    #[arg(default_value = "scenario.yaml")]
+    pub path: PathBuf,
+    /// Overwrite an existing file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub command: SimCommand,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PolicyArg {
+    Reference,
+    NaiveRetry,
+    SilentTruncate,
+}
+
+impl From<PolicyArg> for GatewayPolicy {
+    fn from(p: PolicyArg) -> Self {
+        match p {
+            PolicyArg::Reference => GatewayPolicy::Reference,
+            PolicyArg::NaiveRetry => GatewayPolicy::NaiveRetry,
+            PolicyArg::SilentTruncate => GatewayPolicy::SilentTruncate,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Start the embedded cluster in the foreground and print its URLs; Ctrl-C stops
+    /// every process it started.
+    Up {
+        /// Number of worker processes.
+        #[arg(long, default_value_t = 3)]
+        replicas: u32,
+        /// Gateway failover policy.
+        #[arg(long, value_enum, default_value = "reference")]
+        policy: PolicyArg,
+        /// Directory for logs and the gateway journal (default: a new temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// One simulated engine replica (started by haq).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Engine model as JSON (the scenario's `target.engine`).
+        #[arg(long, default_value = "{}")]
+        engine: String,
+    },
+    /// The simulated gateway (started by haq).
+    #[command(hide = true)]
+    Gateway {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// `name=http://host:port`, repeatable.
+        #[arg(long = "upstream", required = true)]
+        upstreams: Vec<String>,
+        #[arg(long, value_enum, default_value = "reference")]
+        policy: PolicyArg,
+        #[arg(long, default_value_t = 1)]
+        retry_budget: u32,
+        #[arg(long, default_value = "250ms", value_parser = scenario::units::parse_duration)]
+        health_interval: Duration,
+        #[arg(long, default_value_t = 2)]
+        health_failures: u32,
+        #[arg(long)]
+        journal: Option<PathBuf>,
+    },
+}
+
+/// Process exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Pass = 0,
+    Fail = 1,
+    Unusable = 2,
+    Interrupted = 3,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(e as u8)
+    }
+}
+
+fn exit_for(status: Status) -> Exit {
+    match status {
+        Status::Pass | Status::NotEvaluated => Exit::Pass,
+        Status::Fail | Status::Unknown => Exit::Fail,
+    }
+}
+
+/// Cancels `token` on SIGINT or SIGTERM.
+pub fn cancel_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("haq: interrupted; stopping load, healing faults, writing a partial report");
+        token.cancel();
+    });
+}
+
+/// Runs one command to completion.
+pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
+    match cli.command {
+        Command::Run(a) => run(a, cancel).await,
+        Command::Validate(a) => match scenario::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+            Ok(plan) => {
+                println!(
+                    "{}: valid · {} phases over {:.0}s · {} req/s offered (protected {}) · {} faults · seed {}",
+                    a.scenario.display(),
+                    plan.phases.len(),
+                    plan.total.as_secs_f64(),
+                    plan.rate,
+                    plan.scenario.protected_load,
+                    plan.faults.len(),
+                    plan.seed
+                );
+                Exit::Pass
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Exit::Unusable
+            }
+        },
+        Command::Check(a) => match crate::check::judge_dir(&a.run_dir) {
+            Ok((plan, j)) => {
+                print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
+                if j.run.interrupted {
+                    Exit::Interrupted
+                } else {
+                    exit_for(j.overall())
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                Exit::Unusable
+            }
+        },
+        Command::Schema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&scenario::json_schema()).unwrap_or_default()
+            );
+            Exit::Pass
+        }
+        Command::Init(a) => init(a),
+        Command::Sim(s) => sim(s.command, cancel).await,
+    }
+}
+
+async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
+    let plan = match scenario::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Unusable;
+        }
+    };
+    let opts = RunOptions {
+        out: a.out,
+        reports_dir: a.reports_dir,
+        quiet: a.quiet,
+        haq_bin: None,
+    };
+    match crate::engine::run(plan, opts, cancel).await {
+        Ok(r) => {
+            print!("{}", crate::report::terminal(&r.plan, &r.judgement, &r.run_dir));
+            if r.interrupted {
+                Exit::Interrupted
+            } else {
+                exit_for(r.judgement.overall())
+            }
+        }
+        Err(e) if e.downcast_ref::<EnvironmentError>().is_some() => {
+            eprintln!("error: {e:#}");
+            Exit::Unusable
+        }
+        Err(e) => {
+            eprintln!("error: the run failed: {e:#}");
+            Exit::Unusable
+        }
+    }
+}
+
+fn init(a: InitArgs) -> Exit {
+    if a.path.exists() && !a.force {
+        eprintln!("error: {} exists (use --force to overwrite)", a.path.display());
+        return Exit::Unusable;
+    }
+    match std::fs::write(&a.path, STARTER) {
+        Ok(()) => {
+            println!(
+                "wrote {} — try: haq validate {0} && haq run {0}",
+                a.path.display()
+            );
+            Exit::Pass
+        }
+        Err(e) => {
+            eprintln!("error: writing {}: {e}", a.path.display());
+            Exit::Unusable
+        }
+    }
+}
+
+/// The starter scenario `haq init` writes.
+pub const STARTER: &str = include_str!("starter.yaml");
+
+async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
+    let result = match cmd {
+        SimCommand::Worker {
+            name,
+            listen,
+            engine,
+        } => match serde_json::from_str(&engine) {
+            Ok(engine) => crate::sim::worker::serve(crate::sim::worker::WorkerConfig { name, listen, engine }).await,
+            Err(e) => Err(anyhow::anyhow!("--engine: {e}")),
+        },
+        SimCommand::Gateway {
+            listen,
+            upstreams,
+            policy,
+            retry_budget,
+            health_interval,
+            health_failures,
+            journal,
+        } => {
+            let mut ups = Vec::new();
+            for u in upstreams {
+                match u.split_once('=') {
+                    Some((n, url)) => ups.push((n.to_string(), url.trim_end_matches('/').to_string())),
+                    None => {
+                        eprintln!("error: --upstream {u:?} is not NAME=URL");
+                        return Exit::Unusable;
+                    }
+                }
+            }
+            crate::sim::gateway::serve(crate::sim::gateway::GatewayConfig {
+                listen,
+                upstreams: ups,
+                policy: policy.into(),
+                retry_budget,
+                health_interval,
+                health_failures,
+                journal,
+            })
+            .await
+        }
+        SimCommand::Up { replicas, policy, dir } => sim_up(replicas, policy.into(), dir, cancel).await,
+    };
+    match result {
+        Ok(()) => Exit::Pass,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Exit::Unusable
+        }
+    }
+}
+
+async fn sim_up(
+    replicas: u32,
+    policy: GatewayPolicy,
+    dir: Option<PathBuf>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    if replicas == 0 || replicas > scenario::validate::MAX_SIM_REPLICAS {
+        anyhow::bail!("--replicas must be between 1 and {}", scenario::validate::MAX_SIM_REPLICAS);
+    }
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("haq-sim-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let mut target: scenario::Target = serde_json::from_value(serde_json::json!({"kind": "sim"}))?;
+    target.replicas = replicas;
+    target.gateway.policy = policy;
+    let bin = crate::sim::haq_binary()?;
+    let cluster = crate::sim::SimCluster::start(&target, &bin, &dir).await?;
+    println!("gateway   {}  (OpenAI base URL; policy {policy:?})", cluster.api_url);
+    for r in &cluster.info {
+        println!("{:<9} {}  pid {}", r.name, r.url, r.pid.unwrap_or(0));
+    }
+    println!("logs      {}", dir.display());
+    println!("Ctrl-C stops every process.");
+    cancel.cancelled().await;
+    cluster.stop().await;
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! The run: start the target, offer the seeded open-loop schedule through every phase,
+//! fire faults on time, record everything to the trace, stop and clean up whatever
+//! happens, then judge the trace from disk.
+
+mod progress;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::check::{self, Judgement};
+use crate::client::{self, Call, Timeouts};
+use crate::scenario::{Plan, TargetKind};
+use crate::sim::SimCluster;
+use crate::trace::{self, Clock, Edge, Event, Outcome, ReplicaInfo, TraceWriter};
+use crate::workload::{self, Schedule};
+use progress::Progress;
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Exact run directory; default `<reports_dir>/<scenario>-<UTC time>`.
+    pub out: Option<PathBuf>,
+    /// Where run directories go by default.
+    pub reports_dir: PathBuf,
+    pub quiet: bool,
+    /// The haq executable for sim processes (default: `$HAQ_BIN` or this executable).
+    pub haq_bin: Option<PathBuf>,
+}
+
+pub struct RunResult {
+    pub run_dir: PathBuf,
+    pub plan: Plan,
+    pub judgement: Judgement,
+    pub interrupted: bool,
+}
+
+/// Why a run could not qualify anything (exit code 2), as opposed to a run that ended.
+#[derive(Debug)]
+pub struct EnvironmentError(pub anyhow::Error);
+
+impl std::fmt::Display for EnvironmentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+impl std::error::Error for EnvironmentError {}
+
+fn utc_stamp() -> String {
+    chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string()
+}
+
+fn make_run_dir(plan: &Plan, opts: &RunOptions) -> anyhow::Result<PathBuf> {
+    let dir = match &opts.out {
+        Some(d) => d.clone(),
+        None => {
+            let base = opts.reports_dir.join(format!("{}-{}", plan.scenario.name, utc_stamp()));
+            let mut d = base.clone();
+            let mut k = 1;
+            while d.exists() {
+                k += 1;
+                d = PathBuf::from(format!("{}-{k}", base.display()));
+            }
+            d
+        }
+    };
+    if dir.join(trace::TRACE_FILE).exists() {
+        anyhow::bail!("{} already holds a run; choose another --out", dir.display());
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(&plan.scenario)?;
+    std::fs::write(dir.join(check::SCENARIO_FILE), json + "\n")?;
+    let yaml = serde_saphyr::to_string(&plan.scenario).map_err(|e| anyhow!("{e}"))?;
+    std::fs::write(
+        dir.join("scenario.yaml"),
+        format!("# effective scenario of this run (overrides applied, workload inlined)\n{yaml}"),
+    )?;
+    Ok(())
+}
+
+fn request_headers(plan: &Plan) -> anyhow::Result<HeaderMap> {
+    let mut h = HeaderMap::new();
+    for (k, v) in &plan.scenario.target.headers {
+        h.insert(
+            HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("target.headers: bad name {k:?}"))?,
+            HeaderValue::from_str(v).with_context(|| format!("target.headers.{k}: bad value"))?,
+        );
+    }
+    Ok(h)
+}
+
+/// The system under test while the run lasts.
+struct Target {
+    api_url: String,
+    sim: Option<SimCluster>,
+    replicas: Vec<ReplicaInfo>,
+}
+
+async fn start_target(plan: &Plan, opts: &RunOptions, dir: &Path) -> anyhow::Result<Target> {
+    let t = &plan.scenario.target;
+    match t.kind {
+        TargetKind::Sim => {
+            let bin = match &opts.haq_bin {
+                Some(b) => b.clone(),
+                None => crate::sim::haq_binary().context("locating the haq executable")?,
+            };
+            let sim = SimCluster::start(t, &bin, dir).await.context("starting the sim cluster")?;
+            Ok(Target {
+                api_url: sim.api_url.clone(),
+                replicas: sim.info.clone(),
+                sim: Some(sim),
+            })
+        }
+        TargetKind::Url => {
+            let url = t.url.clone().unwrap_or_default().trim_end_matches('/').to_string();
+            let http = client::http_client(Duration::from_secs(5), &request_headers(plan)?)?;
+            http.get(format!("{url}/models"))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .with_context(|| format!("target {url} is not reachable"))?;
+            Ok(Target {
+                api_url: url,
+                sim: None,
+                replicas: Vec::new(),
+            })
+        }
+    }
+}
+
+/// Runs a validated plan end to end. Setup failures are [`EnvironmentError`]s.
+pub async fn run(plan: Plan, opts: RunOptions, cancel: CancellationToken) -> anyhow::Result<RunResult> {
+    let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
+    let dir = make_run_dir(&plan, &opts).map_err(env)?;
+    record_scenario(&dir, &plan).map_err(env)?;
+    let clock = Clock::start();
+    let (tw, th) = TraceWriter::create(&dir.join(trace::TRACE_FILE))
+        .context("creating the trace")
+        .map_err(env)?;
+    tw.emit(Event::RunStart {
+        t: 0,
+        name: plan.scenario.name.clone(),
+        seed: plan.seed,
+        wall: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        mono_ns: clock.base_mono_ns(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    });
+    let progress = Progress::new(opts.quiet);
+    progress.line(&format!("haq: starting target ({:?}) · run dir {}", plan.scenario.target.kind, dir.display()));
+    let target = tokio::select! {
+        t = start_target(&plan, &opts, &dir) => t,
+        _ = cancel.cancelled() => Err(anyhow!("interrupted while starting the target")),
+    };
+    let mut target = match target {
+        Ok(t) => t,
+        Err(e) => {
+            tw.emit(Event::RunEnd {
+                t: clock.now_us(),
+                interrupted: cancel.is_cancelled(),
+                reason: Some(format!("{e:#}")),
+            });
+            drop(tw);
+            let _ = th.finish();
+            return Err(env(e));
+        }
+    };
+    tw.emit(Event::Target {
+        t: clock.now_us(),
+        url: target.api_url.clone(),
+        replicas: target.replicas.clone(),
+    });
+
+    let driven = drive(&plan, &mut target, &clock, &tw, &cancel, &progress).await;
+    if let Some(sim) = target.sim.take() {
+        sim.stop().await;
+    }
+    let interrupted = cancel.is_cancelled();
+    tw.emit(Event::RunEnd {
+        t: clock.now_us(),
+        interrupted,
+        reason: match (&driven, interrupted) {
+            (Err(e), _) => Some(format!("{e:#}")),
+            (Ok(()), true) => Some("interrupted (SIGINT/SIGTERM)".into()),
+            _ => None,
+        },
+    });
+    drop(tw);
+    th.finish().context("writing the trace")?;
+    driven?;
+
+    let (plan, judgement) = check::judge_dir(&dir)?;
+    crate::report::write_json(&dir, &plan, &judgement).context("writing report.json")?;
+    Ok(RunResult {
+        run_dir: dir,
+        plan,
+        judgement,
+        interrupted,
+    })
+}
+
+/// Offers the schedule, fires faults and phase edges on time, then drains.
+async fn drive(
+    plan: &Plan,
+    target: &mut Target,
+    clock: &Clock,
+    tw: &TraceWriter,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    let c = &plan.scenario.client;
+    let http = client::http_client(c.connect_timeout.0, &request_headers(plan)?)?;
+    let timeouts = Timeouts {
+        first_token: c.first_token_timeout.0,
+        idle: c.idle_timeout.0,
+    };
+    // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
+    let stop = cancel.child_token();
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let load_start = Instant::now() + Duration::from_millis(50);
+    let mut schedule = Schedule::new(plan).peekable();
+    let mut faults = plan.faults.iter().peekable();
+    let mut edges: Vec<(Duration, usize, Edge)> = Vec::new();
+    for (i, p) in plan.phases.iter().enumerate() {
+        edges.push((p.start, i, Edge::Start));
+        edges.push((p.end(), i, Edge::End));
+    }
+    let mut edges = edges.into_iter().peekable();
+    let stats = progress.stats();
+
+    loop {
+        // The next thing due: phase edge first, then faults, then requests at a tie.
+        let next_edge = edges.peek().map(|e| e.0);
+        let next_fault = faults.peek().map(|f| f.at);
+        let next_req = schedule.peek().map(|p| p.at);
+        let Some(due) = [next_edge, next_fault, next_req].into_iter().flatten().min() else {
+            break;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until((load_start + due).into()) => {}
+            _ = cancel.cancelled() => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+        }
+        if next_edge == Some(due) {
+            let Some((_, i, edge)) = edges.next() else { continue };
+            let p = &plan.phases[i];
+            tw.emit(Event::Phase {
+                t: clock.now_us(),
+                name: p.name.clone(),
+                edge,
+            });
+            if edge == Edge::Start {
+                progress.phase(p);
+            }
+        } else if next_fault == Some(due) {
+            let Some(f) = faults.next() else { continue };
+            let f = f.clone();
+            let proc_ = target.sim.as_ref().and_then(|s| s.worker(&f.replica));
+            let tw = tw.clone();
+            let clock = *clock;
+            let pl = progress.clone();
+            tasks.spawn(async move {
+                let r = match proc_ {
+                    Some(p) => crate::faults::inject_process(&p, &f).await,
+                    None => crate::faults::Injected {
+                        at: Instant::now(),
+                        pid: None,
+                        verified: false,
+                        detail: format!("no process for replica {}", f.replica),
+                    },
+                };
+                pl.line(&format!("fault {}: {} {} — {}", f.name, "kill", f.replica, r.detail));
+                tw.emit(Event::Fault {
+                    t: clock.us_of(r.at),
+                    name: f.name.clone(),
+                    domain: format!("{:?}", f.domain).to_lowercase(),
+                    action: format!("{:?}", f.action).to_lowercase(),
+                    replica: f.replica.clone(),
+                    pid: r.pid,
+                    verified: r.verified,
+                    detail: r.detail,
+                });
+            });
+        } else if let Some(p) = schedule.next() {
+            let class = &plan.mix.classes[p.class];
+            let call = Call {
+                id: p.id.clone(),
+                url: format!("{}{}", target.api_url, workload::api_path(class.api)),
+                body: workload::request_body(plan, &p),
+            };
+            let ev = Event::Request {
+                t: 0,
+                id: p.id.clone(),
+                class: class.name.clone(),
+                phase: plan.phases[p.phase].name.clone(),
+                intended: clock.us_of(load_start + p.at),
+                prompt_tokens: p.prompt_tokens,
+                max_tokens: p.max_tokens,
+                protected: workload::is_protected(plan, &p),
+            };
+            let (http, tw, clock, stop, stats) = (http.clone(), tw.clone(), *clock, stop.clone(), stats.clone());
+            tasks.spawn(async move {
+                let mut ev = ev;
+                if let Event::Request { t, .. } = &mut ev {
+                    *t = clock.now_us();
+                }
+                tw.emit(ev);
+                stats.sent();
+                tokio::select! {
+                    r = client::execute(&http, &call, timeouts, &clock, &tw) => stats.done(r.outcome),
+                    _ = stop.cancelled() => {
+                        tw.emit(Event::End {
+                            t: clock.now_us(),
+                            id: call.id.clone(),
+                            outcome: Outcome::Cancelled,
+                            detail: Some("stopped by haq (interrupt or drain timeout)".into()),
+                            tokens: 0,
+                            done: false,
+                            finish: None,
+                        });
+                        stats.done(Outcome::Cancelled);
+                    }
+                }
+            });
+        }
+    }
+
+    // Drain: let in-flight requests finish, within the drain timeout.
+    if !cancel.is_cancelled() && !tasks.is_empty() {
+        progress.line(&format!("load done; waiting for {} in-flight requests", tasks.len()));
+        let drain = c.drain_timeout.0;
+        let drained = tokio::select! {
+            _ = async { while tasks.join_next().await.is_some() {} } => true,
+            _ = tokio::time::sleep(drain) => false,
+            _ = cancel.cancelled() => false,
+        };
+        if !drained && !cancel.is_cancelled() {
+            progress.line(&format!("drain timeout ({drain:?}): cancelling {} requests", tasks.len()));
+        }
+    }
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+    progress.finish();
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! haq: qualifies LLM inference clusters for high availability.
+//!
+//! Data flow (one direction): scenario → plan → run (target, workload, faults) →
+//! trace → check → report. See DESIGN.md in the project docs.
+
+pub mod client;
+pub mod scenario;
+pub mod sim;
+pub mod trace;
+pub mod workload;
+
+/// Installs rustls' ring provider once per process (reqwest is built without one).
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+pub mod check;
+pub mod cli;
+pub mod engine;
+pub mod faults;
+pub mod report;

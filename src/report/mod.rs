@@ -1,0 +1,145 @@
+//! Renderers: the terminal summary and report.json. Both are pure functions of the
+//! judgement, so `haq check` re-renders a stored run exactly.
+
+use std::path::Path;
+
+use comfy_table::{Cell, Color, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use serde::Serialize;
+
+use crate::check::{Judgement, Status, Verdict, fate::Finding, history::FaultRec, latency::PhaseStats};
+use crate::scenario::Plan;
+
+pub const REPORT_JSON: &str = "report.json";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report<'a> {
+    pub haq_version: &'static str,
+    pub scenario: &'a str,
+    pub description: &'a str,
+    pub seed: u64,
+    pub started: &'a str,
+    pub result: Status,
+    pub complete: bool,
+    pub interrupted: bool,
+    pub verdicts: &'a [Verdict],
+    pub phases: &'a [PhaseStats],
+    pub faults: &'a [FaultRec],
+    pub findings: &'a [Finding],
+    pub request_fate: Vec<FateRow>,
+    pub unfinished_requests: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FateRow {
+    pub stage: crate::check::fate::Stage,
+    pub outcome: crate::trace::Outcome,
+    pub count: u64,
+}
+
+pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
+    Report {
+        haq_version: env!("CARGO_PKG_VERSION"),
+        scenario: &plan.scenario.name,
+        description: &plan.scenario.description,
+        seed: plan.seed,
+        started: &j.run.wall,
+        result: j.overall(),
+        complete: j.run.complete,
+        interrupted: j.run.interrupted,
+        verdicts: &j.verdicts,
+        phases: &j.phases,
+        faults: &j.faults,
+        findings: &j.findings,
+        request_fate: j
+            .fate_table
+            .iter()
+            .map(|(s, o, n)| FateRow {
+                stage: *s,
+                outcome: *o,
+                count: *n,
+            })
+            .collect(),
+        unfinished_requests: j.unfinished,
+    }
+}
+
+pub fn write_json(dir: &Path, plan: &Plan, j: &Judgement) -> std::io::Result<()> {
+    let r = build(plan, j);
+    let text = serde_json::to_string_pretty(&r).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join(REPORT_JSON), text + "\n")
+}
+
+fn status_cell(s: Status) -> Cell {
+    let c = Cell::new(s.as_str());
+    match s {
+        Status::Pass => c.fg(Color::Green),
+        Status::Fail => c.fg(Color::Red),
+        Status::Unknown => c.fg(Color::Yellow),
+        Status::NotEvaluated => c.fg(Color::DarkGrey),
+    }
+}
+
+fn table() -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(110);
+    t
+}
+
+/// The terminal summary: verdicts, per-phase latency, faults, top findings.
+pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
+    let mut out = String::new();
+    let mut v = table();
+    v.set_header(vec!["Verdict", "Result", "Why"]);
+    for x in &j.verdicts {
+        v.add_row(vec![Cell::new(&x.name), status_cell(x.status), Cell::new(&x.summary)]);
+    }
+    let mut p = table();
+    p.set_header(vec![
+        "Phase", "Req", "OK", "Fail", "Rej", "TTFT p50/p95 ms", "ITL p50/p95 ms", "E2E p50/p95 ms",
+    ]);
+    for s in &j.phases {
+        p.add_row(vec![
+            s.name.clone(),
+            s.requests.to_string(),
+            s.completed.to_string(),
+            s.failed.to_string(),
+            s.rejected.to_string(),
+            format!("{:.0} / {:.0}", s.ttft_ms.p50, s.ttft_ms.p95),
+            format!("{:.1} / {:.1}", s.itl_ms.p50, s.itl_ms.p95),
+            format!("{:.0} / {:.0}", s.e2e_ms.p50, s.e2e_ms.p95),
+        ]);
+    }
+    out.push_str(&format!(
+        "haq · scenario {} · seed {} · {}\n",
+        plan.scenario.name, plan.seed, j.run.wall
+    ));
+    out.push_str(&p.to_string());
+    out.push('\n');
+    for f in &j.faults {
+        out.push_str(&format!(
+            "fault {} at +{:.1}s: {} {} (pid {}), verified: {} — {}\n",
+            f.name,
+            j.run
+                .load_start
+                .map(|l| f.t.saturating_sub(l) as f64 / 1e6)
+                .unwrap_or(0.0),
+            f.action,
+            f.replica,
+            f.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            f.verified,
+            f.detail
+        ));
+    }
+    for f in j.findings.iter().take(5) {
+        out.push_str(&format!("finding {:?} {}: {}\n", f.kind, f.request, f.detail));
+    }
+    if j.findings.len() > 5 {
+        out.push_str(&format!("… {} more findings in report.json\n", j.findings.len() - 5));
+    }
+    out.push_str(&v.to_string());
+    out.push('\n');
+    out.push_str(&format!("result: {} · {}\n", j.overall().as_str(), run_dir.display()));
+    out
+}

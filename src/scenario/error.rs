@@ -1,0 +1,62 @@
+//! The one error a bad scenario produces: what, where, the value, and why.
+
+use std::fmt;
+
+use super::located::Pos;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScenarioError {
+    /// The file the problem is in, or `--set PATH=VALUE` for an override.
+    pub source: String,
+    pub pos: Option<Pos>,
+    /// Dotted field path (`phases[1].duration`); empty for the whole document.
+    pub field: String,
+    /// The offending value as written, when there is one.
+    pub value: Option<String>,
+    pub reason: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)?;
+        if let Some(p) = self.pos {
+            write!(f, ":{p}")?;
+        }
+        f.write_str(": ")?;
+        if !self.field.is_empty() {
+            write!(f, "`{}`: ", self.field)?;
+        }
+        f.write_str(&self.reason)?;
+        if let Some(v) = &self.value {
+            write!(f, " (value: {v})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// A semantic problem found by validation, before it is given a location.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issue {
+    pub field: String,
+    pub value: Option<String>,
+    pub reason: String,
+}
+
+impl Issue {
+    pub fn new(field: impl Into<String>, value: impl fmt::Display, reason: impl Into<String>) -> Self {
+        Issue {
+            field: field.into(),
+            value: Some(value.to_string()),
+            reason: reason.into(),
+        }
+    }
+    pub fn missing(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Issue {
+            field: field.into(),
+            value: None,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Starts and stops the sim's processes. Every child is in its own process group (a
+//! Ctrl-C at the terminal reaches haq only, which then stops them in order) and dies
+//! with haq (PR_SET_PDEATHSIG), so no worker outlives a crashed run.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow, bail};
+use tokio::sync::Mutex;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::LISTEN_PREFIX;
+use crate::scenario::Target;
+use crate::trace::ReplicaInfo;
+
+/// One running sim process.
+pub struct SimProcess {
+    pub name: String,
+    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    pub url: String,
+    pub pid: u32,
+    child: Child,
+    log: PathBuf,
+}
+
+impl SimProcess {
+    pub fn signal(&self, sig: Signal) -> nix::Result<()> {
+        nix::sys::signal::kill(Pid::from_raw(self.pid as i32), sig)
+    }
+
+    /// Waits for the process to exit; `None` if it is still alive after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        tokio::time::timeout(timeout, self.child.wait()).await.ok()?.ok()
+    }
+
+    /// The process has exited (reaps it if so).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    async fn kill_and_reap(&mut self) {
+        if self.exited().is_none() {
+            let _ = self.signal(Signal::SIGCONT);
+            let _ = self.child.start_kill();
+            let _ = self.wait_exit(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+/// A worker process shared between the run loop and fault tasks.
+pub type SharedProcess = Arc<Mutex<SimProcess>>;
+
+/// The running sim: workers `w1..wN` and the gateway in front of them.
+pub struct SimCluster {
+    pub workers: Vec<SharedProcess>,
+    /// Name, URL and pid of each worker (readable without locking).
+    pub info: Vec<ReplicaInfo>,
+    pub gateway: SimProcess,
+    /// `http://127.0.0.1:PORT/v1`
+    pub api_url: String,
+}
+
+async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::Result<SimProcess> {
+    let log = dir.join(format!("sim-{name}.log"));
+    let log_file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file))
+        .kill_on_drop(true)
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {} for sim {name}", bin.display()))?;
+    let pid = child.id().ok_or_else(|| anyhow!("sim {name} exited at once"))?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout from sim {name}"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+    let addr = match first {
+        Ok(Ok(Some(l))) if l.starts_with(LISTEN_PREFIX) => l[LISTEN_PREFIX.len()..].trim().to_string(),
+        other => {
+            let _ = child.start_kill();
+            let tail = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: String = tail.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+            bail!("sim {name} did not start ({other:?}); its log says: {tail}");
+        }
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(SimProcess {
+        name: name.into(),
+        url: format!("http://{addr}"),
+        pid,
+        child,
+        log,
+    })
+}
+
+impl SimCluster {
+    /// Starts `target.replicas` workers and the gateway; returns once the gateway
+    /// routes to every worker.
+    pub async fn start(target: &Target, bin: &Path, dir: &Path) -> anyhow::Result<SimCluster> {
+        let engine = serde_json::to_string(&target.engine)?;
+        let mut workers = Vec::new();
+        for name in crate::scenario::validate::sim_replica_names(target.replicas) {
+            let args = vec![
+                "sim".into(),
+                "worker".into(),
+                "--name".into(),
+                name.clone(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--engine".into(),
+                engine.clone(),
+            ];
+            workers.push(spawn(bin, &name, &args, dir).await?);
+        }
+        let g = &target.gateway;
+        let mut args = vec![
+            "sim".to_string(),
+            "gateway".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--policy".into(),
+            serde_json::to_value(g.policy)?.as_str().unwrap_or("reference").to_string(),
+            "--retry-budget".into(),
+            g.retry_budget.to_string(),
+            "--health-interval".into(),
+            g.health_interval.to_string(),
+            "--health-failures".into(),
+            g.health_failures.to_string(),
+            "--journal".into(),
+            dir.join("gateway.jsonl").display().to_string(),
+        ];
+        for w in &workers {
+            args.push("--upstream".into());
+            args.push(format!("{}={}", w.name, w.url));
+        }
+        let gateway = spawn(bin, "gateway", &args, dir).await?;
+        let cluster = SimCluster {
+            api_url: format!("{}/v1", gateway.url),
+            info: workers
+                .iter()
+                .map(|w| ReplicaInfo {
+                    name: w.name.clone(),
+                    url: w.url.clone(),
+                    pid: Some(w.pid),
+                })
+                .collect(),
+            workers: workers.into_iter().map(|w| Arc::new(Mutex::new(w))).collect(),
+            gateway,
+        };
+        let wait = target.engine.startup.0 + Duration::from_secs(30);
+        cluster.wait_all_ready(wait).await?;
+        Ok(cluster)
+    }
+
+    /// Polls the gateway until it routes to every worker.
+    pub async fn wait_all_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        crate::install_crypto_provider();
+        let http = reqwest::Client::builder().no_proxy().build()?;
+        let url = format!("{}/haq/status", self.gateway.url);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status: Option<serde_json::Value> = match http.get(&url).send().await {
+                Ok(r) => r.json().await.ok(),
+                Err(_) => None,
+            };
+            let ready = status
+                .as_ref()
+                .and_then(|s| s["upstreams"].as_array().cloned())
+                .map(|ups| ups.iter().filter(|u| u["ready"] == true).count())
+                .unwrap_or(0);
+            if ready == self.workers.len() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the sim gateway routes to {ready} of {} workers after {timeout:?}",
+                    self.workers.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The worker named `name`.
+    pub fn worker(&self, name: &str) -> Option<SharedProcess> {
+        let i = self.info.iter().position(|r| r.name == name)?;
+        self.workers.get(i).cloned()
+    }
+
+    /// Stops every process (resuming frozen ones first) and reaps them.
+    pub async fn stop(mut self) {
+        self.gateway.kill_and_reap().await;
+        for w in &self.workers {
+            w.lock().await.kill_and_reap().await;
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The embedded simulated cluster: worker processes, a gateway, all on loopback.
+
+pub mod cluster;
+pub mod gateway;
+pub mod journal;
+pub mod text;
+pub mod worker;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use cluster::{SimCluster, SimProcess};
+
+/// First line a sim process prints on stdout once it listens.
+pub const LISTEN_PREFIX: &str = "HAQ_LISTEN ";
+
+pub(crate) fn announce(addr: SocketAddr) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{LISTEN_PREFIX}{addr}");
+    let _ = out.flush();
+}
+
+/// The haq executable that sim processes are started from: `$HAQ_BIN`, else this
+/// process's own executable.
+pub fn haq_binary() -> std::io::Result<PathBuf> {
+    match std::env::var_os("HAQ_BIN") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => std::env::current_exe(),
+    }
+}

@@ -1,0 +1,52 @@
+use std::time::{Duration, Instant};
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process on this host, so the
+/// sim's processes can stamp their journals on the run's timeline.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The run's time base.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    base: Instant,
+    base_mono_ns: u64,
+}
+
+impl Clock {
+    pub fn start() -> Self {
+        Clock {
+            base: Instant::now(),
+            base_mono_ns: mono_ns(),
+        }
+    }
+
+    /// Microseconds since the clock started.
+    #[inline]
+    pub fn now_us(&self) -> u64 {
+        self.base.elapsed().as_micros() as u64
+    }
+
+    pub fn us_of(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.base).as_micros() as u64
+    }
+
+    pub fn instant_at(&self, us: u64) -> Instant {
+        self.base + Duration::from_micros(us)
+    }
+
+    pub fn base_mono_ns(&self) -> u64 {
+        self.base_mono_ns
+    }
+
+    /// Converts a CLOCK_MONOTONIC stamp from another process to trace time.
+    pub fn us_from_mono_ns(&self, ns: u64) -> u64 {
+        ns.saturating_sub(self.base_mono_ns) / 1000
+    }
+}

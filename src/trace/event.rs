@@ -1,0 +1,241 @@
+use serde::{Deserialize, Serialize};
+
+/// One line of the trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    /// First line: what ran, with which seed, when.
+    RunStart {
+        t: u64,
+        name: String,
+        seed: u64,
+        /// Wall-clock start, RFC 3339 UTC.
+        wall: String,
+        /// CLOCK_MONOTONIC (ns) at t = 0, to place other processes' journals.
+        mono_ns: u64,
+        version: String,
+    },
+    /// The system under test as started or reached.
+    Target {
+        t: u64,
+        url: String,
+        replicas: Vec<ReplicaInfo>,
+    },
+    Phase {
+        t: u64,
+        name: String,
+        edge: Edge,
+    },
+    /// A request was dispatched.
+    Request {
+        t: u64,
+        id: String,
+        class: String,
+        phase: String,
+        /// When the schedule wanted it sent (trace time, µs).
+        intended: u64,
+        prompt_tokens: u32,
+        max_tokens: u32,
+        protected: bool,
+    },
+    /// Status line and headers arrived.
+    Response {
+        t: u64,
+        id: String,
+        status: u16,
+        /// Replica that served it, from the gateway's attribution header.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after: Option<String>,
+    },
+    /// One SSE event, stamped when its bytes arrived.
+    Chunk {
+        t: u64,
+        id: String,
+        /// Index of the event within the stream.
+        n: u32,
+        kind: ChunkKind,
+        /// Text delivered by this event (content, reasoning or tool arguments).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// The `id` field of the chunk (one per generation attempt on most servers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cid: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish: Option<String>,
+        /// The raw `data:` payload for events that are not plain deltas (errors,
+        /// usage, unknown shapes): evidence kept as sent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw: Option<String>,
+    },
+    /// How the stream ended.
+    End {
+        t: u64,
+        id: String,
+        outcome: Outcome,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+        /// Output tokens delivered (usage when reported, else counted deltas).
+        tokens: u32,
+        /// `[DONE]` was seen.
+        done: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish: Option<String>,
+    },
+    /// A fault was injected (and how it was verified).
+    Fault {
+        t: u64,
+        name: String,
+        domain: String,
+        action: String,
+        replica: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        verified: bool,
+        detail: String,
+    },
+    /// A fault was undone.
+    Heal {
+        t: u64,
+        name: String,
+        detail: String,
+    },
+    /// Something an observer saw (health checks, gateway journal, readiness).
+    Observation {
+        t: u64,
+        source: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replica: Option<String>,
+        what: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// Last line of a complete trace.
+    RunEnd {
+        t: u64,
+        interrupted: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+impl Event {
+    pub fn t(&self) -> u64 {
+        match self {
+            Event::RunStart { t, .. }
+            | Event::Target { t, .. }
+            | Event::Phase { t, .. }
+            | Event::Request { t, .. }
+            | Event::Response { t, .. }
+            | Event::Chunk { t, .. }
+            | Event::End { t, .. }
+            | Event::Fault { t, .. }
+            | Event::Heal { t, .. }
+            | Event::Observation { t, .. }
+            | Event::RunEnd { t, .. } => *t,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaInfo {
+    pub name: String,
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Edge {
+    Start,
+    End,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkKind {
+    /// A delta with only the role (or empty content): no output yet.
+    Role,
+    /// Output text.
+    Content,
+    /// Reasoning text.
+    Reasoning,
+    /// A tool-call fragment.
+    ToolCall,
+    /// finish_reason with no text.
+    Finish,
+    /// Usage report (`choices: []` or empty delta).
+    Usage,
+    /// In-band error object.
+    Error,
+    /// `data: [DONE]`.
+    Done,
+    /// Anything else (comments, unknown JSON, unparsable data).
+    Other,
+}
+
+impl ChunkKind {
+    /// Output the client can see: the M1 boundary is the first such delta.
+    pub fn is_delta(self) -> bool {
+        matches!(self, ChunkKind::Content | ChunkKind::Reasoning | ChunkKind::ToolCall)
+    }
+}
+
+/// How a stream ended, from the client's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// `[DONE]` and/or a finish_reason, no error.
+    Completed,
+    /// An in-band error event ended the stream.
+    ExplicitError,
+    /// 429 or 503: admission refused.
+    Rejected,
+    /// Any other HTTP error status.
+    HttpError,
+    /// TCP connection refused.
+    Refused,
+    /// No connection within the connect timeout.
+    ConnectTimeout,
+    /// No first event within the first-token timeout.
+    FirstTokenTimeout,
+    /// Silence between events longer than the idle timeout.
+    IdleTimeout,
+    /// Connection reset or aborted mid-stream.
+    Reset,
+    /// Body ended with no terminator (`[DONE]`, finish_reason or error).
+    Truncated,
+    /// An event that could not be read.
+    Malformed,
+    /// haq stopped the request (the run was interrupted or drained).
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn is_success(self) -> bool {
+        self == Outcome::Completed
+    }
+    pub fn is_rejection(self) -> bool {
+        self == Outcome::Rejected
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::ExplicitError => "explicit_error",
+            Outcome::Rejected => "rejected",
+            Outcome::HttpError => "http_error",
+            Outcome::Refused => "refused",
+            Outcome::ConnectTimeout => "connect_timeout",
+            Outcome::FirstTokenTimeout => "first_token_timeout",
+            Outcome::IdleTimeout => "idle_timeout",
+            Outcome::Reset => "reset",
+            Outcome::Truncated => "truncated",
+            Outcome::Malformed => "malformed",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
