@@ -195,7 +195,9 @@ fn exit_for(status: Status) -> Exit {
 /// Cancels `token` on SIGINT or SIGTERM.
 pub fn cancel_on_signals(token: CancellationToken) {
     tokio::spawn(async move {
-        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
             return;
         };
         tokio::select! {
@@ -211,25 +213,27 @@ pub fn cancel_on_signals(token: CancellationToken) {
 pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
     match cli.command {
         Command::Run(a) => run(a, cancel).await,
-        Command::Validate(a) => match scenario::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
-            Ok(plan) => {
-                println!(
-                    "{}: valid · {} phases over {:.0}s · {} req/s offered (protected {}) · {} faults · seed {}",
-                    a.scenario.display(),
-                    plan.phases.len(),
-                    plan.total.as_secs_f64(),
-                    plan.rate,
-                    plan.scenario.protected_load,
-                    plan.faults.len(),
-                    plan.seed
-                );
-                Exit::Pass
+        Command::Validate(a) => {
+            match scenario::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+                Ok(plan) => {
+                    println!(
+                        "{}: valid · {} phases over {:.0}s · {} req/s offered (protected {}) · {} faults · seed {}",
+                        a.scenario.display(),
+                        plan.phases.len(),
+                        plan.total.as_secs_f64(),
+                        plan.rate,
+                        plan.scenario.protected_load,
+                        plan.faults.len(),
+                        plan.seed
+                    );
+                    Exit::Pass
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Exit::Unusable
+                }
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                Exit::Unusable
-            }
-        },
+        }
         Command::Check(a) => match crate::check::judge_dir(&a.run_dir) {
             Ok((plan, j)) => {
                 print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
@@ -272,7 +276,10 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
     };
     match crate::engine::run(plan, opts, cancel).await {
         Ok(r) => {
-            print!("{}", crate::report::terminal(&r.plan, &r.judgement, &r.run_dir));
+            print!(
+                "{}",
+                crate::report::terminal(&r.plan, &r.judgement, &r.run_dir)
+            );
             if r.interrupted {
                 Exit::Interrupted
             } else {
@@ -292,7 +299,10 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
 
 fn init(a: InitArgs) -> Exit {
     if a.path.exists() && !a.force {
-        eprintln!("error: {} exists (use --force to overwrite)", a.path.display());
+        eprintln!(
+            "error: {} exists (use --force to overwrite)",
+            a.path.display()
+        );
         return Exit::Unusable;
     }
     match std::fs::write(&a.path, STARTER) {
@@ -320,7 +330,14 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             listen,
             engine,
         } => match serde_json::from_str(&engine) {
-            Ok(engine) => crate::sim::worker::serve(crate::sim::worker::WorkerConfig { name, listen, engine }).await,
+            Ok(engine) => {
+                crate::sim::worker::serve(crate::sim::worker::WorkerConfig {
+                    name,
+                    listen,
+                    engine,
+                })
+                .await
+            }
             Err(e) => Err(anyhow::anyhow!("--engine: {e}")),
         },
         SimCommand::Gateway {
@@ -335,7 +352,9 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             let mut ups = Vec::new();
             for u in upstreams {
                 match u.split_once('=') {
-                    Some((n, url)) => ups.push((n.to_string(), url.trim_end_matches('/').to_string())),
+                    Some((n, url)) => {
+                        ups.push((n.to_string(), url.trim_end_matches('/').to_string()))
+                    }
                     None => {
                         eprintln!("error: --upstream {u:?} is not NAME=URL");
                         return Exit::Unusable;
@@ -353,7 +372,11 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             })
             .await
         }
-        SimCommand::Up { replicas, policy, dir } => sim_up(replicas, policy.into(), dir, cancel).await,
+        SimCommand::Up {
+            replicas,
+            policy,
+            dir,
+        } => sim_up(replicas, policy.into(), dir, cancel).await,
     };
     match result {
         Ok(()) => Exit::Pass,
@@ -371,7 +394,10 @@ async fn sim_up(
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     if replicas == 0 || replicas > scenario::validate::MAX_SIM_REPLICAS {
-        anyhow::bail!("--replicas must be between 1 and {}", scenario::validate::MAX_SIM_REPLICAS);
+        anyhow::bail!(
+            "--replicas must be between 1 and {}",
+            scenario::validate::MAX_SIM_REPLICAS
+        );
     }
     let dir = match dir {
         Some(d) => d,
@@ -383,7 +409,10 @@ async fn sim_up(
     target.gateway.policy = policy;
     let bin = crate::sim::haq_binary()?;
     let cluster = crate::sim::SimCluster::start(&target, &bin, &dir).await?;
-    println!("gateway   {}  (OpenAI base URL; policy {policy:?})", cluster.api_url);
+    println!(
+        "gateway   {}  (OpenAI base URL; policy {policy:?})",
+        cluster.api_url
+    );
     for r in &cluster.info {
         println!("{:<9} {}  pid {}", r.name, r.url, r.pid.unwrap_or(0));
     }

@@ -10,9 +10,13 @@ fn main() -> ExitCode {
     // Sim processes serve many streams; the CLI itself needs fewer threads.
     let rt = match &cli.command {
         Command::Sim(s) if matches!(s.command, SimCommand::Worker { .. }) => {
-            tokio::runtime::Builder::new_current_thread().enable_all().build()
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
         }
-        _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
     };
     let rt = match rt {
         Ok(rt) => rt,

@@ -86,18 +86,20 @@ impl FateAcc {
         let delivered = r.deltas().count() as u32;
         match end.outcome {
             Outcome::ExplicitError => self.error_shape(r, delivered),
-            Outcome::Completed => {
-                if delivered > 0 && end.finish.is_none() && r.chunks.iter().all(|c| c.finish.is_none()) {
-                    let last = r.chunks.last().map(|c| c.n).into_iter().collect();
-                    self.find(
-                        FindingKind::SilentTruncation,
-                        r,
-                        format!("completed after {delivered} deltas with [DONE] but no finish_reason"),
-                        last,
-                    );
-                }
+            Outcome::Completed
+                if delivered > 0
+                    && end.finish.is_none()
+                    && r.chunks.iter().all(|c| c.finish.is_none()) =>
+            {
+                let last = r.chunks.last().map(|c| c.n).into_iter().collect();
+                self.find(
+                    FindingKind::SilentTruncation,
+                    r,
+                    format!("completed after {delivered} deltas with [DONE] but no finish_reason"),
+                    last,
+                );
             }
-            Outcome::Cancelled | Outcome::Rejected => {}
+            Outcome::Completed | Outcome::Cancelled | Outcome::Rejected => {}
             other if delivered > 0 => {
                 let last = r.chunks.last().map(|c| c.n).into_iter().collect();
                 self.find(
@@ -124,15 +126,24 @@ impl FateAcc {
 
     fn two_writers(&mut self, r: &RequestRecord) {
         let mut first: Option<(&str, u32)> = None;
-        for c in r.chunks.iter().filter(|c| c.kind.is_delta() || c.kind == ChunkKind::Role) {
-            let Some(cid) = c.cid.as_deref() else { continue };
+        for c in r
+            .chunks
+            .iter()
+            .filter(|c| c.kind.is_delta() || c.kind == ChunkKind::Role)
+        {
+            let Some(cid) = c.cid.as_deref() else {
+                continue;
+            };
             match first {
                 None => first = Some((cid, c.n)),
                 Some((a, an)) if a != cid => {
                     self.find(
                         FindingKind::TwoWriters,
                         r,
-                        format!("chunk {an} came from generation `{a}`, chunk {} from `{cid}`", c.n),
+                        format!(
+                            "chunk {an} came from generation `{a}`, chunk {} from `{cid}`",
+                            c.n
+                        ),
                         vec![an, c.n],
                     );
                     return;
@@ -148,14 +159,24 @@ impl FateAcc {
         let deltas: Vec<_> = r.deltas().collect();
         let words: Vec<(&str, u32)> = deltas
             .iter()
-            .flat_map(|c| c.text.as_deref().unwrap_or("").split_whitespace().map(move |w| (w, c.n)))
+            .flat_map(|c| {
+                c.text
+                    .as_deref()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .map(move |w| (w, c.n))
+            })
             .collect();
         if words.len() < 2 * K {
             return;
         }
         let head: Vec<&str> = words[..K].iter().map(|w| w.0).collect();
         for start in 1..=words.len() - K {
-            if words[start..start + K].iter().map(|w| w.0).eq(head.iter().copied()) {
+            if words[start..start + K]
+                .iter()
+                .map(|w| w.0)
+                .eq(head.iter().copied())
+            {
                 self.find(
                     FindingKind::DuplicatedOutput,
                     r,
@@ -186,7 +207,10 @@ impl FateAcc {
         let e = &v["error"];
         let mut missing = Vec::new();
         if e["code"] != "upstream_decode_interrupted" {
-            missing.push(format!("code is {} not \"upstream_decode_interrupted\"", e["code"]));
+            missing.push(format!(
+                "code is {} not \"upstream_decode_interrupted\"",
+                e["code"]
+            ));
         }
         if e["partial_output"] != true {
             missing.push("partial_output is not true".into());
@@ -208,13 +232,23 @@ impl FateAcc {
             self.find(
                 FindingKind::MalformedExplicitError,
                 r,
-                format!("{} in {}", missing.join(", "), excerpt(c.raw.as_deref().unwrap_or(""))),
+                format!(
+                    "{} in {}",
+                    missing.join(", "),
+                    excerpt(c.raw.as_deref().unwrap_or(""))
+                ),
                 vec![c.n],
             );
         }
     }
 
-    fn against_policy(&mut self, r: &RequestRecord, f: &FaultRec, stage: Stage, policy: &FatePolicy) {
+    fn against_policy(
+        &mut self,
+        r: &RequestRecord,
+        f: &FaultRec,
+        stage: Stage,
+        policy: &FatePolicy,
+    ) {
         let Some(end) = &r.end else { return };
         match stage {
             Stage::BeforeFirstDelta => {
@@ -293,7 +327,12 @@ pub fn verdict(acc: &FateAcc, faults: usize) -> Verdict {
             .map(|(k, n)| format!("{k:?} ×{n}"))
             .collect::<Vec<_>>()
             .join(", ");
-        return Verdict::new("Request-Fate", Status::Fail, format!("findings: {s}"), evidence);
+        return Verdict::new(
+            "Request-Fate",
+            Status::Fail,
+            format!("findings: {s}"),
+            evidence,
+        );
     }
     if faults == 0 {
         return Verdict::new(

@@ -111,7 +111,9 @@ pub struct Folder {
 impl Folder {
     pub fn push(&mut self, ev: Event, sink: &mut dyn RequestSink) {
         match ev {
-            Event::RunStart { name, seed, wall, .. } => {
+            Event::RunStart {
+                name, seed, wall, ..
+            } => {
                 self.info.name = name;
                 self.info.seed = seed;
                 self.info.wall = wall;
@@ -224,7 +226,9 @@ impl Folder {
                 detail,
             }),
             Event::RunEnd {
-                interrupted, reason, ..
+                interrupted,
+                reason,
+                ..
             } => {
                 self.info.complete = true;
                 self.info.interrupted = interrupted;

@@ -31,7 +31,8 @@ pub struct PhaseAcc {
 
 fn hist() -> Histogram<u64> {
     // 1 µs .. 1 h, 3 significant digits; bounds are fixed so `new_with_bounds` cannot fail.
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap_or_else(|_| Histogram::new(3).expect("hdr"))
+    Histogram::new_with_bounds(1, 3_600_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).expect("hdr"))
 }
 
 impl PhaseAcc {
@@ -67,7 +68,9 @@ impl PhaseAcc {
         self.tokens += u64::from(end.tokens);
         if let Some(f) = r.first_delta_t() {
             let _ = self.ttft.record(f.saturating_sub(r.intended).max(1));
-            let _ = self.ttft_dispatch.record(f.saturating_sub(r.dispatch).max(1));
+            let _ = self
+                .ttft_dispatch
+                .record(f.saturating_sub(r.dispatch).max(1));
         }
         let _ = self.e2e.record(end.t.saturating_sub(r.intended).max(1));
         let mut prev: Option<u64> = None;
@@ -162,7 +165,10 @@ pub fn verdict(plan: &Plan, phases: &[PhaseStats]) -> Verdict {
         }
     }
     let (status, summary) = if !over.is_empty() {
-        (Status::Fail, format!("outside the SLO: {}", over.join("; ")))
+        (
+            Status::Fail,
+            format!("outside the SLO: {}", over.join("; ")),
+        )
     } else if !thin.is_empty() {
         (
             Status::Unknown,
@@ -174,7 +180,10 @@ pub fn verdict(plan: &Plan, phases: &[PhaseStats]) -> Verdict {
     } else {
         (
             Status::Pass,
-            format!("p95 TTFT, ITL and E2E inside the SLO in all {} phases", phases.len()),
+            format!(
+                "p95 TTFT, ITL and E2E inside the SLO in all {} phases",
+                phases.len()
+            ),
         )
     };
     Verdict::new("Latency", status, summary, evidence)

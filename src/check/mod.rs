@@ -50,7 +50,12 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    pub fn new(name: &str, status: Status, summary: impl Into<String>, evidence: Vec<String>) -> Self {
+    pub fn new(
+        name: &str,
+        status: Status,
+        summary: impl Into<String>,
+        evidence: Vec<String>,
+    ) -> Self {
         Verdict {
             name: name.into(),
             status,
@@ -166,7 +171,10 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
         for v in &mut verdicts {
             if v.status == Status::Pass {
                 v.status = Status::Unknown;
-                v.summary = format!("the trace has no end (the run was cut short): {}", v.summary);
+                v.summary = format!(
+                    "the trace has no end (the run was cut short): {}",
+                    v.summary
+                );
             }
         }
     }
@@ -177,7 +185,12 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
         phases,
         faults: folder.faults,
         findings: acc.fate.findings,
-        fate_table: acc.fate.table.into_iter().map(|((s, o), n)| (s, o, n)).collect(),
+        fate_table: acc
+            .fate
+            .table
+            .into_iter()
+            .map(|((s, o), n)| (s, o, n))
+            .collect(),
         unfinished,
     }
 }

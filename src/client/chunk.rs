@@ -154,22 +154,41 @@ mod tests {
 
     #[test]
     fn shapes() {
-        let c = classify(r#"{"id":"a","choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}"#);
+        let c = classify(
+            r#"{"id":"a","choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}"#,
+        );
         assert_eq!(c.kind, Some(ChunkKind::Role));
         let c = classify(r#"{"id":"a","choices":[{"index":0,"delta":{"content":" hi"}}]}"#);
-        assert_eq!((c.kind, c.text.as_deref()), (Some(ChunkKind::Content), Some(" hi")));
-        let c = classify(r#"{"id":"a","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#);
-        assert_eq!((c.kind, c.finish.as_deref()), (Some(ChunkKind::Finish), Some("length")));
-        let c = classify(r#"{"id":"a","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}"#);
+        assert_eq!(
+            (c.kind, c.text.as_deref()),
+            (Some(ChunkKind::Content), Some(" hi"))
+        );
+        let c =
+            classify(r#"{"id":"a","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#);
+        assert_eq!(
+            (c.kind, c.finish.as_deref()),
+            (Some(ChunkKind::Finish), Some("length"))
+        );
+        let c = classify(
+            r#"{"id":"a","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}"#,
+        );
         assert_eq!((c.kind, c.usage_tokens), (Some(ChunkKind::Usage), Some(7)));
-        let c = classify(r#"{"id":"a","choices":[{"index":0,"delta":{}}],"usage":{"completion_tokens":2}}"#);
+        let c = classify(
+            r#"{"id":"a","choices":[{"index":0,"delta":{}}],"usage":{"completion_tokens":2}}"#,
+        );
         assert_eq!(c.kind, Some(ChunkKind::Usage));
-        let c = classify(r#"{"error": {"message": "x", "type": null, "param": null, "code": "500"}}"#);
+        let c =
+            classify(r#"{"error": {"message": "x", "type": null, "param": null, "code": "500"}}"#);
         assert_eq!(c.kind, Some(ChunkKind::Error));
         assert_eq!(classify("[DONE]").kind, Some(ChunkKind::Done));
         assert_eq!(classify("{oops").kind, Some(ChunkKind::Other));
-        let c = classify(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#);
-        assert_eq!((c.kind, c.text.as_deref()), (Some(ChunkKind::ToolCall), Some("f{\"a\"")));
+        let c = classify(
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#,
+        );
+        assert_eq!(
+            (c.kind, c.text.as_deref()),
+            (Some(ChunkKind::ToolCall), Some("f{\"a\""))
+        );
         let c = classify(r#"{"choices":[{"index":0,"text":" x","finish_reason":null}]}"#);
         assert_eq!(c.kind, Some(ChunkKind::Content));
     }

@@ -43,7 +43,10 @@ pub struct CallResult {
 }
 
 /// Builds the HTTP client all requests share: rustls (ring), no proxies, no retries.
-pub fn http_client(connect_timeout: Duration, headers: &HeaderMap) -> reqwest::Result<reqwest::Client> {
+pub fn http_client(
+    connect_timeout: Duration,
+    headers: &HeaderMap,
+) -> reqwest::Result<reqwest::Client> {
     crate::install_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(connect_timeout)
@@ -55,7 +58,9 @@ pub fn http_client(connect_timeout: Duration, headers: &HeaderMap) -> reqwest::R
 }
 
 fn header(h: &HeaderMap, name: &str) -> Option<String> {
-    h.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// Walks an error's source chain to the I/O error kind underneath.
@@ -188,7 +193,9 @@ pub async fn execute(
         });
         CallResult {
             outcome,
-            ttft_us: r.and_then(|r| r.first_delta_us).map(|f| f.saturating_sub(dispatch_us)),
+            ttft_us: r
+                .and_then(|r| r.first_delta_us)
+                .map(|f| f.saturating_sub(dispatch_us)),
             e2e_us: t.saturating_sub(dispatch_us),
             tokens,
         }
@@ -202,7 +209,13 @@ pub async fn execute(
         .body(call.body.clone())
         .send();
     let mut resp = match tokio::time::timeout(timeouts.first_token, send).await {
-        Err(_) => return end(Outcome::FirstTokenTimeout, Some("no response headers".into()), None),
+        Err(_) => {
+            return end(
+                Outcome::FirstTokenTimeout,
+                Some("no response headers".into()),
+                None,
+            );
+        }
         Ok(Err(e)) => return end(classify_send_error(&e), Some(chain_text(&e)), None),
         Ok(Ok(r)) => r,
     };
@@ -269,7 +282,10 @@ pub async fn execute(
             }
             Ok(Err(e)) => break Some(classify_body_error(&e)),
             Err(_) if r.n == 0 => {
-                break Some((Outcome::FirstTokenTimeout, format!("no event within {wait:?}")));
+                break Some((
+                    Outcome::FirstTokenTimeout,
+                    format!("no event within {wait:?}"),
+                ));
             }
             Err(_) => break Some((Outcome::IdleTimeout, format!("no event for {wait:?}"))),
         }

@@ -98,7 +98,9 @@ impl SseParser {
             return;
         }
         if let Some(c) = line.strip_prefix(b":") {
-            out.push(SseItem::Comment(String::from_utf8_lossy(c).trim_start().to_string()));
+            out.push(SseItem::Comment(
+                String::from_utf8_lossy(c).trim_start().to_string(),
+            ));
             return;
         }
         let (name, value) = match line.iter().position(|&b| b == b':') {

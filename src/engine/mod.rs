@@ -57,7 +57,9 @@ fn make_run_dir(plan: &Plan, opts: &RunOptions) -> anyhow::Result<PathBuf> {
     let dir = match &opts.out {
         Some(d) => d.clone(),
         None => {
-            let base = opts.reports_dir.join(format!("{}-{}", plan.scenario.name, utc_stamp()));
+            let base = opts
+                .reports_dir
+                .join(format!("{}-{}", plan.scenario.name, utc_stamp()));
             let mut d = base.clone();
             let mut k = 1;
             while d.exists() {
@@ -68,7 +70,10 @@ fn make_run_dir(plan: &Plan, opts: &RunOptions) -> anyhow::Result<PathBuf> {
         }
     };
     if dir.join(trace::TRACE_FILE).exists() {
-        anyhow::bail!("{} already holds a run; choose another --out", dir.display());
+        anyhow::bail!(
+            "{} already holds a run; choose another --out",
+            dir.display()
+        );
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
@@ -89,7 +94,8 @@ fn request_headers(plan: &Plan) -> anyhow::Result<HeaderMap> {
     let mut h = HeaderMap::new();
     for (k, v) in &plan.scenario.target.headers {
         h.insert(
-            HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("target.headers: bad name {k:?}"))?,
+            HeaderName::from_bytes(k.as_bytes())
+                .with_context(|| format!("target.headers: bad name {k:?}"))?,
             HeaderValue::from_str(v).with_context(|| format!("target.headers.{k}: bad value"))?,
         );
     }
@@ -111,7 +117,9 @@ async fn start_target(plan: &Plan, opts: &RunOptions, dir: &Path) -> anyhow::Res
                 Some(b) => b.clone(),
                 None => crate::sim::haq_binary().context("locating the haq executable")?,
             };
-            let sim = SimCluster::start(t, &bin, dir).await.context("starting the sim cluster")?;
+            let sim = SimCluster::start(t, &bin, dir)
+                .await
+                .context("starting the sim cluster")?;
             Ok(Target {
                 api_url: sim.api_url.clone(),
                 replicas: sim.info.clone(),
@@ -119,7 +127,12 @@ async fn start_target(plan: &Plan, opts: &RunOptions, dir: &Path) -> anyhow::Res
             })
         }
         TargetKind::Url => {
-            let url = t.url.clone().unwrap_or_default().trim_end_matches('/').to_string();
+            let url = t
+                .url
+                .clone()
+                .unwrap_or_default()
+                .trim_end_matches('/')
+                .to_string();
             let http = client::http_client(Duration::from_secs(5), &request_headers(plan)?)?;
             http.get(format!("{url}/models"))
                 .timeout(Duration::from_secs(10))
@@ -136,7 +149,11 @@ async fn start_target(plan: &Plan, opts: &RunOptions, dir: &Path) -> anyhow::Res
 }
 
 /// Runs a validated plan end to end. Setup failures are [`EnvironmentError`]s.
-pub async fn run(plan: Plan, opts: RunOptions, cancel: CancellationToken) -> anyhow::Result<RunResult> {
+pub async fn run(
+    plan: Plan,
+    opts: RunOptions,
+    cancel: CancellationToken,
+) -> anyhow::Result<RunResult> {
     let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
     let dir = make_run_dir(&plan, &opts).map_err(env)?;
     record_scenario(&dir, &plan).map_err(env)?;
@@ -153,7 +170,11 @@ pub async fn run(plan: Plan, opts: RunOptions, cancel: CancellationToken) -> any
         version: env!("CARGO_PKG_VERSION").into(),
     });
     let progress = Progress::new(opts.quiet);
-    progress.line(&format!("haq: starting target ({:?}) · run dir {}", plan.scenario.target.kind, dir.display()));
+    progress.line(&format!(
+        "haq: starting target ({:?}) · run dir {}",
+        plan.scenario.target.kind,
+        dir.display()
+    ));
     let target = tokio::select! {
         t = start_target(&plan, &opts, &dir) => t,
         _ = cancel.cancelled() => Err(anyhow!("interrupted while starting the target")),
@@ -239,7 +260,11 @@ async fn drive(
         let next_edge = edges.peek().map(|e| e.0);
         let next_fault = faults.peek().map(|f| f.at);
         let next_req = schedule.peek().map(|p| p.at);
-        let Some(due) = [next_edge, next_fault, next_req].into_iter().flatten().min() else {
+        let Some(due) = [next_edge, next_fault, next_req]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
             break;
         };
         tokio::select! {
@@ -248,7 +273,9 @@ async fn drive(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
         }
         if next_edge == Some(due) {
-            let Some((_, i, edge)) = edges.next() else { continue };
+            let Some((_, i, edge)) = edges.next() else {
+                continue;
+            };
             let p = &plan.phases[i];
             tw.emit(Event::Phase {
                 t: clock.now_us(),
@@ -275,7 +302,10 @@ async fn drive(
                         detail: format!("no process for replica {}", f.replica),
                     },
                 };
-                pl.line(&format!("fault {}: {} {} — {}", f.name, "kill", f.replica, r.detail));
+                pl.line(&format!(
+                    "fault {}: {} {} — {}",
+                    f.name, "kill", f.replica, r.detail
+                ));
                 tw.emit(Event::Fault {
                     t: clock.us_of(r.at),
                     name: f.name.clone(),
@@ -304,7 +334,13 @@ async fn drive(
                 max_tokens: p.max_tokens,
                 protected: workload::is_protected(plan, &p),
             };
-            let (http, tw, clock, stop, stats) = (http.clone(), tw.clone(), *clock, stop.clone(), stats.clone());
+            let (http, tw, clock, stop, stats) = (
+                http.clone(),
+                tw.clone(),
+                *clock,
+                stop.clone(),
+                stats.clone(),
+            );
             tasks.spawn(async move {
                 let mut ev = ev;
                 if let Event::Request { t, .. } = &mut ev {
@@ -333,7 +369,10 @@ async fn drive(
 
     // Drain: let in-flight requests finish, within the drain timeout.
     if !cancel.is_cancelled() && !tasks.is_empty() {
-        progress.line(&format!("load done; waiting for {} in-flight requests", tasks.len()));
+        progress.line(&format!(
+            "load done; waiting for {} in-flight requests",
+            tasks.len()
+        ));
         let drain = c.drain_timeout.0;
         let drained = tokio::select! {
             _ = async { while tasks.join_next().await.is_some() {} } => true,
@@ -341,7 +380,10 @@ async fn drive(
             _ = cancel.cancelled() => false,
         };
         if !drained && !cancel.is_cancelled() {
-            progress.line(&format!("drain timeout ({drain:?}): cancelling {} requests", tasks.len()));
+            progress.line(&format!(
+                "drain timeout ({drain:?}): cancelling {} requests",
+                tasks.len()
+            ));
         }
     }
     stop.cancel();

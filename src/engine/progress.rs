@@ -63,7 +63,11 @@ impl Progress {
                 }
             }))
         });
-        Progress { quiet, stats, ticker }
+        Progress {
+            quiet,
+            stats,
+            ticker,
+        }
     }
 
     pub fn stats(&self) -> Stats {

@@ -37,7 +37,10 @@ pub async fn inject_process(proc_: &SharedProcess, f: &FaultPlan) -> Injected {
     match f.action {
         FaultAction::Kill => {
             if let Some(st) = p.exited() {
-                return done(false, format!("process had already exited ({st}) before the kill"));
+                return done(
+                    false,
+                    format!("process had already exited ({st}) before the kill"),
+                );
             }
             if let Err(e) = p.signal(Signal::SIGKILL) {
                 return done(false, format!("SIGKILL failed: {e}"));
@@ -46,7 +49,10 @@ pub async fn inject_process(proc_: &SharedProcess, f: &FaultPlan) -> Injected {
                 Some(st) if st.signal() == Some(libc::SIGKILL) => {
                     done(true, "SIGKILL sent; process exited by signal 9".into())
                 }
-                Some(st) => done(false, format!("SIGKILL sent; process exited otherwise ({st})")),
+                Some(st) => done(
+                    false,
+                    format!("SIGKILL sent; process exited otherwise ({st})"),
+                ),
                 None => done(
                     false,
                     format!("SIGKILL sent; process still alive after {VERIFY_TIMEOUT:?}"),

@@ -6,7 +6,9 @@ use std::path::Path;
 use comfy_table::{Cell, Color, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use serde::Serialize;
 
-use crate::check::{Judgement, Status, Verdict, fate::Finding, history::FaultRec, latency::PhaseStats};
+use crate::check::{
+    Judgement, Status, Verdict, fate::Finding, history::FaultRec, latency::PhaseStats,
+};
 use crate::scenario::Plan;
 
 pub const REPORT_JSON: &str = "report.json";
@@ -93,11 +95,22 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
     let mut v = table();
     v.set_header(vec!["Verdict", "Result", "Why"]);
     for x in &j.verdicts {
-        v.add_row(vec![Cell::new(&x.name), status_cell(x.status), Cell::new(&x.summary)]);
+        v.add_row(vec![
+            Cell::new(&x.name),
+            status_cell(x.status),
+            Cell::new(&x.summary),
+        ]);
     }
     let mut p = table();
     p.set_header(vec![
-        "Phase", "Req", "OK", "Fail", "Rej", "TTFT p50/p95 ms", "ITL p50/p95 ms", "E2E p50/p95 ms",
+        "Phase",
+        "Req",
+        "OK",
+        "Fail",
+        "Rej",
+        "TTFT p50/p95 ms",
+        "ITL p50/p95 ms",
+        "E2E p50/p95 ms",
     ]);
     for s in &j.phases {
         p.add_row(vec![
@@ -133,13 +146,23 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
         ));
     }
     for f in j.findings.iter().take(5) {
-        out.push_str(&format!("finding {:?} {}: {}\n", f.kind, f.request, f.detail));
+        out.push_str(&format!(
+            "finding {:?} {}: {}\n",
+            f.kind, f.request, f.detail
+        ));
     }
     if j.findings.len() > 5 {
-        out.push_str(&format!("… {} more findings in report.json\n", j.findings.len() - 5));
+        out.push_str(&format!(
+            "… {} more findings in report.json\n",
+            j.findings.len() - 5
+        ));
     }
     out.push_str(&v.to_string());
     out.push('\n');
-    out.push_str(&format!("result: {} · {}\n", j.overall().as_str(), run_dir.display()));
+    out.push_str(&format!(
+        "result: {} · {}\n",
+        j.overall().as_str(),
+        run_dir.display()
+    ));
     out
 }

@@ -45,7 +45,11 @@ pub struct Issue {
 }
 
 impl Issue {
-    pub fn new(field: impl Into<String>, value: impl fmt::Display, reason: impl Into<String>) -> Self {
+    pub fn new(
+        field: impl Into<String>,
+        value: impl fmt::Display,
+        reason: impl Into<String>,
+    ) -> Self {
         Issue {
             field: field.into(),
             value: Some(value.to_string()),

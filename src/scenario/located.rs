@@ -222,13 +222,13 @@ mod tests {
 
     #[test]
     fn syntax_error_has_position() {
-        let e = Located::parse("a: [1, 2\nb: 3\n").err().expect("error");
+        let e = Located::parse("a: [1, 2\nb: 3\n").expect_err("error");
         assert!(e.pos.is_some(), "{e:?}");
     }
 
     #[test]
     fn duplicate_keys_rejected() {
-        let e = Located::parse("a: 1\na: 2\n").err().expect("error");
+        let e = Located::parse("a: 1\na: 2\n").expect_err("error");
         assert!(e.message.to_lowercase().contains("duplicate"), "{e:?}");
     }
 }

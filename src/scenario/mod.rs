@@ -29,9 +29,18 @@ struct Sources {
 }
 
 impl Sources {
-    fn error(&self, field: &str, value: Option<String>, reason: String, key: bool) -> ScenarioError {
+    fn error(
+        &self,
+        field: &str,
+        value: Option<String>,
+        reason: String,
+        key: bool,
+    ) -> ScenarioError {
         for (path, spec) in self.sets.iter().rev() {
-            if field == path || field.starts_with(&format!("{path}.")) || field.starts_with(&format!("{path}[")) {
+            if field == path
+                || field.starts_with(&format!("{path}."))
+                || field.starts_with(&format!("{path}["))
+            {
                 return ScenarioError {
                     source: format!("--set {spec}"),
                     pos: None,
@@ -51,7 +60,11 @@ impl Sources {
             })
             .next()
             .unwrap_or((&self.main.0, &self.main.1, field.to_string()));
-        let pos = if key { tree.key_pos(&sub) } else { tree.pos(&sub) };
+        let pos = if key {
+            tree.key_pos(&sub)
+        } else {
+            tree.pos(&sub)
+        };
         ScenarioError {
             source: file.clone(),
             pos,
@@ -103,20 +116,24 @@ pub fn load_str(
     if let Some(s) = seed {
         all_sets.push(format!("workload.seed={s}"));
     }
+    let mut parsed = Vec::new();
     for spec in &all_sets {
-        let bad = |reason: String| ScenarioError {
-            source: format!("--set {spec}"),
-            pos: None,
-            field: String::new(),
-            value: None,
-            reason,
-        };
-        let (segs, v) = overrides::parse_set(spec).map_err(bad)?;
-        overrides::apply(&mut value, &segs, v).map_err(bad)?;
-        src.sets.push((path_string(&segs), spec.clone()));
+        let (segs, v) = overrides::parse_set(spec).map_err(|reason| set_error(spec, reason))?;
+        parsed.push((spec, path_string(&segs), segs, v));
     }
-
+    // Overrides inside the mix apply after the workload file is inlined, the others
+    // (including `workload.mix=other.yaml`) before.
+    let inside_mix = |p: &str| p.starts_with("workload.mix.") || p.starts_with("workload.mix[");
+    let (late, early): (Vec<_>, Vec<_>) = parsed.into_iter().partition(|x| inside_mix(&x.1));
+    for (spec, path, segs, v) in early {
+        overrides::apply(&mut value, &segs, v).map_err(|r| set_error(spec, r))?;
+        src.sets.push((path, spec.clone()));
+    }
     inline_mix(&mut value, base, &mut src)?;
+    for (spec, path, segs, v) in late {
+        overrides::apply(&mut value, &segs, v).map_err(|r| set_error(spec, r))?;
+        src.sets.push((path, spec.clone()));
+    }
 
     let scenario: Scenario = serde_path_to_error::deserialize(&value).map_err(|e| {
         let mut field = e.path().to_string();
@@ -131,8 +148,22 @@ pub fn load_str(
     validate(scenario).map_err(|i| src.error(&i.field, i.value, i.reason, false))
 }
 
+fn set_error(spec: &str, reason: String) -> ScenarioError {
+    ScenarioError {
+        source: format!("--set {spec}"),
+        pos: None,
+        field: String::new(),
+        value: None,
+        reason,
+    }
+}
+
 /// Replaces `workload.mix: path/to/file.yaml` by the file's content.
-fn inline_mix(value: &mut serde_json::Value, base: &Path, src: &mut Sources) -> Result<(), ScenarioError> {
+fn inline_mix(
+    value: &mut serde_json::Value,
+    base: &Path,
+    src: &mut Sources,
+) -> Result<(), ScenarioError> {
     let Some(rel) = value
         .pointer("/workload/mix")
         .and_then(|v| v.as_str())
@@ -162,7 +193,8 @@ fn inline_mix(value: &mut serde_json::Value, base: &Path, src: &mut Sources) -> 
         reason: format!("not valid YAML: {}", e.message),
     })?;
     let segs = [Seg::Key("workload".into()), Seg::Key("mix".into())];
-    overrides::apply(value, &segs, tree.value.clone()).map_err(|e| src.error("workload.mix", None, e, false))?;
+    overrides::apply(value, &segs, tree.value.clone())
+        .map_err(|e| src.error("workload.mix", None, e, false))?;
     src.mounts.push(("workload.mix".into(), wfile, tree));
     Ok(())
 }
@@ -183,3 +215,6 @@ pub fn from_recorded_json(text: &str) -> Result<Plan, String> {
 pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(Scenario)).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests;

@@ -26,7 +26,9 @@ pub fn parse_path(path: &str) -> Result<Vec<Seg>, String> {
             segs.push(Seg::Key(key.to_string()));
         }
         while let Some(r) = rest.strip_prefix('[') {
-            let end = r.find(']').ok_or_else(|| format!("`{path}`: missing `]`"))?;
+            let end = r
+                .find(']')
+                .ok_or_else(|| format!("`{path}`: missing `]`"))?;
             let idx = r[..end]
                 .parse::<usize>()
                 .map_err(|_| format!("`{path}`: `{}` is not an index", &r[..end]))?;
@@ -87,9 +89,9 @@ pub fn apply(root: &mut Value, segs: &[Seg], value: Value) -> Result<(), String>
                 if cur.is_null() {
                     *cur = Value::Object(Default::default());
                 }
-                let map = cur.as_object_mut().ok_or_else(|| {
-                    format!("`{here}` is not a map, cannot set `{k}` inside it")
-                })?;
+                let map = cur
+                    .as_object_mut()
+                    .ok_or_else(|| format!("`{here}` is not a map, cannot set `{k}` inside it"))?;
                 if last {
                     map.insert(k.clone(), value);
                     return Ok(());

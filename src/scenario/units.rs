@@ -46,9 +46,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => 3600.0,
         "us" | "µs" => 1e-6,
         other => {
-            return Err(format!(
-                "`{s}`: unknown unit `{other}` (use ms, s, m or h)"
-            ));
+            return Err(format!("`{s}`: unknown unit `{other}` (use ms, s, m or h)"));
         }
     };
     let secs = n * mult;
@@ -62,13 +60,13 @@ pub fn format_duration(d: Duration) -> String {
     let us = d.as_micros();
     if us == 0 {
         "0s".into()
-    } else if us % 3_600_000_000 == 0 {
+    } else if us.is_multiple_of(3_600_000_000) {
         format!("{}h", us / 3_600_000_000)
-    } else if us % 60_000_000 == 0 {
+    } else if us.is_multiple_of(60_000_000) {
         format!("{}m", us / 60_000_000)
-    } else if us % 1_000_000 == 0 {
+    } else if us.is_multiple_of(1_000_000) {
         format!("{}s", us / 1_000_000)
-    } else if us % 1000 == 0 {
+    } else if us.is_multiple_of(1000) {
         format!("{}ms", us / 1000)
     } else {
         format!("{}ms", us as f64 / 1000.0)
@@ -139,7 +137,11 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
         "s" => 1.0,
         "m" | "min" => 60.0,
         "h" => 3600.0,
-        other => return Err(format!("`{s}`: unknown rate unit `/{other}` (use /s, /m or /h)")),
+        other => {
+            return Err(format!(
+                "`{s}`: unknown rate unit `/{other}` (use /s, /m or /h)"
+            ));
+        }
     };
     if !n.is_finite() || n < 0.0 {
         return Err(format!("`{s}` is negative; rates must be >= 0"));
@@ -245,8 +247,14 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("500ms").ok(), Some(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1.5s").ok(), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            parse_duration("500ms").ok(),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            parse_duration("1.5s").ok(),
+            Some(Duration::from_millis(1500))
+        );
         assert_eq!(parse_duration("2m").ok(), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("3").ok(), Some(Duration::from_secs(3)));
         assert!(parse_duration("-1s").is_err());

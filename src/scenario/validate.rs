@@ -74,6 +74,10 @@ pub fn sim_replica_names(n: u32) -> Vec<String> {
     (1..=n).map(|i| format!("w{i}")).collect()
 }
 
+fn pos_finite(x: f64) -> bool {
+    x.is_finite() && x > 0.0
+}
+
 fn positive(field: &str, d: crate::scenario::units::Dur) -> Result<(), Issue> {
     if d.0.is_zero() {
         Err(Issue::new(field, d, "must be greater than 0"))
@@ -110,11 +114,15 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     };
     validate_mix(&mix)?;
 
-    if !(s.protected_load.0 > 0.0) {
-        return Err(Issue::new("protected_load", s.protected_load, "must be greater than 0"));
+    if !pos_finite(s.protected_load.0) {
+        return Err(Issue::new(
+            "protected_load",
+            s.protected_load,
+            "must be greater than 0",
+        ));
     }
     let rate = s.workload.arrival.rate.unwrap_or(s.protected_load).0;
-    if !(rate > 0.0) || rate > MAX_RATE {
+    if !pos_finite(rate) || rate > MAX_RATE {
         return Err(Issue::new(
             "workload.arrival.rate",
             format!("{rate}/s"),
@@ -163,10 +171,16 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     let faults = validate_faults(&s, &phases, &replicas)?;
 
     if let Some(r) = &s.criteria.routing {
-        positive("criteria.routing.traffic_removal_max", r.traffic_removal_max)?;
+        positive(
+            "criteria.routing.traffic_removal_max",
+            r.traffic_removal_max,
+        )?;
     }
     if let Some(r) = &s.criteria.recovery {
-        positive("criteria.recovery.ready_and_serving_max", r.ready_and_serving_max)?;
+        positive(
+            "criteria.recovery.ready_and_serving_max",
+            r.ready_and_serving_max,
+        )?;
     }
     positive("client.connect_timeout", s.client.connect_timeout)?;
     positive("client.first_token_timeout", s.client.first_token_timeout)?;
@@ -203,7 +217,7 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
                 ));
             }
             let e = &t.engine;
-            if !(e.prefill_tokens_per_s > 0.0) || !e.prefill_tokens_per_s.is_finite() {
+            if !pos_finite(e.prefill_tokens_per_s) {
                 return Err(Issue::new(
                     "target.engine.prefill_tokens_per_s",
                     e.prefill_tokens_per_s,
@@ -212,7 +226,11 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
             }
             positive("target.engine.decode_step", e.decode_step)?;
             if e.max_num_seqs == 0 {
-                return Err(Issue::new("target.engine.max_num_seqs", 0, "must be at least 1"));
+                return Err(Issue::new(
+                    "target.engine.max_num_seqs",
+                    0,
+                    "must be at least 1",
+                ));
             }
             positive("target.gateway.health_interval", t.gateway.health_interval)?;
             if t.gateway.health_failures == 0 {
@@ -248,7 +266,11 @@ fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
         return Err(Issue::new(field, lo, "token counts must be at least 1"));
     }
     if lo > hi {
-        return Err(Issue::new(field, format!("[{lo}, {hi}]"), "min is greater than max"));
+        return Err(Issue::new(
+            field,
+            format!("[{lo}, {hi}]"),
+            "min is greater than max",
+        ));
     }
     if hi > max {
         return Err(Issue::new(field, hi, format!("must be at most {max}")));
@@ -258,16 +280,27 @@ fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
 
 fn validate_mix(m: &Mix) -> Result<(), Issue> {
     if m.classes.is_empty() {
-        return Err(Issue::missing("workload.mix.classes", "needs at least one class"));
+        return Err(Issue::missing(
+            "workload.mix.classes",
+            "needs at least one class",
+        ));
     }
     let mut names = BTreeSet::new();
     for (i, c) in m.classes.iter().enumerate() {
         let f = format!("workload.mix.classes[{i}]");
         if !names.insert(c.name.as_str()) {
-            return Err(Issue::new(format!("{f}.name"), &c.name, "is used by two classes"));
+            return Err(Issue::new(
+                format!("{f}.name"),
+                &c.name,
+                "is used by two classes",
+            ));
         }
-        if !(c.weight > 0.0) || !c.weight.is_finite() {
-            return Err(Issue::new(format!("{f}.weight"), c.weight, "must be greater than 0"));
+        if !pos_finite(c.weight) {
+            return Err(Issue::new(
+                format!("{f}.weight"),
+                c.weight,
+                "must be greater than 0",
+            ));
         }
         validate_dist(&format!("{f}.prompt_tokens"), &c.prompt_tokens, 1_000_000)?;
         validate_dist(&format!("{f}.output_tokens"), &c.output_tokens, 100_000)?;
@@ -332,16 +365,23 @@ fn validate_faults(
                 "the process backend can only reach the sim target's workers in this version",
             ));
         }
-        let phase = phases.iter().find(|p| p.name == f.at.phase).ok_or_else(|| {
-            Issue::new(
-                format!("{field}.at.phase"),
-                &f.at.phase,
-                format!(
-                    "no such phase (phases: {})",
-                    phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            )
-        })?;
+        let phase = phases
+            .iter()
+            .find(|p| p.name == f.at.phase)
+            .ok_or_else(|| {
+                Issue::new(
+                    format!("{field}.at.phase"),
+                    &f.at.phase,
+                    format!(
+                        "no such phase (phases: {})",
+                        phases
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })?;
         if f.at.offset.0 >= phase.duration {
             return Err(Issue::new(
                 format!("{field}.at.offset"),

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
-use tokio::sync::Mutex;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
 
 use super::LISTEN_PREFIX;
 use crate::scenario::Target;
@@ -36,7 +36,10 @@ impl SimProcess {
 
     /// Waits for the process to exit; `None` if it is still alive after `timeout`.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        tokio::time::timeout(timeout, self.child.wait()).await.ok()?.ok()
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .ok()?
+            .ok()
     }
 
     /// The process has exited (reaps it if so).
@@ -72,7 +75,8 @@ pub struct SimCluster {
 
 async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::Result<SimProcess> {
     let log = dir.join(format!("sim-{name}.log"));
-    let log_file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let log_file =
+        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(bin);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -92,12 +96,19 @@ async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::R
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {} for sim {name}", bin.display()))?;
-    let pid = child.id().ok_or_else(|| anyhow!("sim {name} exited at once"))?;
-    let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout from sim {name}"))?;
+    let pid = child
+        .id()
+        .ok_or_else(|| anyhow!("sim {name} exited at once"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow!("no stdout from sim {name}"))?;
     let mut lines = BufReader::new(stdout).lines();
     let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
     let addr = match first {
-        Ok(Ok(Some(l))) if l.starts_with(LISTEN_PREFIX) => l[LISTEN_PREFIX.len()..].trim().to_string(),
+        Ok(Ok(Some(l))) if l.starts_with(LISTEN_PREFIX) => {
+            l[LISTEN_PREFIX.len()..].trim().to_string()
+        }
         other => {
             let _ = child.start_kill();
             let tail = std::fs::read_to_string(&log).unwrap_or_default();
@@ -142,7 +153,10 @@ impl SimCluster {
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--policy".into(),
-            serde_json::to_value(g.policy)?.as_str().unwrap_or("reference").to_string(),
+            serde_json::to_value(g.policy)?
+                .as_str()
+                .unwrap_or("reference")
+                .to_string(),
             "--retry-budget".into(),
             g.retry_budget.to_string(),
             "--health-interval".into(),
@@ -167,7 +181,10 @@ impl SimCluster {
                     pid: Some(w.pid),
                 })
                 .collect(),
-            workers: workers.into_iter().map(|w| Arc::new(Mutex::new(w))).collect(),
+            workers: workers
+                .into_iter()
+                .map(|w| Arc::new(Mutex::new(w)))
+                .collect(),
             gateway,
         };
         let wait = target.engine.startup.0 + Duration::from_secs(30);

@@ -76,7 +76,9 @@ impl Gateway {
         } else {
             u.fails.fetch_add(1, Ordering::SeqCst);
         }
-        let now_ok = ok || (u.healthy.load(Ordering::SeqCst) && u.fails.load(Ordering::SeqCst) < self.health_failures);
+        let now_ok = ok
+            || (u.healthy.load(Ordering::SeqCst)
+                && u.fails.load(Ordering::SeqCst) < self.health_failures);
         if u.healthy.swap(now_ok, Ordering::SeqCst) != now_ok {
             self.journal.write(json!({
                 "ev": if now_ok { "upstream_ready" } else { "upstream_removed" },
@@ -87,9 +89,12 @@ impl Gateway {
 
     /// A request to this upstream failed at the connection level: take it out now.
     fn mark_dead(&self, i: usize, why: &str) {
-        self.ups[i].fails.store(self.health_failures, Ordering::SeqCst);
+        self.ups[i]
+            .fails
+            .store(self.health_failures, Ordering::SeqCst);
         if self.ups[i].healthy.swap(false, Ordering::SeqCst) {
-            self.journal.write(json!({"ev": "upstream_removed", "worker": self.ups[i].name, "why": why}));
+            self.journal
+                .write(json!({"ev": "upstream_removed", "worker": self.ups[i].name, "why": why}));
         }
     }
 }
@@ -165,14 +170,25 @@ async fn status(State(gw): State<Arc<Gateway>>) -> Response {
 
 async fn models(State(gw): State<Arc<Gateway>>) -> Response {
     match gw.pick(None) {
-        Some(i) => match gw.http.get(format!("{}/v1/models", gw.ups[i].url)).send().await {
+        Some(i) => match gw
+            .http
+            .get(format!("{}/v1/models", gw.ups[i].url))
+            .send()
+            .await
+        {
             Ok(r) => match r.bytes().await {
                 Ok(b) => ([("content-type", "application/json")], b).into_response(),
-                Err(_) => openai_error(StatusCode::BAD_GATEWAY, "upstream_error", "upstream failed"),
+                Err(_) => {
+                    openai_error(StatusCode::BAD_GATEWAY, "upstream_error", "upstream failed")
+                }
             },
             Err(_) => openai_error(StatusCode::BAD_GATEWAY, "upstream_error", "upstream failed"),
         },
-        None => openai_error(StatusCode::SERVICE_UNAVAILABLE, "no_upstream", "no ready upstream"),
+        None => openai_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_upstream",
+            "no ready upstream",
+        ),
     }
 }
 
@@ -188,7 +204,12 @@ enum Head {
     },
 }
 
-async fn forward(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn forward(
+    State(gw): State<Arc<Gateway>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let rid = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
@@ -196,9 +217,20 @@ async fn forward(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap, b
         .unwrap_or_else(|| format!("gw-{}", gw.seq.fetch_add(1, Ordering::Relaxed)));
     let (head_tx, head_rx) = oneshot::channel();
     let (body_tx, mut body_rx) = mpsc::channel::<Bytes>(32);
-    tokio::spawn(run_request(gw.clone(), rid.clone(), uri.path().to_string(), body, head_tx, body_tx));
+    tokio::spawn(run_request(
+        gw.clone(),
+        rid.clone(),
+        uri.path().to_string(),
+        body,
+        head_tx,
+        body_tx,
+    ));
     let Ok(head) = head_rx.await else {
-        return openai_error(StatusCode::INTERNAL_SERVER_ERROR, "gateway_error", "request task ended");
+        return openai_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "gateway_error",
+            "request task ended",
+        );
     };
     match head {
         Head::Whole {
@@ -206,7 +238,9 @@ async fn forward(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap, b
             headers,
             body,
         } => {
-            let mut b = Response::builder().status(status).header("x-request-id", &rid);
+            let mut b = Response::builder()
+                .status(status)
+                .header("x-request-id", &rid);
             for (k, v) in headers {
                 b = b.header(k, v);
             }
@@ -260,22 +294,44 @@ async fn run_request(
     loop {
         attempts += 1;
         let Some(i) = gw.pick(last) else {
-            gw.journal.write(json!({"ev": "no_upstream", "req": rid, "attempts": attempts - 1}));
-            finish_failed(&gw, &rid, &mut head_tx, &body_tx, delivered, "no ready upstream").await;
+            gw.journal
+                .write(json!({"ev": "no_upstream", "req": rid, "attempts": attempts - 1}));
+            finish_failed(
+                &gw,
+                &rid,
+                &mut head_tx,
+                &body_tx,
+                delivered,
+                "no ready upstream",
+            )
+            .await;
             return;
         };
         last = Some(i);
         let attempt = format!("{rid}/a{attempts}");
-        gw.journal.write(json!({"ev": "attempt_start", "req": rid, "attempt": attempt,
-                                 "worker": gw.ups[i].name, "delivered": delivered}));
-        let end = run_attempt(&gw, i, &attempt, &path, &body, &mut head_tx, &body_tx, &mut delivered).await;
+        gw.journal.write(
+            json!({"ev": "attempt_start", "req": rid, "attempt": attempt,
+                                 "worker": gw.ups[i].name, "delivered": delivered}),
+        );
+        let end = run_attempt(
+            &gw,
+            i,
+            &attempt,
+            &path,
+            &body,
+            &mut head_tx,
+            &body_tx,
+            &mut delivered,
+        )
+        .await;
         let (result, why) = match &end {
             AttemptEnd::Finished => ("finished", None),
             AttemptEnd::ClientGone => ("client_gone", None),
             AttemptEnd::Relayed => ("relayed", None),
             AttemptEnd::Failed(w) => ("failed", Some(w.clone())),
         };
-        gw.journal.write(json!({"ev": "attempt_end", "req": rid, "attempt": attempt,
+        gw.journal
+            .write(json!({"ev": "attempt_end", "req": rid, "attempt": attempt,
                                  "worker": gw.ups[i].name, "result": result, "why": why,
                                  "delivered": delivered}));
         let AttemptEnd::Failed(why) = end else { return };
@@ -288,7 +344,8 @@ async fn run_request(
                 return;
             }
             (true, GatewayPolicy::NaiveRetry) if budget_left => {
-                gw.journal.write(json!({"ev": "retry_after_delta", "req": rid, "delivered": delivered}));
+                gw.journal
+                    .write(json!({"ev": "retry_after_delta", "req": rid, "delivered": delivered}));
                 continue;
             }
             (true, GatewayPolicy::SilentTruncate) => {
@@ -334,7 +391,8 @@ async fn finish_failed(
         "delivered_output_tokens": delivered,
         "retryable": false,
     }});
-    gw.journal.write(json!({"ev": "explicit_error", "req": rid, "delivered": delivered, "why": why}));
+    gw.journal
+        .write(json!({"ev": "explicit_error", "req": rid, "delivered": delivered, "why": why}));
     let _ = body_tx.send(sse(&ev.to_string())).await;
 }
 

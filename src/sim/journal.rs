@@ -18,24 +18,29 @@ impl Journal {
         let Some(path) = path else {
             return Ok(Journal { tx: None });
         };
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
         let (tx, rx) = mpsc::channel::<serde_json::Value>();
-        std::thread::Builder::new().name("haq-journal".into()).spawn(move || {
-            let mut out = std::io::BufWriter::new(file);
-            loop {
-                match rx.recv_timeout(std::time::Duration::from_millis(50)) {
-                    Ok(v) => {
-                        let _ = serde_json::to_writer(&mut out, &v);
-                        let _ = out.write_all(b"\n");
+        std::thread::Builder::new()
+            .name("haq-journal".into())
+            .spawn(move || {
+                let mut out = std::io::BufWriter::new(file);
+                loop {
+                    match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                        Ok(v) => {
+                            let _ = serde_json::to_writer(&mut out, &v);
+                            let _ = out.write_all(b"\n");
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            let _ = out.flush();
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     }
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        let _ = out.flush();
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
-            }
-            let _ = out.flush();
-        })?;
+                let _ = out.flush();
+            })?;
         Ok(Journal { tx: Some(tx) })
     }
 

@@ -90,7 +90,12 @@ fn content_text(v: &serde_json::Value, out: &mut String) {
 /// OpenAI-shaped error response.
 pub fn openai_error(status: StatusCode, kind: &str, message: &str) -> Response {
     let body = json!({"error": {"message": message, "type": kind, "param": null, "code": status.as_u16()}});
-    (status, [("content-type", "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
@@ -236,9 +241,16 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
             .unwrap_or(0),
         prompt_hash: text::fnv1a(prompt.trim().as_bytes()),
         prompt_tokens: text::count_tokens(&prompt),
-        max_tokens: req.max_completion_tokens.or(req.max_tokens).unwrap_or(16).max(1),
+        max_tokens: req
+            .max_completion_tokens
+            .or(req.max_tokens)
+            .unwrap_or(16)
+            .max(1),
         seed: req.seed.unwrap_or(0),
-        include_usage: req.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
+        include_usage: req
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
     };
     let mut resp = if req.stream.unwrap_or(false) {
         let (tx, mut rx) = mpsc::channel::<Bytes>(16);
@@ -320,14 +332,22 @@ async fn run_stream(w: Arc<Worker>, job: Job, tx: mpsc::Sender<Bytes>) {
             return;
         }
     }
-    if tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await.is_ok() {
+    if tx
+        .send(Bytes::from_static(b"data: [DONE]\n\n"))
+        .await
+        .is_ok()
+    {
         w.served.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 async fn run_whole(w: Arc<Worker>, job: Job) -> Response {
     let Some(run) = Running::admit(&w).await else {
-        return openai_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "shutting down");
+        return openai_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "shutting down",
+        );
     };
     let mut total = run.prefill(job.prompt_tokens);
     let mut text_out = String::new();
@@ -343,8 +363,14 @@ async fn run_whole(w: Arc<Worker>, job: Job) -> Response {
     } else {
         json!({"index": 0, "text": text_out, "finish_reason": "length"})
     };
-    let object = if job.chat { "chat.completion" } else { "text_completion" };
-    axum::Json(json!({"id": job.cid, "object": object, "created": job.created, "model": job.model,
-                      "choices": [choice], "usage": job.usage(job.max_tokens)}))
+    let object = if job.chat {
+        "chat.completion"
+    } else {
+        "text_completion"
+    };
+    axum::Json(
+        json!({"id": job.cid, "object": object, "created": job.created, "model": job.model,
+                      "choices": [choice], "usage": job.usage(job.max_tokens)}),
+    )
     .into_response()
 }

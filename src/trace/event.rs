@@ -181,7 +181,10 @@ pub enum ChunkKind {
 impl ChunkKind {
     /// Output the client can see: the M1 boundary is the first such delta.
     pub fn is_delta(self) -> bool {
-        matches!(self, ChunkKind::Content | ChunkKind::Reasoning | ChunkKind::ToolCall)
+        matches!(
+            self,
+            ChunkKind::Content | ChunkKind::Reasoning | ChunkKind::ToolCall
+        )
     }
 }
 

@@ -124,9 +124,15 @@ mod tests {
         }
         assert_eq!(h.finish().expect("finish"), 100);
         // a torn last line, as after a crash
-        let mut f = std::fs::OpenOptions::new().append(true).open(&p).expect("open");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .expect("open");
         f.write_all(b"{\"ev\":\"phase\",\"t\":1").expect("write");
-        let evs: Vec<_> = read(&p).expect("read").collect::<Result<_, _>>().expect("parse");
+        let evs: Vec<_> = read(&p)
+            .expect("read")
+            .collect::<Result<_, _>>()
+            .expect("parse");
         assert_eq!(evs.len(), 100);
         assert_eq!(evs[99].t(), 99);
         let _ = std::fs::remove_dir_all(&dir);

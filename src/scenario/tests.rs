@@ -1,0 +1,221 @@
+//! Bad input gets one clear error: file:line:col, field, value, reason.
+
+use std::path::Path;
+
+use super::*;
+
+const GOOD: &str = r#"name: t
+target: {kind: sim, replicas: 3}
+workload:
+  seed: 7
+  mix:
+    classes:
+      - {name: chat, prompt_tokens: 100, output_tokens: {uniform: [10, 20]}}
+protected_load: 4/s
+slo: {ttft_p95: 1s, itl_p95: 50ms, e2e_p95: 10s}
+phases:
+  - {name: baseline, duration: 5s}
+  - {name: fault, duration: 5s}
+faults:
+  - target: {replica: w2}
+    at: {phase: fault, offset: 1s}
+"#;
+
+fn load(text: &str, sets: &[&str]) -> Result<Plan, ScenarioError> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    load_str(text, "s.yaml", Path::new("."), &sets, None)
+}
+
+fn err(text: &str, sets: &[&str]) -> ScenarioError {
+    match load(text, sets) {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn good_scenario_becomes_a_plan() {
+    let p = load(GOOD, &[]).expect("valid");
+    assert_eq!(p.total.as_secs(), 10);
+    assert_eq!(p.rate, 4.0);
+    assert_eq!(p.replicas, vec!["w1", "w2", "w3"]);
+    assert_eq!(p.faults[0].at.as_secs(), 6);
+    assert_eq!(p.faults[0].name, "kill-w2");
+    assert_eq!(p.phases[1].kind, PhaseKind::Fault);
+}
+
+#[test]
+fn unknown_field_points_at_the_key() {
+    let text = GOOD.replace(
+        "target: {kind: sim, replicas: 3}",
+        "target: {kind: sim, replicas: 3, replcas: 4}",
+    );
+    let e = err(&text, &[]);
+    assert_eq!(e.source, "s.yaml");
+    assert_eq!(e.pos.map(|p| (p.line, p.col)), Some((2, 34)), "{e}");
+    assert!(e.reason.contains("unknown field `replcas`"), "{e}");
+    assert!(
+        e.to_string().starts_with("s.yaml:2:34: `target.replcas`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn wrong_type_names_field_and_place() {
+    let e = err(&GOOD.replace("replicas: 3", "replicas: three"), &[]);
+    assert_eq!(e.field, "target.replicas");
+    assert_eq!(e.pos.map(|p| p.line), Some(2));
+}
+
+#[test]
+fn negative_duration_is_rejected_with_position() {
+    let e = err(
+        &GOOD.replace(
+            "{name: fault, duration: 5s}",
+            "{name: fault, duration: -5s}",
+        ),
+        &[],
+    );
+    assert_eq!(e.field, "phases[1].duration");
+    assert_eq!(e.pos.map(|p| p.line), Some(12));
+    assert!(e.reason.contains("negative"), "{e}");
+}
+
+#[test]
+fn zero_p95_slo_is_impossible() {
+    let e = err(&GOOD.replace("ttft_p95: 1s", "ttft_p95: 0ms"), &[]);
+    assert_eq!(e.field, "slo.ttft_p95");
+    assert_eq!(e.value.as_deref(), Some("0s"));
+    assert!(e.reason.contains("greater than 0"));
+    assert_eq!(e.pos.map(|p| p.line), Some(9));
+}
+
+#[test]
+fn killing_a_replica_that_does_not_exist() {
+    let e = err(GOOD, &["target.replicas=1"]);
+    assert_eq!(e.field, "faults[0].target.replica");
+    assert_eq!(e.value.as_deref(), Some("w2"));
+    assert!(e.reason.contains("no such replica"), "{e}");
+    assert_eq!(e.pos.map(|p| p.line), Some(14));
+}
+
+#[test]
+fn killing_more_replicas_than_exist() {
+    let text = format!("{GOOD}  - target: {{replica: w2}}\n    at: {{phase: fault, offset: 2s}}\n");
+    let e = err(&text, &[]);
+    assert_eq!(e.field, "faults[1].target.replica");
+    assert!(e.reason.contains("already killed"), "{e}");
+}
+
+#[test]
+fn fault_offset_outside_its_phase() {
+    let e = err(GOOD, &["faults[0].at.offset=9s"]);
+    assert_eq!(e.field, "faults[0].at.offset");
+    assert!(e.source.starts_with("--set"), "{e}");
+}
+
+#[test]
+fn overrides_change_the_effective_scenario() {
+    let p = load(
+        GOOD,
+        &[
+            "target.replicas=5",
+            "target.gateway.policy=naive-retry",
+            "workload.mix.classes[0].output_tokens=3",
+        ],
+    )
+    .expect("valid");
+    assert_eq!(p.scenario.target.replicas, 5);
+    assert_eq!(p.scenario.target.gateway.policy, GatewayPolicy::NaiveRetry);
+    assert_eq!(p.mix.classes[0].output_tokens, Dist::Fixed(3));
+    let e = err(GOOD, &["target.gateway.policy=bogus"]);
+    assert!(e.source.contains("target.gateway.policy=bogus"), "{e}");
+    let e = err(GOOD, &["nopath"]);
+    assert!(e.reason.contains("PATH=VALUE"), "{e}");
+}
+
+#[test]
+fn streaming_retry_is_never_legal() {
+    let e = err(GOOD, &["policy.streaming=retry"]);
+    assert_eq!(e.field, "policy.streaming");
+}
+
+#[test]
+fn offered_rate_below_protected_load() {
+    let e = err(GOOD, &["workload.arrival.rate=2/s"]);
+    assert!(e.reason.contains("protected_load"), "{e}");
+}
+
+#[test]
+fn yaml_syntax_error_has_position() {
+    let e = err("name: t\ntarget: {kind: sim\nslo: 1\n", &[]);
+    assert!(e.pos.is_some(), "{e}");
+    assert!(e.reason.starts_with("not valid YAML"), "{e}");
+}
+
+#[test]
+fn workload_file_errors_point_into_that_file() {
+    let dir = std::env::temp_dir().join(format!("haq-scn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("mix.yaml"),
+        "classes:\n  - name: a\n    prompt_tokens: 10\n    output_tokens: {uniform: [30, 20]}\n",
+    )
+    .expect("write");
+    let text = GOOD.replace(
+        "  mix:\n    classes:\n      - {name: chat, prompt_tokens: 100, output_tokens: {uniform: [10, 20]}}\n",
+        "  mix: mix.yaml\n",
+    );
+    let e = load_str(&text, "s.yaml", &dir, &[], None).expect_err("error");
+    assert!(e.source.ends_with("mix.yaml"), "{e}");
+    assert_eq!(e.field, "workload.mix.classes[0].output_tokens");
+    assert_eq!(e.pos.map(|p| p.line), Some(4), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn shipped_scenarios_and_starter_are_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut n = 0;
+    for entry in std::fs::read_dir(root.join("scenarios")).expect("scenarios/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            if let Err(e) = super::load(&path, &[], None) {
+                panic!("{}: {e}", path.display());
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 1);
+    let p = load(crate::cli::STARTER, &[]).expect("starter valid");
+    assert_eq!(p.faults.len(), 1);
+}
+
+#[test]
+fn schema_lists_the_sections() {
+    let s = json_schema();
+    let props = s["properties"].as_object().expect("properties");
+    for k in [
+        "target",
+        "workload",
+        "slo",
+        "protected_load",
+        "policy",
+        "phases",
+        "faults",
+        "criteria",
+        "report",
+    ] {
+        assert!(props.contains_key(k), "{k}");
+    }
+}
+
+#[test]
+fn recorded_scenario_reads_back_to_the_same_plan() {
+    let p = load(GOOD, &["target.replicas=4"]).expect("valid");
+    let json = serde_json::to_string(&p.scenario).expect("json");
+    let q = from_recorded_json(&json).expect("reads back");
+    assert_eq!(q.scenario.target.replicas, 4);
+    assert_eq!(q.total, p.total);
+    assert_eq!(q.faults[0].at, p.faults[0].at);
+}

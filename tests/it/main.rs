@@ -1,0 +1,5 @@
+//! The one integration-test binary (STYLE.md habit 8): a module per area.
+
+mod cli;
+mod run;
+mod support;

@@ -1,0 +1,65 @@
+//! Shared helpers: load a shipped scenario with overrides, run it in-process against
+//! the real sim (worker and gateway processes from the built haq binary).
+
+use std::path::{Path, PathBuf};
+
+use haq::engine::{RunOptions, RunResult};
+use haq::scenario::Plan;
+use tokio_util::sync::CancellationToken;
+
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn haq_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_haq"))
+}
+
+/// A fresh directory under the target dir, removed by nothing (kept for post-mortems).
+pub fn scratch(name: &str) -> PathBuf {
+    let d = root().join("target").join("it-scratch").join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Latency bounds generous enough for a busy 2-core CI machine: these tests judge
+/// request fate, not speed (Latency has its own PASS/FAIL tests on stored traces).
+pub const LOOSE_SLO: [&str; 3] = ["slo.ttft_p95=10s", "slo.itl_p95=2s", "slo.e2e_p95=60s"];
+
+pub fn plan(scenario: &str, sets: &[&str]) -> Plan {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    haq::scenario::load(&root().join(scenario), &sets, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub async fn run(plan: Plan, name: &str) -> RunResult {
+    haq::install_crypto_provider();
+    let dir = scratch(name);
+    let opts = RunOptions {
+        out: Some(dir.join("run")),
+        reports_dir: dir,
+        quiet: true,
+        haq_bin: Some(haq_bin()),
+    };
+    haq::engine::run(plan, opts, CancellationToken::new())
+        .await
+        .unwrap_or_else(|e| panic!("run failed: {e:#}"))
+}
+
+pub fn verdict(r: &RunResult, name: &str) -> haq::check::Verdict {
+    r.judgement
+        .verdicts
+        .iter()
+        .find(|v| v.name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no verdict {name}"))
+}
