@@ -29,6 +29,7 @@ use crate::client::sse::{SseItem, SseParser};
 use crate::client::{ATTEMPT_HEADER, WORKER_HEADER, chunk};
 use crate::scenario::GatewayPolicy;
 use crate::trace::ChunkKind;
+use crate::trace::journal::GatewayEntry;
 
 pub struct GatewayConfig {
     pub listen: SocketAddr,
@@ -80,10 +81,12 @@ impl Gateway {
             || (u.healthy.load(Ordering::SeqCst)
                 && u.fails.load(Ordering::SeqCst) < self.health_failures);
         if u.healthy.swap(now_ok, Ordering::SeqCst) != now_ok {
-            self.journal.write(json!({
-                "ev": if now_ok { "upstream_ready" } else { "upstream_removed" },
-                "worker": u.name, "why": why,
-            }));
+            let (worker, why) = (u.name.clone(), why.to_string());
+            self.journal.write(if now_ok {
+                GatewayEntry::UpstreamReady { worker, why }
+            } else {
+                GatewayEntry::UpstreamRemoved { worker, why }
+            });
         }
     }
 
@@ -93,8 +96,10 @@ impl Gateway {
             .fails
             .store(self.health_failures, Ordering::SeqCst);
         if self.ups[i].healthy.swap(false, Ordering::SeqCst) {
-            self.journal
-                .write(json!({"ev": "upstream_removed", "worker": self.ups[i].name, "why": why}));
+            self.journal.write(GatewayEntry::UpstreamRemoved {
+                worker: self.ups[i].name.clone(),
+                why: why.to_string(),
+            });
         }
     }
 }
@@ -294,8 +299,10 @@ async fn run_request(
     loop {
         attempts += 1;
         let Some(i) = gw.pick(last) else {
-            gw.journal
-                .write(json!({"ev": "no_upstream", "req": rid, "attempts": attempts - 1}));
+            gw.journal.write(GatewayEntry::NoUpstream {
+                req: rid.clone(),
+                attempts: attempts - 1,
+            });
             finish_failed(
                 &gw,
                 &rid,
@@ -309,10 +316,12 @@ async fn run_request(
         };
         last = Some(i);
         let attempt = format!("{rid}/a{attempts}");
-        gw.journal.write(
-            json!({"ev": "attempt_start", "req": rid, "attempt": attempt,
-                                 "worker": gw.ups[i].name, "delivered": delivered}),
-        );
+        gw.journal.write(GatewayEntry::AttemptStart {
+            req: rid.clone(),
+            attempt: attempt.clone(),
+            worker: gw.ups[i].name.clone(),
+            delivered,
+        });
         let end = run_attempt(
             &gw,
             i,
@@ -330,10 +339,14 @@ async fn run_request(
             AttemptEnd::Relayed => ("relayed", None),
             AttemptEnd::Failed(w) => ("failed", Some(w.clone())),
         };
-        gw.journal
-            .write(json!({"ev": "attempt_end", "req": rid, "attempt": attempt,
-                                 "worker": gw.ups[i].name, "result": result, "why": why,
-                                 "delivered": delivered}));
+        gw.journal.write(GatewayEntry::AttemptEnd {
+            req: rid.clone(),
+            attempt: attempt.clone(),
+            worker: gw.ups[i].name.clone(),
+            result: result.into(),
+            why,
+            delivered,
+        });
         let AttemptEnd::Failed(why) = end else { return };
         let budget_left = attempts <= gw.retry_budget;
         match (head_tx.is_none(), gw.policy) {
@@ -344,8 +357,10 @@ async fn run_request(
                 return;
             }
             (true, GatewayPolicy::NaiveRetry) if budget_left => {
-                gw.journal
-                    .write(json!({"ev": "retry_after_delta", "req": rid, "delivered": delivered}));
+                gw.journal.write(GatewayEntry::RetryAfterDelta {
+                    req: rid.clone(),
+                    delivered,
+                });
                 continue;
             }
             (true, GatewayPolicy::SilentTruncate) => {
@@ -391,8 +406,11 @@ async fn finish_failed(
         "delivered_output_tokens": delivered,
         "retryable": false,
     }});
-    gw.journal
-        .write(json!({"ev": "explicit_error", "req": rid, "delivered": delivered, "why": why}));
+    gw.journal.write(GatewayEntry::ExplicitError {
+        req: rid.to_string(),
+        delivered,
+        why: why.to_string(),
+    });
     let _ = body_tx.send(sse(&ev.to_string())).await;
 }
 

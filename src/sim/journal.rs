@@ -45,10 +45,15 @@ impl Journal {
     }
 
     /// Appends one entry with its `t_ns` stamp.
-    pub fn write(&self, mut v: serde_json::Value) {
-        if let (Some(tx), Some(obj)) = (&self.tx, v.as_object_mut()) {
-            obj.insert("t_ns".into(), mono_ns().into());
-            let _ = tx.send(v);
+    pub fn write<T: serde::Serialize>(&self, entry: T) {
+        if let Some(tx) = &self.tx {
+            let stamped = crate::trace::journal::Stamped {
+                t_ns: mono_ns(),
+                entry,
+            };
+            if let Ok(v) = serde_json::to_value(&stamped) {
+                let _ = tx.send(v);
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod clock;
 mod event;
+pub mod journal;
 mod writer;
 
 pub use clock::{Clock, mono_ns};

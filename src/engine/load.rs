@@ -1,0 +1,181 @@
+//! The load loop: one timeline of phase edges, faults and requests, each fired at its
+//! absolute deadline from the start of load (open loop: a slow server never delays
+//! the next send), then the drain.
+
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::Target;
+use super::progress::Progress;
+use crate::client::{self, Call, Timeouts};
+use crate::scenario::Plan;
+use crate::trace::{Clock, Edge, Event, Outcome, TraceWriter};
+use crate::workload::{self, Schedule};
+
+/// Offers the schedule, fires faults and phase edges on time, then drains.
+pub(super) async fn drive(
+    plan: &Plan,
+    target: &mut Target,
+    clock: &Clock,
+    tw: &TraceWriter,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    let c = &plan.scenario.client;
+    let http = client::http_client(c.connect_timeout.0, &super::request_headers(plan)?)?;
+    let timeouts = Timeouts {
+        first_token: c.first_token_timeout.0,
+        idle: c.idle_timeout.0,
+    };
+    // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
+    let stop = cancel.child_token();
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let load_start = Instant::now() + Duration::from_millis(50);
+    let mut schedule = Schedule::new(plan).peekable();
+    let mut faults = plan.faults.iter().peekable();
+    let mut edges: Vec<(Duration, usize, Edge)> = Vec::new();
+    for (i, p) in plan.phases.iter().enumerate() {
+        edges.push((p.start, i, Edge::Start));
+        edges.push((p.end(), i, Edge::End));
+    }
+    let mut edges = edges.into_iter().peekable();
+    let stats = progress.stats();
+
+    loop {
+        // The next thing due: phase edge first, then faults, then requests at a tie.
+        let next_edge = edges.peek().map(|e| e.0);
+        let next_fault = faults.peek().map(|f| f.at);
+        let next_req = schedule.peek().map(|p| p.at);
+        let Some(due) = [next_edge, next_fault, next_req]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            break;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until((load_start + due).into()) => {}
+            _ = cancel.cancelled() => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+        }
+        if next_edge == Some(due) {
+            let Some((_, i, edge)) = edges.next() else {
+                continue;
+            };
+            let p = &plan.phases[i];
+            tw.emit(Event::Phase {
+                t: clock.now_us(),
+                name: p.name.clone(),
+                edge,
+            });
+            if edge == Edge::Start {
+                progress.phase(p);
+            }
+        } else if next_fault == Some(due) {
+            let Some(f) = faults.next() else { continue };
+            let f = f.clone();
+            let proc_ = target.sim.as_ref().and_then(|s| s.worker(&f.replica));
+            let tw = tw.clone();
+            let clock = *clock;
+            let pl = progress.clone();
+            tasks.spawn(async move {
+                let r = match proc_ {
+                    Some(p) => crate::faults::inject_process(&p, &f).await,
+                    None => crate::faults::Injected {
+                        at: Instant::now(),
+                        pid: None,
+                        verified: false,
+                        detail: format!("no process for replica {}", f.replica),
+                    },
+                };
+                pl.line(&format!(
+                    "fault {}: {} {} — {}",
+                    f.name, "kill", f.replica, r.detail
+                ));
+                tw.emit(Event::Fault {
+                    t: clock.us_of(r.at),
+                    name: f.name.clone(),
+                    domain: format!("{:?}", f.domain).to_lowercase(),
+                    action: format!("{:?}", f.action).to_lowercase(),
+                    replica: f.replica.clone(),
+                    pid: r.pid,
+                    verified: r.verified,
+                    detail: r.detail,
+                });
+            });
+        } else if let Some(p) = schedule.next() {
+            let class = &plan.mix.classes[p.class];
+            let call = Call {
+                id: p.id.clone(),
+                url: format!("{}{}", target.api_url, workload::api_path(class.api)),
+                body: workload::request_body(plan, &p),
+            };
+            let ev = Event::Request {
+                t: 0,
+                id: p.id.clone(),
+                class: class.name.clone(),
+                phase: plan.phases[p.phase].name.clone(),
+                intended: clock.us_of(load_start + p.at),
+                prompt_tokens: p.prompt_tokens,
+                max_tokens: p.max_tokens,
+                protected: workload::is_protected(plan, &p),
+            };
+            let (http, tw, clock, stop, stats) = (
+                http.clone(),
+                tw.clone(),
+                *clock,
+                stop.clone(),
+                stats.clone(),
+            );
+            tasks.spawn(async move {
+                let mut ev = ev;
+                if let Event::Request { t, .. } = &mut ev {
+                    *t = clock.now_us();
+                }
+                tw.emit(ev);
+                stats.sent();
+                tokio::select! {
+                    r = client::execute(&http, &call, timeouts, &clock, &tw) => stats.done(r.outcome),
+                    _ = stop.cancelled() => {
+                        tw.emit(Event::End {
+                            t: clock.now_us(),
+                            id: call.id.clone(),
+                            outcome: Outcome::Cancelled,
+                            detail: Some("stopped by haq (interrupt or drain timeout)".into()),
+                            tokens: 0,
+                            done: false,
+                            finish: None,
+                        });
+                        stats.done(Outcome::Cancelled);
+                    }
+                }
+            });
+        }
+    }
+
+    // Drain: let in-flight requests finish, within the drain timeout.
+    if !cancel.is_cancelled() && !tasks.is_empty() {
+        progress.line(&format!(
+            "load done; waiting for {} in-flight requests",
+            tasks.len()
+        ));
+        let drain = c.drain_timeout.0;
+        let drained = tokio::select! {
+            _ = async { while tasks.join_next().await.is_some() {} } => true,
+            _ = tokio::time::sleep(drain) => false,
+            _ = cancel.cancelled() => false,
+        };
+        if !drained && !cancel.is_cancelled() {
+            progress.line(&format!(
+                "drain timeout ({drain:?}): cancelling {} requests",
+                tasks.len()
+            ));
+        }
+    }
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+    progress.finish();
+    Ok(())
+}

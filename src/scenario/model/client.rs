@@ -1,0 +1,72 @@
+//! `client` timeouts and `report` outputs.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::units::Dur;
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCfg {
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Dur,
+    /// Longest wait for the first event after the request was sent.
+    #[serde(default = "default_first_token_timeout")]
+    pub first_token_timeout: Dur,
+    /// Longest silence between two events of a stream.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout: Dur,
+    /// After the last phase, how long in-flight requests may take to finish.
+    #[serde(default = "default_drain")]
+    pub drain_timeout: Dur,
+}
+
+fn default_connect_timeout() -> Dur {
+    Dur::secs(5)
+}
+fn default_first_token_timeout() -> Dur {
+    Dur::secs(60)
+}
+fn default_idle_timeout() -> Dur {
+    Dur::secs(30)
+}
+fn default_drain() -> Dur {
+    Dur::secs(60)
+}
+
+impl Default for ClientCfg {
+    fn default() -> Self {
+        ClientCfg {
+            connect_timeout: default_connect_timeout(),
+            first_token_timeout: default_first_token_timeout(),
+            idle_timeout: default_idle_timeout(),
+            drain_timeout: default_drain(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportFormat {
+    Terminal,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportCfg {
+    #[serde(default = "default_formats")]
+    pub formats: Vec<ReportFormat>,
+}
+
+fn default_formats() -> Vec<ReportFormat> {
+    vec![ReportFormat::Terminal, ReportFormat::Json]
+}
+
+impl Default for ReportCfg {
+    fn default() -> Self {
+        ReportCfg {
+            formats: default_formats(),
+        }
+    }
+}
