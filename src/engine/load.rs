@@ -107,11 +107,11 @@ pub(super) async fn drive(
             });
         } else if let Some(p) = schedule.next() {
             let class = &plan.mix.classes[p.class];
-            let call = Call {
-                id: p.id.clone(),
-                url: format!("{}{}", target.api_url, workload::api_path(class.api)),
-                body: workload::request_body(plan, &p),
-            };
+            let call = Call::new(
+                p.id.clone(),
+                format!("{}{}", target.api_url, workload::api_path(class.api)),
+                workload::request_body(plan, &p),
+            );
             let ev = Event::Request {
                 t: 0,
                 id: p.id.clone(),
@@ -121,6 +121,10 @@ pub(super) async fn drive(
                 prompt_tokens: p.prompt_tokens,
                 max_tokens: p.max_tokens,
                 protected: workload::is_protected(plan, &p),
+                stream: true,
+                admitted: None,
+                session: None,
+                turn: None,
             };
             let (http, tw, clock, stop, stats) = (
                 http.clone(),
@@ -147,6 +151,12 @@ pub(super) async fn drive(
                             tokens: 0,
                             done: false,
                             finish: None,
+                            status: None,
+                            counted: None,
+                            usage: None,
+                            error: None,
+                            tool_calls: Vec::new(),
+                            json_valid: None,
                         });
                         stats.done(Outcome::Cancelled);
                     }
