@@ -4,3 +4,4 @@ mod cli;
 mod client;
 mod run;
 mod support;
+mod workload;
