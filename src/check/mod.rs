@@ -89,6 +89,10 @@ pub struct Judgement {
     pub fate_table: Vec<(fate::Stage, crate::trace::Outcome, u64)>,
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub unfinished: usize,
+    /// Per second of the run (latencies by dispatch second, from intended time).
+    pub seconds: Vec<crate::metrics::SecondStats>,
+    /// The load client's own schedule slip; `valid: false` makes the run INVALID.
+    pub client: crate::metrics::ClientHealth,
 }
 
 impl Judgement {
@@ -105,19 +109,39 @@ impl Judgement {
             Status::Unknown
         }
     }
+
+    /// The client fell behind its schedule: the measurements are not evidence and the
+    /// run qualifies nothing, whatever the verdicts say.
+    pub fn invalid(&self) -> bool {
+        !self.client.valid
+    }
+
+    /// `INVALID` for an invalid run, else the overall status.
+    pub fn result_label(&self) -> &'static str {
+        if self.invalid() {
+            "INVALID"
+        } else {
+            self.overall().as_str()
+        }
+    }
 }
 
 struct Acc<'a> {
     plan: &'a Plan,
     phases: Vec<PhaseAcc>,
     fate: fate::FateAcc,
+    series: crate::metrics::SeriesAcc,
+    slip: crate::metrics::SlipAcc,
 }
 
 impl RequestSink for Acc<'_> {
     fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
+        let m = crate::metrics::Measured::of(r, &self.plan.scenario.slo);
         if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
-            p.add(r);
+            p.add_measured(r, &m);
         }
+        self.series.add(r, &m);
+        self.slip.add(m.slip);
         self.fate.add(r, faults, &self.plan.scenario.policy);
     }
 }
@@ -126,6 +150,16 @@ impl RequestSink for Acc<'_> {
 /// the faults (their lines may follow the requests they cut: a fault is written once
 /// verified), the second folds the requests.
 pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I) -> Judgement {
+    judge_with(plan, events, None)
+}
+
+/// As [`judge`]; each closed second's histograms also go to `intervals` (the
+/// interval log).
+pub fn judge_with<I: IntoIterator<Item = Event>>(
+    plan: &Plan,
+    events: impl Fn() -> I,
+    mut intervals: Option<crate::metrics::series::IntervalSink>,
+) -> Judgement {
     let mut folder = Folder::default();
     for ev in events() {
         if let Event::Fault { .. } = ev {
@@ -138,12 +172,18 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
         phases: plan
             .phases
             .iter()
-            .map(|p| PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase()))
+            .map(|p| {
+                PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase())
+                    .with_duration(p.duration)
+            })
             .collect(),
         fate: fate::FateAcc::default(),
+        series: crate::metrics::SeriesAcc::default(),
+        slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
     };
     for ev in events() {
         if !matches!(ev, Event::Fault { .. }) {
+            acc.series.observe(&ev, &mut intervals);
             folder.push(ev, &mut acc);
         }
     }
@@ -179,6 +219,8 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
         }
     }
     let unfinished = folder.unfinished();
+    let client = acc.slip.finish(&plan.scenario.client);
+    let seconds = acc.series.finish(&mut intervals);
     Judgement {
         run: folder.info,
         verdicts,
@@ -192,7 +234,27 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
             .map(|((s, o), n)| (s, o, n))
             .collect(),
         unfinished,
+        seconds,
+        client,
     }
+}
+
+/// Wall-clock time of the start of load: the run's start plus the first phase's offset.
+fn load_start_wall(events: impl Iterator<Item = Event>) -> std::time::SystemTime {
+    let mut wall = std::time::UNIX_EPOCH;
+    for ev in events {
+        match ev {
+            Event::RunStart { wall: w, .. } => {
+                if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&w) {
+                    let us = t.timestamp_micros().max(0) as u64;
+                    wall = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+                }
+            }
+            Event::Phase { t, .. } => return wall + std::time::Duration::from_micros(t),
+            _ => {}
+        }
+    }
+    wall
 }
 
 struct NoSink;
@@ -214,11 +276,20 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     for e in crate::trace::read(&tp).with_context(|| format!("reading {}", tp.display()))? {
         e.map_err(|msg| anyhow::anyhow!("{}: {msg}", tp.display()))?;
     }
-    let j = judge(&plan, || {
+    let events = || {
         crate::trace::read(&tp)
             .into_iter()
             .flatten()
             .map_while(Result::ok)
-    });
+    };
+    // The interval log is rebuilt from the trace each time the run is judged.
+    let hp = dir.join(crate::metrics::hlog::HLOG_FILE);
+    let file = std::fs::File::create(&hp).with_context(|| format!("writing {}", hp.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let j = crate::metrics::hlog::write(&mut out, load_start_wall(events()), |sink| {
+        judge_with(&plan, events, Some(sink))
+    })
+    .with_context(|| format!("writing {}", hp.display()))?;
+    std::io::Write::flush(&mut out).with_context(|| format!("writing {}", hp.display()))?;
     Ok((plan, j))
 }

@@ -130,10 +130,10 @@ fn whole(v: &str, at: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{at}: `{v}` is not a non-negative whole number"))
 }
 
+type Csv = csv::Reader<std::io::Cursor<Vec<u8>>>;
+
 /// A CSV reader over the whole file and its header row.
-fn csv_reader(
-    p: &Path,
-) -> Result<(csv::Reader<std::io::Cursor<Vec<u8>>>, csv::StringRecord), String> {
+fn csv_reader(p: &Path) -> Result<(Csv, csv::StringRecord), String> {
     let text = open(p)?;
     let mut r = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
