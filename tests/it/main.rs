@@ -2,4 +2,6 @@
 
 mod cli;
 mod run;
+mod simkit;
 mod support;
+mod worker;
