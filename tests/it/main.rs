@@ -1,7 +1,9 @@
 //! The one integration-test binary (STYLE.md habit 8): a module per area.
 
 mod cli;
+mod client;
 mod run;
 mod simkit;
 mod support;
 mod worker;
+mod workload;

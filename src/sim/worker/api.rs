@@ -528,7 +528,7 @@ mod tests {
         assert_eq!(tok.cid.as_deref(), Some("c1"));
         let tail = f.tail("length", 1);
         assert_eq!(classify(&data(&tail[0])).finish.as_deref(), Some("length"));
-        assert_eq!(classify(&data(&tail[1])).usage_tokens, Some(1));
+        assert_eq!(classify(&data(&tail[1])).usage_tokens(), Some(1));
         assert_eq!(classify(&data(&tail[2])).kind, Some(ChunkKind::Done));
         let tools = f.tool_events("call_1", "lookup", "{\"q\":\"x\"}", 4);
         assert!(tools.len() >= 3);
