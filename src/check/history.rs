@@ -35,6 +35,12 @@ pub struct RequestRecord {
     pub dispatch: u64,
     pub max_tokens: u32,
     pub protected: bool,
+    /// Sent as a streaming request (default true in older traces).
+    pub stream: bool,
+    /// With a concurrency cap: when the request got its slot.
+    pub admitted: Option<u64>,
+    /// Server-reported queue time (µs).
+    pub queue_us: Option<u64>,
     pub status: Option<u16>,
     pub response_t: Option<u64>,
     pub worker: Option<String>,
@@ -113,6 +119,11 @@ pub struct EndRec {
     pub tokens: u32,
     pub done: bool,
     pub finish: Option<String>,
+    pub counted: Option<u32>,
+    pub usage: Option<crate::trace::Usage>,
+    pub error: Option<crate::trace::InBandError>,
+    pub tool_calls: Vec<crate::trace::ToolCall>,
+    pub json_valid: Option<bool>,
 }
 
 impl RequestRecord {
@@ -226,6 +237,8 @@ impl Folder {
                 intended,
                 max_tokens,
                 protected,
+                stream,
+                admitted,
                 ..
             } => {
                 let mut r = RequestRecord {
@@ -236,6 +249,8 @@ impl Folder {
                     dispatch: t,
                     max_tokens,
                     protected,
+                    stream,
+                    admitted,
                     ..Default::default()
                 };
                 for (gt, item) in self.early.remove(&id).into_iter().flatten() {
@@ -250,9 +265,11 @@ impl Folder {
                 status,
                 worker,
                 attempt,
+                queue_us,
                 ..
             } => {
                 if let Some(r) = self.in_flight.get_mut(&id) {
+                    r.queue_us = queue_us;
                     r.status = Some(status);
                     r.response_t = Some(t);
                     r.worker = worker;
@@ -289,6 +306,12 @@ impl Folder {
                 tokens,
                 done,
                 finish,
+                counted,
+                usage,
+                error,
+                tool_calls,
+                json_valid,
+                ..
             } => {
                 if let Some(r) = self.in_flight.get_mut(&id)
                     && r.end.is_none()
@@ -300,6 +323,11 @@ impl Folder {
                         tokens,
                         done,
                         finish,
+                        counted,
+                        usage,
+                        error,
+                        tool_calls,
+                        json_valid,
                     });
                     if self.linger == 0 {
                         self.finalize(&id, sink);

@@ -77,6 +77,10 @@ impl H {
             prompt_tokens: 100,
             max_tokens: 64,
             protected: true,
+            stream: true,
+            admitted: None,
+            session: None,
+            turn: None,
         });
         self
     }
@@ -89,6 +93,7 @@ impl H {
             worker: Some(worker.into()),
             attempt: Some(attempt.into()),
             retry_after: None,
+            queue_us: None,
         });
         self
     }
@@ -198,6 +203,12 @@ impl H {
             tokens: deltas,
             done,
             finish,
+            status: Some(200),
+            counted: Some(deltas),
+            usage: None,
+            error: None,
+            tool_calls: Vec::new(),
+            json_valid: None,
         });
         self
     }
