@@ -243,6 +243,38 @@ pub enum GatewayEntry {
     },
 }
 
+impl GatewayEntry {
+    /// The logical request the entry is about (`None` for per-upstream entries).
+    pub fn req(&self) -> Option<&str> {
+        use GatewayEntry::*;
+        match self {
+            RequestStart { req, .. }
+            | Queued { req, .. }
+            | Shed { req, .. }
+            | AttemptStart { req, .. }
+            | LeaseGranted { req, .. }
+            | LeaseExpired { req, .. }
+            | CancelSent { req, .. }
+            | CancelConfirmed { req, .. }
+            | CancelUnconfirmed { req, .. }
+            | Fence { req, .. }
+            | FirstDelta { req, .. }
+            | SlowUpstream { req, .. }
+            | SoftTimeoutFailover { req, .. }
+            | HardDrainAbort { req, .. }
+            | ClientGone { req, .. }
+            | AttemptEnd { req, .. }
+            | Retry { req, .. }
+            | RetryDenied { req, .. }
+            | ExplicitError { req, .. }
+            | RetryAfterDelta { req, .. }
+            | NoUpstream { req, .. }
+            | RequestEnd { req, .. } => Some(req),
+            LeaseRenewFailed { .. } | UpstreamReady { .. } | UpstreamRemoved { .. } => None,
+        }
+    }
+}
+
 /// What a sim worker did (`worker-<name>.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "ev", rename_all = "snake_case")]
