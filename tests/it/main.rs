@@ -4,5 +4,7 @@ mod cli;
 mod client;
 mod fate;
 mod run;
+mod simkit;
 mod support;
+mod worker;
 mod workload;
