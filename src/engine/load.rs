@@ -40,6 +40,8 @@ struct Dispatcher {
     handle: tokio::runtime::Handle,
     cap: Option<Arc<Semaphore>>,
     load_start: Instant,
+    /// Attribution headers other than the sim's, as the scenario names them.
+    attribution: Option<Arc<client::Attribution>>,
 }
 
 /// A request ready to go: body built, event filled but for the dispatch stamp.
@@ -63,6 +65,15 @@ pub(super) async fn drive(
     let http = client::http_client(c.connect_timeout.0, &super::request_headers(plan)?)?;
     // Fail before any load if the schedule cannot be built (input data missing).
     Schedule::new(plan).map_err(anyhow::Error::msg)?;
+    let ev = &plan.scenario.evidence;
+    let attribution = (ev.worker_header != client::WORKER_HEADER
+        || ev.attempt_header != client::ATTEMPT_HEADER)
+        .then(|| {
+            Arc::new(client::Attribution {
+                worker: ev.worker_header.to_ascii_lowercase(),
+                attempt: ev.attempt_header.to_ascii_lowercase(),
+            })
+        });
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
     let tracker = TaskTracker::new();
@@ -107,6 +118,7 @@ pub(super) async fn drive(
             .max_concurrency
             .map(|n| Arc::new(Semaphore::new(n as usize))),
         load_start,
+        attribution,
     };
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -178,6 +190,7 @@ impl Dispatcher {
             workload::request_body(plan, &p),
         );
         call.expect_json = class.response_format.is_some();
+        call.attribution.clone_from(&self.attribution);
         call.headers.push((
             reqwest::header::HeaderName::from_static(client::PRIORITY_HEADER),
             reqwest::header::HeaderValue::from_static(workload::priority_value(plan, &p)),
