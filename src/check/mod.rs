@@ -4,9 +4,21 @@
 //! Verdicts compose as in Jepsen: a finding FAILs; missing evidence is UNKNOWN, never
 //! PASS; a verdict this version does not judge is NOT_EVALUATED with the reason.
 
+pub mod capacity;
+pub mod evidence;
+pub mod failure_domain;
 pub mod fate;
 pub mod history;
 pub mod latency;
+pub mod maintenance;
+pub mod overload;
+pub mod recovery;
+pub mod routing;
+pub mod run;
+pub mod series;
+#[cfg(test)]
+pub mod testkit;
+pub mod timeline;
 
 use std::path::Path;
 
@@ -15,10 +27,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::scenario::Plan;
 use crate::trace::Event;
+use crate::trace::journal::{GatewayEntry, Stamped};
 use history::{FaultRec, Folder, RequestRecord, RequestSink, RunInfo};
 use latency::{PhaseAcc, PhaseStats};
 
 pub const SCENARIO_FILE: &str = "scenario.json";
+/// The sim gateway's journal in a run directory.
+pub const GATEWAY_JOURNAL: &str = "gateway.jsonl";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -89,6 +104,15 @@ pub struct Judgement {
     pub fate_table: Vec<(fate::Stage, crate::trace::Outcome, u64)>,
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub unfinished: usize,
+    /// The failure timeline (Q11).
+    pub timeline: timeline::Timeline,
+    /// Per-second series (report.html plots).
+    pub series: series::Series,
+    /// Protected traffic of the degraded interval (Capacity), when a fault made one.
+    pub degraded: Option<capacity::Window>,
+    /// Run-level evidence the verdicts read (per-request summaries for the CSV).
+    #[serde(skip)]
+    pub evidence: evidence::Evidence,
 }
 
 impl Judgement {
@@ -111,6 +135,7 @@ struct Acc<'a> {
     plan: &'a Plan,
     phases: Vec<PhaseAcc>,
     fate: fate::FateAcc,
+    run: run::RunAcc,
 }
 
 impl RequestSink for Acc<'_> {
@@ -119,6 +144,7 @@ impl RequestSink for Acc<'_> {
             p.add(r);
         }
         self.fate.add(r, faults, &self.plan.scenario.policy);
+        self.run.request(r, faults);
     }
 }
 
@@ -126,6 +152,15 @@ impl RequestSink for Acc<'_> {
 /// the faults (their lines may follow the requests they cut: a fault is written once
 /// verified), the second folds the requests.
 pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I) -> Judgement {
+    judge_with(plan, events, None)
+}
+
+/// As [`judge`], with the sim gateway's journal (`gateway.jsonl`) when the run has one.
+pub fn judge_with<I: IntoIterator<Item = Event>>(
+    plan: &Plan,
+    events: impl Fn() -> I,
+    journal: Option<Vec<Stamped<GatewayEntry>>>,
+) -> Judgement {
     let mut folder = Folder::default();
     for ev in events() {
         if let Event::Fault { .. } = ev {
@@ -141,30 +176,26 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
             .map(|p| PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase()))
             .collect(),
         fate: fate::FateAcc::default(),
+        run: run::RunAcc::new(plan, journal, &folder.faults),
     };
     for ev in events() {
         if !matches!(ev, Event::Fault { .. }) {
+            acc.run.see(&ev);
             folder.push(ev, &mut acc);
         }
     }
     let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
+    let level = acc
+        .run
+        .finish(plan, &folder.faults, &phases, &acc.fate.findings);
     let mut verdicts = Vec::new();
     for name in VERDICTS {
         verdicts.push(match name {
             "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len()),
             "Latency" => latency::verdict(plan, &phases),
-            "Failure-Domain" => Verdict::new(
-                name,
-                Status::NotEvaluated,
-                "not judged in this version: faults are verified and recorded (see faults) but not yet compared with the declared domain",
-                folder.faults.iter().map(|f| format!("{} on {} verified={}", f.name, f.replica, f.verified)).collect(),
-            ),
-            "Routing" => not_evaluated(name, "traffic-removal time from attribution headers is not judged in this version"),
-            "Capacity" => not_evaluated(name, "the degraded capacity search and protected-load gate are not judged in this version"),
-            "Overload" => not_evaluated(name, "the scenario has no overload phase"),
-            "Recovery" => not_evaluated(name, "the scenario has no replacement (restart) step"),
-            "Maintenance" => not_evaluated(name, "the scenario has no planned drain"),
-            _ => not_evaluated(name, "unknown verdict"),
+            other => level
+                .verdict(other)
+                .unwrap_or_else(|| not_evaluated(name, "not judged in this version")),
         });
     }
     if !folder.info.complete {
@@ -192,6 +223,10 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
             .map(|((s, o), n)| (s, o, n))
             .collect(),
         unfinished,
+        timeline: level.timeline,
+        series: level.series,
+        degraded: level.degraded,
+        evidence: level.evidence,
     }
 }
 
@@ -214,11 +249,25 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     for e in crate::trace::read(&tp).with_context(|| format!("reading {}", tp.display()))? {
         e.map_err(|msg| anyhow::anyhow!("{}: {msg}", tp.display()))?;
     }
-    let j = judge(&plan, || {
-        crate::trace::read(&tp)
-            .into_iter()
-            .flatten()
-            .map_while(Result::ok)
-    });
+    let jp = dir.join(GATEWAY_JOURNAL);
+    let journal = if jp.exists() {
+        Some(
+            crate::trace::journal::read_lines(&jp)
+                .with_context(|| format!("reading {}", jp.display()))?
+                .map_err(anyhow::Error::msg)?,
+        )
+    } else {
+        None
+    };
+    let j = judge_with(
+        &plan,
+        || {
+            crate::trace::read(&tp)
+                .into_iter()
+                .flatten()
+                .map_while(Result::ok)
+        },
+        journal,
+    );
     Ok((plan, j))
 }

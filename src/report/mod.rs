@@ -29,6 +29,12 @@ pub struct Report<'a> {
     pub findings: &'a [Finding],
     pub request_fate: Vec<FateRow>,
     pub unfinished_requests: usize,
+    /// The failure timeline (Q11).
+    pub timeline: &'a crate::check::timeline::Timeline,
+    /// Protected traffic of the degraded interval (Capacity).
+    pub degraded: Option<&'a crate::check::capacity::Window>,
+    /// Per-second series.
+    pub series: &'a crate::check::series::Series,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -62,6 +68,9 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
             })
             .collect(),
         unfinished_requests: j.unfinished,
+        timeline: &j.timeline,
+        degraded: j.degraded.as_ref(),
+        series: &j.series,
     }
 }
 
@@ -144,6 +153,27 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
             f.verified,
             f.detail
         ));
+    }
+    let tl: Vec<_> = j
+        .timeline
+        .entries
+        .iter()
+        .filter(|e| e.after_fault_ms.is_some())
+        .collect();
+    if !tl.is_empty() {
+        out.push_str("timeline (Q11):\n");
+        for e in tl {
+            out.push_str(&format!(
+                "  +{:>8.3}s {:>10}  {} — {}: {}\n",
+                e.at_s,
+                e.after_fault_ms
+                    .map(|m| format!("(+{m:.0} ms)"))
+                    .unwrap_or_default(),
+                e.event,
+                e.source,
+                e.detail
+            ));
+        }
     }
     for f in j.findings.iter().take(5) {
         out.push_str(&format!(

@@ -39,6 +39,8 @@ pub struct PhasePlan {
     /// Offset from the start of load.
     pub start: Duration,
     pub duration: Duration,
+    /// Offered rate in this phase (req/s).
+    pub rate: f64,
 }
 
 impl PhasePlan {
@@ -159,7 +161,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         ));
     }
 
-    let phases = validate_phases(&s.phases)?;
+    let phases = validate_phases(&s.phases, rate, s.protected_load.0)?;
     let total = phases.last().map(|p| p.end()).unwrap_or_default();
     if total > MAX_TOTAL {
         return Err(Issue::new(
@@ -181,6 +183,21 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "criteria.recovery.ready_and_serving_max",
             r.ready_and_serving_max,
         )?;
+    }
+    if let Some(o) = &s.criteria.overload {
+        if !(o.retry_amplification_max.is_finite() && o.retry_amplification_max >= 1.0) {
+            return Err(Issue::new(
+                "criteria.overload.retry_amplification_max",
+                o.retry_amplification_max,
+                "must be at least 1 (one attempt per request)",
+            ));
+        }
+        if let Some(d) = o.rejection_p95_max {
+            positive("criteria.overload.rejection_p95_max", d)?;
+        }
+    }
+    if let Some(m) = &s.criteria.maintenance {
+        positive("criteria.maintenance.removal_max", m.removal_max)?;
     }
     positive("client.connect_timeout", s.client.connect_timeout)?;
     positive("client.first_token_timeout", s.client.first_token_timeout)?;
@@ -308,7 +325,7 @@ fn validate_mix(m: &Mix) -> Result<(), Issue> {
     Ok(())
 }
 
-fn validate_phases(phases: &[Phase]) -> Result<Vec<PhasePlan>, Issue> {
+fn validate_phases(phases: &[Phase], rate: f64, protected: f64) -> Result<Vec<PhasePlan>, Issue> {
     if phases.is_empty() {
         return Err(Issue::missing("phases", "needs at least one phase"));
     }
@@ -331,22 +348,86 @@ fn validate_phases(phases: &[Phase]) -> Result<Vec<PhasePlan>, Issue> {
                     Issue::missing(
                         format!("{f}.kind"),
                         format!(
-                            "is required: the name `{}` is not a phase kind (baseline, fault, degraded, recovery)",
+                            "is required: the name `{}` is not a phase kind (baseline, fault, degraded, recovery, overload, drain, recovered)",
                             p.name
                         ),
                     )
                 })?,
         };
         positive(&format!("{f}.duration"), p.duration)?;
+        let phase_rate = phase_rate(&f, p, kind, rate, protected)?;
         out.push(PhasePlan {
             name: p.name.clone(),
             kind,
             start,
             duration: p.duration.0,
+            rate: phase_rate,
         });
         start += p.duration.0;
     }
     Ok(out)
+}
+
+/// The offered rate of one phase: `rate`, `load` × protected, or the workload's rate.
+/// Never below the protected load (Q12); above it only in an overload phase (Q10).
+fn phase_rate(
+    f: &str,
+    p: &Phase,
+    kind: PhaseKind,
+    rate: f64,
+    protected: f64,
+) -> Result<f64, Issue> {
+    let (field, r) = match (p.rate, p.load) {
+        (Some(_), Some(_)) => {
+            return Err(Issue::new(
+                format!("{f}.load"),
+                p.load.unwrap_or_default(),
+                "give either `rate` or `load`, not both",
+            ));
+        }
+        (Some(r), None) => (format!("{f}.rate"), r.0),
+        (None, Some(l)) => {
+            if !pos_finite(l) {
+                return Err(Issue::new(
+                    format!("{f}.load"),
+                    l,
+                    "must be a positive multiple of protected_load",
+                ));
+            }
+            (format!("{f}.load"), l * protected)
+        }
+        (None, None) if kind == PhaseKind::Overload => {
+            return Err(Issue::missing(
+                format!("{f}.load"),
+                "is required in an overload phase: `load: 2` (× protected_load) or `rate: N/s` above protected_load",
+            ));
+        }
+        (None, None) => return Ok(rate),
+    };
+    if !pos_finite(r) || r > MAX_RATE {
+        return Err(Issue::new(
+            field,
+            format!("{r}/s"),
+            format!("must be in (0, {MAX_RATE}] req/s"),
+        ));
+    }
+    if kind == PhaseKind::Overload && r <= protected + 1e-9 {
+        return Err(Issue::new(
+            field,
+            format!("{r}/s"),
+            format!("an overload phase must offer more than protected_load ({protected}/s)"),
+        ));
+    }
+    if r + 1e-9 < protected {
+        return Err(Issue::new(
+            field,
+            format!("{r}/s"),
+            format!(
+                "is below protected_load ({protected}/s): the run would never offer the load it must qualify (Q12)"
+            ),
+        ));
+    }
+    Ok(r)
 }
 
 fn validate_faults(

@@ -55,12 +55,44 @@ impl<'a> Schedule<'a> {
             idx: 0,
             cum_weights,
         };
-        s.next_at = s.gap();
+        s.next_at = s.next_after(0.0);
         s
     }
 
-    fn gap(&mut self) -> f64 {
-        let rate = self.plan.rate;
+    /// The next arrival after `t`. Each phase offers its own rate; where the rate
+    /// changes at a phase edge, the arrival process restarts there (memoryless for
+    /// Poisson), so phases with the same rate draw exactly as one long phase.
+    fn next_after(&mut self, mut t: f64) -> f64 {
+        loop {
+            let (rate, edge) = self.rate_at(t);
+            let g = self.gap(rate);
+            match edge {
+                Some(e) if t + g >= e => t = e,
+                _ => return t + g,
+            }
+        }
+    }
+
+    /// Rate at offset `t` (s) and where it next changes, if it does.
+    fn rate_at(&self, t: f64) -> (f64, Option<f64>) {
+        let ph = &self.plan.phases;
+        let Some(i) = ph
+            .iter()
+            .position(|p| t < p.end().as_secs_f64())
+            .or(ph.len().checked_sub(1))
+        else {
+            return (self.plan.rate, None);
+        };
+        let rate = ph[i].rate;
+        let mut j = i;
+        while j + 1 < ph.len() && ph[j + 1].rate == rate {
+            j += 1;
+        }
+        let edge = (j + 1 < ph.len()).then(|| ph[j].end().as_secs_f64());
+        (rate, edge)
+    }
+
+    fn gap(&mut self, rate: f64) -> f64 {
         match self.plan.scenario.workload.arrival.process {
             ArrivalProcess::Constant => 1.0 / rate,
             ArrivalProcess::Poisson => match Exp::new(rate) {
@@ -86,7 +118,7 @@ impl Iterator for Schedule<'_> {
         if at >= self.plan.total {
             return None;
         }
-        self.next_at += self.gap();
+        self.next_at = self.next_after(self.next_at);
         let total = self.cum_weights.last().copied().unwrap_or(1.0);
         let pick = self.content.random::<f64>() * total;
         let class = self
