@@ -28,6 +28,12 @@ pub struct RequestRecord {
     pub dispatch: u64,
     pub max_tokens: u32,
     pub protected: bool,
+    /// Sent as a streaming request (default true in older traces).
+    pub stream: bool,
+    /// With a concurrency cap: when the request got its slot.
+    pub admitted: Option<u64>,
+    /// Server-reported queue time (µs).
+    pub queue_us: Option<u64>,
     pub status: Option<u16>,
     pub response_t: Option<u64>,
     pub worker: Option<String>,
@@ -44,6 +50,11 @@ pub struct EndRec {
     pub tokens: u32,
     pub done: bool,
     pub finish: Option<String>,
+    pub counted: Option<u32>,
+    pub usage: Option<crate::trace::Usage>,
+    pub error: Option<crate::trace::InBandError>,
+    pub tool_calls: Vec<crate::trace::ToolCall>,
+    pub json_valid: Option<bool>,
 }
 
 impl RequestRecord {
@@ -137,6 +148,8 @@ impl Folder {
                 intended,
                 max_tokens,
                 protected,
+                stream,
+                admitted,
                 ..
             } => {
                 self.in_flight.insert(
@@ -149,6 +162,8 @@ impl Folder {
                         dispatch: t,
                         max_tokens,
                         protected,
+                        stream,
+                        admitted,
                         ..Default::default()
                     },
                 );
@@ -159,9 +174,11 @@ impl Folder {
                 status,
                 worker,
                 attempt,
+                queue_us,
                 ..
             } => {
                 if let Some(r) = self.in_flight.get_mut(&id) {
+                    r.queue_us = queue_us;
                     r.status = Some(status);
                     r.response_t = Some(t);
                     r.worker = worker;
@@ -198,6 +215,12 @@ impl Folder {
                 tokens,
                 done,
                 finish,
+                counted,
+                usage,
+                error,
+                tool_calls,
+                json_valid,
+                ..
             } => {
                 if let Some(mut r) = self.in_flight.remove(&id) {
                     r.end = Some(EndRec {
@@ -207,6 +230,11 @@ impl Folder {
                         tokens,
                         done,
                         finish,
+                        counted,
+                        usage,
+                        error,
+                        tool_calls,
+                        json_valid,
                     });
                     sink.request(&r, &self.faults);
                 }

@@ -357,6 +357,21 @@ mod tests {
     }
 
     #[test]
+    fn the_schedule_offers_the_overload_phase_its_own_rate() {
+        let p = plan(&[
+            "faults=[]",
+            "phases=[{name: baseline, duration: 10s}, {name: overload, load: 3, duration: 10s}, {name: degraded, duration: 10s}]",
+        ]);
+        assert_eq!(p.phases[1].rate, 30.0);
+        let mut n = [0usize; 3];
+        for r in crate::workload::Schedule::new(&p).expect("schedule") {
+            n[r.phase] += 1;
+        }
+        assert!(n[0].abs_diff(100) <= 1 && n[2].abs_diff(100) <= 1, "{n:?}");
+        assert!(n[1].abs_diff(300) <= 1, "{n:?}");
+    }
+
+    #[test]
     fn an_overload_phase_must_offer_more_than_the_protected_load() {
         let e = crate::scenario::load_str(
             BASE,

@@ -1,12 +1,22 @@
 //! Hand-written traces for the verdict tests: cheap, deterministic, and each one
 //! shaped to show a verdict PASS or FAIL for one stated reason.
 
+use serde_json::json;
+
 use super::{Judgement, judge_with};
 use crate::scenario::Plan;
 use crate::trace::journal::{GatewayEntry, Stamped};
-use crate::trace::{ChunkKind, Edge, Event, Outcome, ReplicaInfo};
+use crate::trace::{Edge, Event, Outcome, ReplicaInfo};
 
 pub const MONO: u64 = 5_000_000_000;
+
+/// An event from its JSON form (nulls dropped, as the writer omits them).
+pub fn event(mut v: serde_json::Value) -> Event {
+    if let Some(m) = v.as_object_mut() {
+        m.retain(|_, x| !x.is_null());
+    }
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("test event: {e}"))
+}
 
 pub fn us(s: f64) -> u64 {
     (s * 1e6).round() as u64
@@ -208,20 +218,17 @@ impl Tb {
         t: f64,
         verified: bool,
     ) -> &mut Self {
-        self.ev(Event::Fault {
-            t: us(t),
-            name: name.into(),
-            domain: domain.into(),
-            action: action.into(),
-            replica: replica.into(),
-            pid: replica[1..].parse::<u32>().ok().map(|i| 100 + i),
-            verified,
-            detail: if verified {
-                "SIGKILL sent; process exited by signal 9".into()
-            } else {
-                "SIGKILL sent; process still alive after 5s".into()
-            },
-        })
+        let detail = if verified {
+            "SIGKILL sent; process exited by signal 9"
+        } else {
+            "SIGKILL sent; process still alive after 5s"
+        };
+        self.ev(event(
+            json!({"ev": "fault", "t": us(t), "name": name, "domain": domain,
+            "action": action, "replica": replica,
+            "pid": replica[1..].parse::<u32>().ok().map(|i| 100 + i),
+            "verified": verified, "detail": detail}),
+        ))
     }
 
     pub fn obs(&mut self, t: f64, source: &str, replica: &str, what: &str) -> &mut Self {
@@ -238,16 +245,13 @@ impl Tb {
     /// journal when it names a worker.
     pub fn req(&mut self, r: R) -> &mut Self {
         let t0 = us(r.t);
-        self.ev(Event::Request {
-            t: t0,
-            id: r.id.clone(),
-            class: "chat".into(),
-            phase: r.phase.into(),
-            intended: t0,
-            prompt_tokens: 100,
-            max_tokens: 10,
-            protected: r.protected,
-        });
+        // Built from JSON, as the trace reader does, so fields others add with
+        // defaults need no change here.
+        self.ev(event(
+            json!({"ev": "request", "t": t0, "id": r.id, "class": "chat",
+            "phase": r.phase, "intended": t0, "prompt_tokens": 100, "max_tokens": 10,
+            "protected": r.protected}),
+        ));
         if let Some(w) = r.worker {
             let attempt = format!("{}/a1", r.id);
             self.gw(
@@ -277,41 +281,24 @@ impl Tb {
             );
         }
         let first = t0 + us(r.ttft_ms / 1000.0);
-        self.ev(Event::Response {
-            t: first,
-            id: r.id.clone(),
-            status: r.status,
-            worker: r.worker.filter(|_| self.headers).map(str::to_string),
-            attempt: r
-                .worker
-                .filter(|_| self.headers)
-                .map(|_| format!("{}/a1", r.id)),
-            retry_after: r.retry_after.then(|| "1".to_string()),
-        });
+        let worker = r.worker.filter(|_| self.headers);
+        self.ev(event(
+            json!({"ev": "response", "t": first, "id": r.id, "status": r.status,
+            "worker": worker, "attempt": worker.map(|_| format!("{}/a1", r.id)),
+            "retry_after": r.retry_after.then_some("1")}),
+        ));
         let mut t = first;
         for n in 0..r.tokens {
-            self.ev(Event::Chunk {
-                t,
-                id: r.id.clone(),
-                n,
-                kind: ChunkKind::Content,
-                text: Some(format!("w{n} ")),
-                cid: Some(format!("c-{}", r.id)),
-                finish: (n + 1 == r.tokens && r.outcome == Outcome::Completed)
-                    .then(|| "length".to_string()),
-                raw: None,
-            });
+            let last = n + 1 == r.tokens && r.outcome == Outcome::Completed;
+            self.ev(event(json!({"ev": "chunk", "t": t, "id": r.id, "n": n,
+                "kind": "content", "text": format!("w{n} "), "cid": format!("c-{}", r.id),
+                "finish": last.then_some("length")})));
             t += us(r.itl_ms / 1000.0);
         }
-        self.ev(Event::End {
-            t: t.max(first),
-            id: r.id,
-            outcome: r.outcome,
-            detail: None,
-            tokens: r.tokens,
-            done: r.outcome == Outcome::Completed,
-            finish: (r.outcome == Outcome::Completed).then(|| "length".to_string()),
-        })
+        let ok = r.outcome == Outcome::Completed;
+        self.ev(event(json!({"ev": "end", "t": t.max(first), "id": r.id,
+            "outcome": r.outcome, "tokens": r.tokens, "done": ok,
+            "finish": ok.then_some("length")})))
     }
 
     /// Requests every `1/rate` s in `[from, to)`, routed by `route(i)` (None: rejected).

@@ -33,7 +33,7 @@ pub(super) async fn drive(
     let stop = cancel.child_token();
     let mut tasks: JoinSet<()> = JoinSet::new();
     let load_start = Instant::now() + Duration::from_millis(50);
-    let mut schedule = Schedule::new(plan).peekable();
+    let mut schedule = Schedule::new(plan).map_err(anyhow::Error::msg)?.peekable();
     let mut faults = plan.faults.iter().peekable();
     let mut edges: Vec<(Duration, usize, Edge)> = Vec::new();
     for (i, p) in plan.phases.iter().enumerate() {
@@ -107,20 +107,29 @@ pub(super) async fn drive(
             });
         } else if let Some(p) = schedule.next() {
             let class = &plan.mix.classes[p.class];
-            let call = Call {
-                id: p.id.clone(),
-                url: format!("{}{}", target.api_url, workload::api_path(class.api)),
-                body: workload::request_body(plan, &p),
-            };
+            let mut call = Call::new(
+                p.id.clone(),
+                format!("{}{}", target.api_url, workload::api_path(class.api)),
+                workload::request_body(plan, &p),
+            );
+            call.expect_json = class.response_format.is_some();
+            call.headers.push((
+                reqwest::header::HeaderName::from_static(client::PRIORITY_HEADER),
+                reqwest::header::HeaderValue::from_static(workload::priority_value(plan, &p)),
+            ));
             let ev = Event::Request {
                 t: 0,
                 id: p.id.clone(),
                 class: class.name.clone(),
                 phase: plan.phases[p.phase].name.clone(),
                 intended: clock.us_of(load_start + p.at),
-                prompt_tokens: p.prompt_tokens,
+                prompt_tokens: p.total_prompt_tokens(),
                 max_tokens: p.max_tokens,
                 protected: workload::is_protected(plan, &p),
+                stream: p.stream,
+                admitted: None,
+                session: p.session.as_ref().map(|s| s.session.clone()),
+                turn: p.session.as_ref().map(|s| s.turn),
             };
             let (http, tw, clock, stop, stats) = (
                 http.clone(),
@@ -147,6 +156,12 @@ pub(super) async fn drive(
                             tokens: 0,
                             done: false,
                             finish: None,
+                            status: None,
+                            counted: None,
+                            usage: None,
+                            error: None,
+                            tool_calls: Vec::new(),
+                            json_valid: None,
                         });
                         stats.done(Outcome::Cancelled);
                     }

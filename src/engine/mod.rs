@@ -86,6 +86,19 @@ fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
         dir.join("scenario.yaml"),
         format!("# effective scenario of this run (overrides applied, workload inlined)\n{yaml}"),
     )?;
+    // The files the workload read (empirical lengths, replayed traces), kept with the
+    // run so it can be replayed (M10).
+    if !plan.inputs.files.is_empty() {
+        let inputs = dir.join("inputs");
+        std::fs::create_dir_all(&inputs)?;
+        for f in &plan.inputs.files {
+            let src = Path::new(f);
+            if let Some(name) = src.file_name() {
+                std::fs::copy(src, inputs.join(name))
+                    .with_context(|| format!("keeping a copy of {f}"))?;
+            }
+        }
+    }
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! `haq check` rebuilds the plan of a stored run exactly.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -22,8 +23,14 @@ pub struct Plan {
     pub scenario: Scenario,
     pub mix: Mix,
     pub seed: u64,
-    /// Offered arrival rate (req/s).
+    /// Mean offered arrival rate over the run (req/s).
     pub rate: f64,
+    /// The offered rate over time (constant, ramp or stages).
+    pub profile: crate::workload::RateProfile,
+    /// Data read from the workload's files (empirical lengths, replayed traces); empty
+    /// for a plan rebuilt from a recorded scenario (checking needs none of it).
+    #[serde(skip)]
+    pub inputs: Arc<crate::workload::inputs::Inputs>,
     pub phases: Vec<PhasePlan>,
     pub faults: Vec<FaultPlan>,
     /// Sum of phase durations: how long load is offered.
@@ -123,23 +130,13 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "must be greater than 0",
         ));
     }
-    let rate = s.workload.arrival.rate.unwrap_or(s.protected_load).0;
-    if !pos_finite(rate) || rate > MAX_RATE {
-        return Err(Issue::new(
-            "workload.arrival.rate",
-            format!("{rate}/s"),
-            format!("must be in (0, {MAX_RATE}] req/s"),
-        ));
-    }
-    if rate + 1e-9 < s.protected_load.0 {
-        return Err(Issue::new(
-            "workload.arrival.rate",
-            format!("{rate}/s"),
-            format!(
-                "is below protected_load ({}): the run would never offer the load it must qualify (Q12)",
-                s.protected_load
-            ),
-        ));
+    let (mut phases, explicit) = validate_phases(&s.phases, s.protected_load.0)?;
+    let total = phases.last().map(|p| p.end()).unwrap_or_default();
+    let (rate, profile) = validate_arrival(&s, &phases, total)?;
+    let profile = overlay_phase_rates(profile, &phases, &explicit);
+    for p in &mut phases {
+        let (a, b) = (p.start.as_secs_f64(), p.end().as_secs_f64());
+        p.rate = profile.area(a, b) / (b - a);
     }
 
     positive("slo.ttft_p95", s.slo.ttft_p95)?;
@@ -161,8 +158,6 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         ));
     }
 
-    let phases = validate_phases(&s.phases, rate, s.protected_load.0)?;
-    let total = phases.last().map(|p| p.end()).unwrap_or_default();
     if total > MAX_TOTAL {
         return Err(Issue::new(
             "phases",
@@ -208,6 +203,8 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         seed: s.workload.seed,
         mix,
         rate,
+        profile,
+        inputs: Arc::default(),
         phases,
         faults,
         total,
@@ -278,6 +275,38 @@ fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
     let (lo, hi) = match d {
         Dist::Fixed(n) => (*n, *n),
         Dist::Uniform([a, b]) => (*a, *b),
+        Dist::Normal(sh) | Dist::Lognormal(sh) => {
+            let kind = if matches!(d, Dist::Normal(_)) {
+                "normal"
+            } else {
+                "lognormal"
+            };
+            let f = format!("{field}.{kind}");
+            if !(sh.mean.is_finite() && sh.mean > 0.0) {
+                return Err(Issue::new(
+                    format!("{f}.mean"),
+                    sh.mean,
+                    "must be greater than 0",
+                ));
+            }
+            if !(sh.stddev.is_finite() && sh.stddev >= 0.0) {
+                return Err(Issue::new(
+                    format!("{f}.stddev"),
+                    sh.stddev,
+                    "must be 0 or more",
+                ));
+            }
+            (sh.min.unwrap_or(1), sh.max.unwrap_or(max))
+        }
+        Dist::Empirical(e) => {
+            if e.file.trim().is_empty() {
+                return Err(Issue::missing(
+                    format!("{field}.empirical.file"),
+                    "names the CSV file",
+                ));
+            }
+            return Ok(());
+        }
     };
     if lo == 0 {
         return Err(Issue::new(field, lo, "token counts must be at least 1"));
@@ -293,6 +322,125 @@ fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
         return Err(Issue::new(field, hi, format!("must be at most {max}")));
     }
     Ok(())
+}
+
+fn validate_arrival(
+    s: &Scenario,
+    phases: &[PhasePlan],
+    total: Duration,
+) -> Result<(f64, crate::workload::RateProfile), Issue> {
+    let a = &s.workload.arrival;
+    let f = "workload.arrival";
+    match (a.process, &a.trace) {
+        (ArrivalProcess::Trace, None) => {
+            return Err(Issue::missing(
+                format!("{f}.trace"),
+                "`process: trace` needs `trace: {file, format}`",
+            ));
+        }
+        (p, Some(_)) if p != ArrivalProcess::Trace => {
+            return Err(Issue::new(
+                format!("{f}.trace"),
+                "...",
+                "is only read with `process: trace`",
+            ));
+        }
+        _ => {}
+    }
+    if a.burstiness.is_some() && a.process != ArrivalProcess::Gamma {
+        return Err(Issue::new(
+            format!("{f}.burstiness"),
+            a.burstiness.unwrap_or(0.0),
+            "is only read with `process: gamma`",
+        ));
+    }
+    crate::workload::arrival::Gaps::new(a)?;
+    if a.max_concurrency == Some(0) {
+        return Err(Issue::new(
+            format!("{f}.max_concurrency"),
+            0,
+            "must be at least 1",
+        ));
+    }
+    let total_s = total.as_secs_f64();
+    if let Some(t) = &a.trace {
+        if !(t.time_scale.is_finite() && t.time_scale > 0.0) {
+            return Err(Issue::new(
+                format!("{f}.trace.time_scale"),
+                t.time_scale,
+                "must be greater than 0",
+            ));
+        }
+        if a.rate.is_some() || a.ramp.is_some() || !a.stages.is_empty() {
+            return Err(Issue::new(
+                f,
+                "trace",
+                "a replayed trace sets its own rate: drop `rate`, `ramp` and `stages`",
+            ));
+        }
+        // The real rate is known once the trace is read (scenario::load).
+        let nominal = s.protected_load.0;
+        return Ok((nominal, crate::workload::RateProfile::constant(nominal)));
+    }
+    let profile = crate::workload::RateProfile::from_arrival(a, s.protected_load.0, total_s)?;
+    for (i, p) in profile.pieces.iter().enumerate() {
+        for r in [p.r0, p.r1] {
+            if !(r.is_finite() && (0.0..=MAX_RATE).contains(&r)) {
+                let field = if a.stages.is_empty() {
+                    f.to_string()
+                } else {
+                    format!("{f}.stages[{i}]")
+                };
+                return Err(Issue::new(
+                    field,
+                    format!("{r}/s"),
+                    format!("rates must be in [0, {MAX_RATE}] req/s"),
+                ));
+            }
+        }
+    }
+    let rate = if total_s > 0.0 {
+        profile.area(0.0, total_s) / total_s
+    } else {
+        0.0
+    };
+    if !pos_finite(rate) {
+        return Err(Issue::new(
+            format!("{f}.rate"),
+            format!("{rate}/s"),
+            format!("must be in (0, {MAX_RATE}] req/s"),
+        ));
+    }
+    // Q12: the protected offered load is never lowered while the failure is in force.
+    let constant = a.ramp.is_none() && a.stages.is_empty();
+    for p in phases {
+        if !constant && !matches!(p.kind, PhaseKind::Fault | PhaseKind::Degraded) {
+            continue;
+        }
+        let (x, y) = (p.start.as_secs_f64(), p.end().as_secs_f64());
+        let min = profile.min_over(x, y);
+        if min + 1e-9 < s.protected_load.0 {
+            let field = if constant {
+                format!("{f}.rate")
+            } else {
+                f.to_string()
+            };
+            let what = if constant {
+                format!("{min}/s")
+            } else {
+                format!("{min}/s in phase `{}`", p.name)
+            };
+            return Err(Issue::new(
+                field,
+                what,
+                format!(
+                    "is below protected_load ({}): the run would not offer the load it must qualify (Q12)",
+                    s.protected_load
+                ),
+            ));
+        }
+    }
+    Ok((rate, profile))
 }
 
 fn validate_mix(m: &Mix) -> Result<(), Issue> {
@@ -319,13 +467,60 @@ fn validate_mix(m: &Mix) -> Result<(), Issue> {
                 "must be greater than 0",
             ));
         }
-        validate_dist(&format!("{f}.prompt_tokens"), &c.prompt_tokens, 1_000_000)?;
-        validate_dist(&format!("{f}.output_tokens"), &c.output_tokens, 100_000)?;
+        use crate::workload::{MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS};
+        validate_dist(
+            &format!("{f}.prompt_tokens"),
+            &c.prompt_tokens,
+            MAX_PROMPT_TOKENS,
+        )?;
+        validate_dist(
+            &format!("{f}.output_tokens"),
+            &c.output_tokens,
+            MAX_OUTPUT_TOKENS,
+        )?;
+        if let Some(p) = &c.shared_prefix {
+            if p.groups == 0 || p.groups > 100_000 {
+                return Err(Issue::new(
+                    format!("{f}.shared_prefix.groups"),
+                    p.groups,
+                    "must be between 1 and 100000",
+                ));
+            }
+            validate_dist(
+                &format!("{f}.shared_prefix.tokens"),
+                &p.tokens,
+                MAX_PROMPT_TOKENS,
+            )?;
+        }
+        if let Some(se) = &c.session {
+            validate_dist(&format!("{f}.session.turns"), &se.turns, 10_000)?;
+            if se.parallel == 0 || se.parallel > 100_000 {
+                return Err(Issue::new(
+                    format!("{f}.session.parallel"),
+                    se.parallel,
+                    "must be between 1 and 100000",
+                ));
+            }
+        }
+        if let Some(t) = &c.tools
+            && (t.count == 0 || t.count > 8)
+        {
+            return Err(Issue::new(
+                format!("{f}.tools.count"),
+                t.count,
+                "must be between 1 and 8",
+            ));
+        }
     }
     Ok(())
 }
 
-fn validate_phases(phases: &[Phase], rate: f64, protected: f64) -> Result<Vec<PhasePlan>, Issue> {
+/// The phases, and the rate each one sets explicitly (`rate` or `load`).
+fn validate_phases(
+    phases: &[Phase],
+    protected: f64,
+) -> Result<(Vec<PhasePlan>, Vec<Option<f64>>), Issue> {
+    let mut explicit = Vec::new();
     if phases.is_empty() {
         return Err(Issue::missing("phases", "needs at least one phase"));
     }
@@ -355,28 +550,23 @@ fn validate_phases(phases: &[Phase], rate: f64, protected: f64) -> Result<Vec<Ph
                 })?,
         };
         positive(&format!("{f}.duration"), p.duration)?;
-        let phase_rate = phase_rate(&f, p, kind, rate, protected)?;
+        explicit.push(phase_rate(&f, p, kind, protected)?);
         out.push(PhasePlan {
             name: p.name.clone(),
             kind,
             start,
             duration: p.duration.0,
-            rate: phase_rate,
+            rate: 0.0,
         });
         start += p.duration.0;
     }
-    Ok(out)
+    Ok((out, explicit))
 }
 
-/// The offered rate of one phase: `rate`, `load` × protected, or the workload's rate.
-/// Never below the protected load (Q12); above it only in an overload phase (Q10).
-fn phase_rate(
-    f: &str,
-    p: &Phase,
-    kind: PhaseKind,
-    rate: f64,
-    protected: f64,
-) -> Result<f64, Issue> {
+/// The rate a phase sets itself: `rate`, or `load` × protected; `None` when the
+/// workload's arrival profile applies. Never below the protected load (Q12); above
+/// it in an overload phase (Q10).
+fn phase_rate(f: &str, p: &Phase, kind: PhaseKind, protected: f64) -> Result<Option<f64>, Issue> {
     let (field, r) = match (p.rate, p.load) {
         (Some(_), Some(_)) => {
             return Err(Issue::new(
@@ -402,7 +592,7 @@ fn phase_rate(
                 "is required in an overload phase: `load: 2` (× protected_load) or `rate: N/s` above protected_load",
             ));
         }
-        (None, None) => return Ok(rate),
+        (None, None) => return Ok(None),
     };
     if !pos_finite(r) || r > MAX_RATE {
         return Err(Issue::new(
@@ -427,7 +617,55 @@ fn phase_rate(
             ),
         ));
     }
-    Ok(r)
+    Ok(Some(r))
+}
+
+/// The arrival profile with the phases that set their own rate replaced by it (the
+/// arrival process keeps its shape: the schedule draws on the profile).
+fn overlay_phase_rates(
+    profile: crate::workload::RateProfile,
+    phases: &[PhasePlan],
+    explicit: &[Option<f64>],
+) -> crate::workload::RateProfile {
+    use crate::workload::arrival::Piece;
+    if explicit.iter().all(Option::is_none) {
+        return profile;
+    }
+    let mut pieces = Vec::new();
+    for (p, r) in phases.iter().zip(explicit) {
+        let (a, b) = (p.start.as_secs_f64(), p.end().as_secs_f64());
+        if let Some(r) = *r {
+            pieces.push(Piece {
+                start: a,
+                end: b,
+                r0: r,
+                r1: r,
+            });
+            continue;
+        }
+        let mut cuts = vec![a, b];
+        cuts.extend(
+            profile
+                .pieces
+                .iter()
+                .flat_map(|q| [q.start, q.end])
+                .filter(|t| *t > a && *t < b),
+        );
+        cuts.sort_by(f64::total_cmp);
+        cuts.dedup();
+        for w in cuts.windows(2) {
+            // Linear inside each cut: the rate at the start and the middle fix it.
+            let r0 = profile.rate_at(w[0]);
+            let mid = profile.rate_at((w[0] + w[1]) / 2.0);
+            pieces.push(Piece {
+                start: w[0],
+                end: w[1],
+                r0,
+                r1: 2.0 * mid - r0,
+            });
+        }
+    }
+    crate::workload::RateProfile { pieces }
 }
 
 fn validate_faults(

@@ -1,5 +1,7 @@
 //! The one integration-test binary (STYLE.md habit 8): a module per area.
 
 mod cli;
+mod client;
 mod run;
 mod support;
+mod workload;
