@@ -60,7 +60,7 @@ impl WindowAcc {
     pub fn new(plan: &Plan, faults: &[FaultRec]) -> Self {
         let first = faults
             .iter()
-            .filter(|f| super::evidence::removes_endpoint(f))
+            .filter(|f| super::facts::removes_endpoint(f))
             .min_by_key(|f| f.t);
         let phases = first
             .and_then(|f| plan.faults.iter().find(|d| d.name == f.name))

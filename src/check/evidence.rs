@@ -1,367 +1,325 @@
-//! Run-level evidence for the verdicts that judge the run as a whole (Failure-Domain,
-//! Routing, Capacity, Overload, Recovery, Maintenance) and for the timeline (Q11):
-//! a compact summary per finished request, the phase windows, faults, heals,
-//! observations, the replicas as started, and the sim gateway's journal placed on the
-//! trace's clock. Built from the same single pass over the trace as the per-request
-//! checks; pure, so a stored run re-judges identically (M10).
+//! Every evidence source of a run directory, read as streams and placed on the trace's
+//! timeline (M10): the client's `trace.jsonl` (always), the sim gateway's journal
+//! `gateway.jsonl`, and the tool service's execution log `tools.jsonl`. Response
+//! headers named in the scenario (`evidence.attempt_header`, `evidence.worker_header`)
+//! and proxy observations arrive inside the trace itself.
+//!
+//! Other processes stamp their lines with CLOCK_MONOTONIC (`t_ns`); `run_start.mono_ns`
+//! maps them onto the trace: `t = (t_ns - mono_ns) / 1000` µs. Files are streamed line
+//! by line, never loaded whole, so judging stays memory-bounded however long the run.
 
-use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::fate::{self, Stage};
-use super::history::{FaultRec, RequestRecord};
-use crate::scenario::{PhaseKind, Plan};
-use crate::trace::journal::{GatewayEntry, Stamped};
-use crate::trace::{Edge, Event, Outcome, ReplicaInfo};
+use crate::scenario::{Plan, TargetKind};
+use crate::trace::Event;
+use crate::trace::journal::{GatewayEntry, Stamped, ToolExecution};
 
-/// What the run kept of one finished request.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Req {
-    pub id: String,
-    pub class: String,
-    pub phase: String,
-    pub protected: bool,
-    /// Trace times, µs.
-    pub intended: u64,
-    pub dispatch: u64,
-    pub status: Option<u16>,
-    /// Replica named by the attribution header (`x-haq-worker`).
-    pub worker: Option<String>,
-    pub attempt: Option<u32>,
-    pub retry_after: Option<String>,
-    pub first_delta: Option<u64>,
-    pub end: u64,
-    pub outcome: Outcome,
-    pub tokens: u32,
-    pub deltas: u32,
-    /// finish_reason, from the end or the last chunk that had one.
-    pub finish: Option<String>,
-    /// Stage and fault index when a fault caught it in flight.
-    pub caught: Option<(Stage, usize)>,
-    pub detail: Option<String>,
+pub const GATEWAY_FILE: &str = "gateway.jsonl";
+pub const TOOLS_FILE: &str = "tools.jsonl";
+
+/// One line of the gateway journal, read forward-compatibly: entry kinds this version
+/// does not type are kept with their fields (a newer sim may journal more).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GwItem {
+    Known(GatewayEntry),
+    Other {
+        ev: String,
+        fields: serde_json::Value,
+    },
 }
 
-impl Req {
-    pub fn from_record(r: &RequestRecord, faults: &[FaultRec]) -> Option<Req> {
-        let end = r.end.as_ref()?;
-        let caught = faults
-            .iter()
-            .enumerate()
-            .find_map(|(i, f)| fate::caught(r, f).map(|s| (s, i)));
-        Some(Req {
-            id: r.id.clone(),
-            class: r.class.clone(),
-            phase: r.phase.clone(),
-            protected: r.protected,
-            intended: r.intended,
-            dispatch: r.dispatch,
-            status: r.status,
-            worker: r.worker.clone(),
-            attempt: r.attempt_number(),
-            retry_after: None,
-            first_delta: r.first_delta_t(),
-            end: end.t,
-            outcome: end.outcome,
-            tokens: end.tokens,
-            deltas: r.deltas().count() as u32,
-            finish: end
-                .finish
-                .clone()
-                .or_else(|| r.chunks.iter().rev().find_map(|c| c.finish.clone())),
-            caught,
-            detail: end.detail.as_deref().map(short),
-        })
-    }
-
-    /// TTFT from the intended send time (coordinated-omission free), µs.
-    pub fn ttft(&self) -> Option<u64> {
-        self.first_delta.map(|f| f.saturating_sub(self.intended))
-    }
-
-    pub fn e2e(&self) -> u64 {
-        self.end.saturating_sub(self.intended)
-    }
-
-    /// Completed with output but no finish_reason: cut short behind a clean end.
-    pub fn truncated(&self) -> bool {
-        self.outcome == Outcome::Completed && self.deltas > 0 && self.finish.is_none()
-    }
-
-    /// Failed (not completed, not rejected, not stopped by haq).
-    pub fn failed(&self) -> bool {
-        !matches!(
-            self.outcome,
-            Outcome::Completed | Outcome::Rejected | Outcome::Cancelled
-        )
+impl GwItem {
+    /// The request the entry is about, if any.
+    pub fn req(&self) -> Option<&str> {
+        match self {
+            GwItem::Known(e) => match e {
+                GatewayEntry::AttemptStart { req, .. }
+                | GatewayEntry::AttemptEnd { req, .. }
+                | GatewayEntry::ExplicitError { req, .. }
+                | GatewayEntry::RetryAfterDelta { req, .. }
+                | GatewayEntry::NoUpstream { req, .. } => Some(req),
+                _ => None,
+            },
+            GwItem::Other { fields, .. } => fields["req"].as_str(),
+        }
     }
 }
 
-fn short(s: &str) -> String {
-    if s.chars().count() > 200 {
-        format!("{}…", s.chars().take(200).collect::<String>())
-    } else {
-        s.to_string()
+/// A gateway journal line with its own clock stamp.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GwLine {
+    pub t_ns: u64,
+    pub item: GwItem,
+}
+
+impl GwLine {
+    /// Parses one journal line; an unknown `ev` is kept as [`GwItem::Other`].
+    pub fn parse(line: &str) -> Result<GwLine, String> {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        let t_ns = v["t_ns"].as_u64().ok_or("no `t_ns` stamp")?;
+        let ev = v["ev"].as_str().ok_or("no `ev` kind")?.to_string();
+        let item = match serde_json::from_value::<Stamped<GatewayEntry>>(v.clone()) {
+            Ok(s) => GwItem::Known(s.entry),
+            Err(e) if KNOWN_KINDS.contains(&ev.as_str()) => {
+                return Err(format!("`{ev}` entry: {e}"));
+            }
+            Err(_) => GwItem::Other { ev, fields: v },
+        };
+        Ok(GwLine { t_ns, item })
+    }
+
+    /// Trace time (µs) of this line, given the trace's `run_start.mono_ns`.
+    pub fn trace_t(&self, mono_ns: u64) -> u64 {
+        self.t_ns.saturating_sub(mono_ns) / 1000
     }
 }
 
-/// A phase as it ran (trace times, µs).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct PhaseWindow {
-    pub name: String,
-    pub kind: PhaseKind,
-    pub start: u64,
-    pub end: u64,
-    /// Offered rate the plan asked for in this phase (req/s).
-    pub rate: f64,
+/// Entry kinds typed in [`GatewayEntry`]: a malformed one is an error, not "unknown".
+const KNOWN_KINDS: [&str; 7] = [
+    "attempt_start",
+    "attempt_end",
+    "explicit_error",
+    "retry_after_delta",
+    "no_upstream",
+    "upstream_ready",
+    "upstream_removed",
+];
+
+/// How an evidence source stood when the run was judged (shown with Request-Fate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceState {
+    /// Read and used.
+    Used,
+    /// This kind of target does not produce it: the checks that need it say so.
+    NotExpected,
+    /// Expected but absent: what needed it is UNKNOWN.
+    Missing,
+    /// Present but could not be read to the end: what needed it is UNKNOWN.
+    Unreadable,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Observed {
-    pub t: u64,
-    pub source: String,
-    pub replica: Option<String>,
-    pub what: String,
-    pub detail: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Healed {
-    pub t: u64,
-    pub name: String,
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SourceReport {
+    pub source: &'static str,
+    pub state: SourceState,
     pub detail: String,
 }
 
-/// A gateway journal entry on the trace clock.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GwEntry {
-    pub t: u64,
-    pub entry: GatewayEntry,
+pub type Lines<T> = Box<dyn Iterator<Item = Result<T, String>>>;
+
+/// The evidence besides the trace, as line streams (each read once).
+pub struct Sources {
+    pub gateway: Option<Lines<GwLine>>,
+    pub tools: Option<Lines<Stamped<ToolExecution>>>,
+    pub reports: Vec<SourceReport>,
 }
 
-/// Everything the run-level verdicts read.
-#[derive(Debug, Clone, Default)]
-pub struct Evidence {
-    /// Trace time of the first phase start (0 when no phase started).
-    pub load_start: u64,
-    /// Last trace time seen.
-    pub last_t: u64,
-    pub phases: Vec<PhaseWindow>,
-    pub faults: Vec<FaultRec>,
-    pub heals: Vec<Healed>,
-    pub observations: Vec<Observed>,
-    pub replicas: Vec<ReplicaInfo>,
-    /// `None` when the run has no gateway journal (a `url` target).
-    pub gateway: Option<Vec<GwEntry>>,
-    /// Finished requests in order of their end.
-    pub requests: Vec<Req>,
-}
-
-impl Evidence {
-    pub fn phase(&self, name: &str) -> Option<&PhaseWindow> {
-        self.phases.iter().find(|p| p.name == name)
-    }
-
-    /// End of load: the end of the last phase that ran.
-    pub fn load_end(&self) -> u64 {
-        self.phases
-            .iter()
-            .map(|p| p.end)
-            .max()
-            .unwrap_or(self.last_t)
-    }
-
-    /// Seconds since the start of load, for people.
-    pub fn secs(&self, t: u64) -> f64 {
-        (t as f64 - self.load_start as f64) / 1e6
-    }
-
-    /// Gateway attempts sent to `worker` in `[from, to)`.
-    pub fn attempts_to<'a>(
-        &'a self,
-        worker: &'a str,
-        from: u64,
-        to: u64,
-    ) -> impl Iterator<Item = (u64, &'a str)> + 'a {
-        self.gateway
-            .iter()
-            .flatten()
-            .filter_map(move |g| match &g.entry {
-                GatewayEntry::AttemptStart { req, worker: w, .. }
-                    if w == worker && g.t >= from && g.t < to =>
-                {
-                    Some((g.t, req.as_str()))
-                }
-                _ => None,
-            })
-    }
-
-    /// Observations about `replica` at or after `from` whose `what` matches.
-    pub fn observed<'a>(
-        &'a self,
-        replica: &'a str,
-        from: u64,
-        what: impl Fn(&str) -> bool + 'a,
-    ) -> impl Iterator<Item = &'a Observed> + 'a {
-        self.observations
-            .iter()
-            .filter(move |o| o.t >= from && o.replica.as_deref() == Some(replica) && what(&o.what))
-    }
-}
-
-/// Collects the evidence while the trace is folded.
-pub struct EvidenceAcc {
-    ev: Evidence,
-    mono_ns: Option<u64>,
-    retry_after: HashMap<String, String>,
-    phase_open: HashMap<String, u64>,
-    journal: Option<Vec<Stamped<GatewayEntry>>>,
-    plan_phases: Vec<(String, PhaseKind, f64)>,
-}
-
-impl EvidenceAcc {
-    pub fn new(plan: &Plan, journal: Option<Vec<Stamped<GatewayEntry>>>) -> Self {
-        EvidenceAcc {
-            ev: Evidence::default(),
-            mono_ns: None,
-            retry_after: HashMap::new(),
-            phase_open: HashMap::new(),
-            journal,
-            plan_phases: plan
-                .phases
-                .iter()
-                .map(|p| (p.name.clone(), p.kind, p.rate))
-                .collect(),
+impl Sources {
+    /// The client's trace only (hand-written traces, url targets with no extras).
+    pub fn none() -> Sources {
+        Sources {
+            gateway: None,
+            tools: None,
+            reports: Vec::new(),
         }
     }
 
-    /// Sees every event before the request fold does.
-    pub fn see(&mut self, e: &Event) {
-        self.ev.last_t = self.ev.last_t.max(e.t());
-        match e {
-            Event::RunStart { mono_ns, .. } => self.mono_ns = Some(*mono_ns),
-            Event::Target { replicas, .. } => self.ev.replicas = replicas.clone(),
-            Event::Phase { t, name, edge } => match edge {
-                Edge::Start => {
-                    self.phase_open.insert(name.clone(), *t);
-                }
-                Edge::End => {
-                    if let Some(start) = self.phase_open.remove(name) {
-                        self.close_phase(name, start, *t);
-                    }
-                }
-            },
-            Event::Response {
-                id,
-                retry_after: Some(ra),
-                ..
-            } => {
-                self.retry_after.insert(id.clone(), ra.clone());
+    /// In-memory evidence (tests, hand-written histories).
+    pub fn from_memory(
+        gateway: Option<Vec<GwLine>>,
+        tools: Option<Vec<Stamped<ToolExecution>>>,
+    ) -> Sources {
+        let mut s = Sources::none();
+        if let Some(g) = gateway {
+            s.report("gateway journal", SourceState::Used, "in memory");
+            s.gateway = Some(Box::new(g.into_iter().map(Ok)));
+        }
+        if let Some(t) = tools {
+            s.report("tool log", SourceState::Used, "in memory");
+            s.tools = Some(Box::new(t.into_iter().map(Ok)));
+        }
+        s
+    }
+
+    pub fn report(&mut self, source: &'static str, state: SourceState, detail: impl Into<String>) {
+        self.reports.retain(|r| r.source != source);
+        self.reports.push(SourceReport {
+            source,
+            state,
+            detail: detail.into(),
+        });
+    }
+
+    pub fn state(&self, source: &str) -> Option<SourceState> {
+        self.reports
+            .iter()
+            .find(|r| r.source == source)
+            .map(|r| r.state)
+    }
+}
+
+/// Opens the evidence files of a run directory. Which sources are expected follows
+/// from the scenario: the sim always journals its gateway; a tool log is expected when
+/// `evidence.tool_log` names one (the sim's tool service writes it into the run dir).
+pub fn open(dir: &Path, plan: &Plan) -> Sources {
+    let mut s = Sources::none();
+    let gw = dir.join(GATEWAY_FILE);
+    match stream(&gw, GwLine::parse) {
+        Ok(lines) => {
+            s.report("gateway journal", SourceState::Used, gw.display().to_string());
+            s.gateway = Some(lines);
+        }
+        Err(e) if plan.scenario.target.kind == TargetKind::Sim => s.report(
+            "gateway journal",
+            SourceState::Missing,
+            format!("the sim gateway journals every attempt, but {e}"),
+        ),
+        Err(_) => s.report(
+            "gateway journal",
+            SourceState::NotExpected,
+            "a url target has no gateway journal: attempts are read from response headers and chunk ids",
+        ),
+    }
+    let tools = dir.join(TOOLS_FILE);
+    match stream(&tools, |l| {
+        serde_json::from_str::<Stamped<ToolExecution>>(l).map_err(|e| e.to_string())
+    }) {
+        Ok(lines) => {
+            s.report("tool log", SourceState::Used, tools.display().to_string());
+            s.tools = Some(lines);
+        }
+        Err(e) => match &plan.scenario.evidence.tool_log {
+            Some(src) => s.report(
+                "tool log",
+                SourceState::Missing,
+                format!("evidence.tool_log is {src}, but {e}"),
+            ),
+            None => s.report(
+                "tool log",
+                SourceState::NotExpected,
+                "no tool log in the run (evidence.tool_log not set): tool side effects are not checked",
+            ),
+        },
+    }
+    s
+}
+
+/// Streams a JSON-lines file through `parse`. A torn last line (the writer was killed)
+/// ends the stream; any other bad line is an error naming file and line.
+pub fn stream<T: 'static>(
+    path: &Path,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<Lines<T>, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let name = path.display().to_string();
+    let mut lines = std::io::BufReader::new(f).lines().enumerate().peekable();
+    Ok(Box::new(std::iter::from_fn(move || {
+        loop {
+            let (i, line) = lines.next()?;
+            let line = match line {
+                Ok(l) => l,
+                Err(e) => return Some(Err(format!("{name}:{}: {e}", i + 1))),
+            };
+            if line.trim().is_empty() {
+                continue;
             }
-            Event::Heal { t, name, detail } => self.ev.heals.push(Healed {
-                t: *t,
-                name: name.clone(),
-                detail: detail.clone(),
-            }),
-            Event::Observation {
-                t,
-                source,
-                replica,
-                what,
-                detail,
-            } => self.ev.observations.push(Observed {
-                t: *t,
-                source: source.clone(),
-                replica: replica.clone(),
-                what: what.clone(),
-                detail: detail.clone(),
-            }),
-            _ => {}
+            return match parse(&line) {
+                Ok(v) => Some(Ok(v)),
+                Err(_) if lines.peek().is_none() => None,
+                Err(e) => Some(Err(format!("{name}:{}: {e}", i + 1))),
+            };
         }
-    }
+    })))
+}
 
-    fn close_phase(&mut self, name: &str, start: u64, end: u64) {
-        let (kind, rate) = self
-            .plan_phases
-            .iter()
-            .find(|p| p.0 == name)
-            .map(|p| (p.1, p.2))
-            .unwrap_or((PhaseKind::Baseline, 0.0));
-        self.ev.phases.push(PhaseWindow {
-            name: name.into(),
-            kind,
-            start,
-            end,
-            rate,
-        });
-    }
+/// One item of the merged evidence stream, in trace time.
+pub enum Item {
+    Trace(Event),
+    Gateway(u64, GwItem),
+    /// The journal has no more lines (it was read to its end or stopped on an error).
+    GatewayEnd,
+}
 
-    pub fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
-        if let Some(mut q) = Req::from_record(r, faults) {
-            q.retry_after = self.retry_after.remove(&r.id);
-            self.ev.requests.push(q);
+/// Merges the trace (fault lines excluded: they are known up front) with the gateway
+/// journal by time. Both are written as things happen, so each is nearly in time
+/// order; the fold tolerates what little disorder remains. A journal line that cannot
+/// be read stops the journal and is reported through `on_error`.
+pub fn merge<'a, I: Iterator<Item = Event> + 'a>(
+    trace: I,
+    gateway: Option<Lines<GwLine>>,
+    mono_ns: u64,
+    mut on_error: impl FnMut(String) + 'a,
+) -> impl Iterator<Item = Item> + 'a {
+    let mut trace = trace.peekable();
+    let mut gw = gateway;
+    let mut gw_head: Option<(u64, GwItem)> = None;
+    std::iter::from_fn(move || {
+        if gw_head.is_none()
+            && let Some(g) = gw.as_mut()
+        {
+            match g.next() {
+                Some(Ok(l)) => gw_head = Some((l.trace_t(mono_ns), l.item)),
+                Some(Err(e)) => {
+                    on_error(e);
+                    gw = None;
+                }
+                None => gw = None,
+            }
+            if gw.is_none() {
+                return Some(Item::GatewayEnd);
+            }
         }
-    }
-
-    pub fn finish(mut self, faults: &[FaultRec]) -> Evidence {
-        // Phases cut short (interrupted run) end at the last time seen.
-        let open: Vec<(String, u64)> = self.phase_open.drain().collect();
-        for (name, start) in open {
-            let end = self.ev.last_t;
-            self.close_phase(&name, start, end);
+        let take_gw = match (&gw_head, trace.peek()) {
+            (Some((gt, _)), Some(ev)) => *gt < ev.t(),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if take_gw {
+            gw_head.take().map(|(t, it)| Item::Gateway(t, it))
+        } else {
+            trace.next().map(Item::Trace)
         }
-        self.ev.phases.sort_by_key(|p| p.start);
-        self.ev.load_start = self.ev.phases.first().map(|p| p.start).unwrap_or(0);
-        self.ev.faults = faults.to_vec();
-        self.ev.observations.sort_by_key(|o| o.t);
-        self.ev.heals.sort_by_key(|h| h.t);
-        let base = self.mono_ns.unwrap_or(0);
-        self.ev.gateway = self.journal.take().map(|j| {
-            let mut v: Vec<GwEntry> = j
-                .into_iter()
-                .map(|s| GwEntry {
-                    t: s.t_ns.saturating_sub(base) / 1000,
-                    entry: s.entry,
-                })
-                .collect();
-            v.sort_by_key(|g| g.t);
-            v
-        });
-        self.ev
+    })
+}
+
+/// Brings evidence that lives outside the run directory into it at the end of a run,
+/// so `haq check RUN_DIR` needs no network: `evidence.tool_log` (a path or an
+/// `http(s)://` URL) becomes `RUN_DIR/tools.jsonl`. Returns what went wrong, if
+/// anything (the judge then reports the tool log as missing).
+pub async fn collect(plan: &Plan, dir: &Path) -> Result<(), String> {
+    let Some(src) = &plan.scenario.evidence.tool_log else {
+        return Ok(());
+    };
+    let dest = dir.join(TOOLS_FILE);
+    if src.starts_with("http://") || src.starts_with("https://") {
+        let http = crate::client::http_client(
+            std::time::Duration::from_secs(5),
+            &reqwest::header::HeaderMap::new(),
+        )
+        .map_err(|e| format!("tool log {src}: {e}"))?;
+        let resp = http
+            .get(src)
+            .timeout(std::time::Duration::from_secs(30))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| format!("tool log {src}: {e}"))?;
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| format!("tool log {src}: {e}"))?;
+        std::fs::write(&dest, &body).map_err(|e| format!("{}: {e}", dest.display()))
+    } else {
+        let p = PathBuf::from(src);
+        if p == dest {
+            return Ok(());
+        }
+        std::fs::copy(&p, &dest)
+            .map(|_| ())
+            .map_err(|e| format!("tool log {}: {e}", p.display()))
     }
-}
-
-/// Faults that take an endpoint out of service (all but the ones that only slow it).
-pub fn removes_endpoint(f: &FaultRec) -> bool {
-    !matches!(
-        f.action.as_str(),
-        "slow" | "delay" | "throttle" | "latency" | "overload"
-    )
-}
-
-/// A planned drain (Q7), as opposed to an abrupt failure.
-pub fn is_drain(f: &FaultRec) -> bool {
-    f.domain == "drain" || matches!(f.action.as_str(), "drain" | "term" | "sigterm")
-}
-
-/// The observation vocabulary (docs/evidence.md): an observer saw `replica` unusable.
-pub fn says_unusable(what: &str) -> bool {
-    matches!(
-        what,
-        "unhealthy"
-            | "not_ready"
-            | "unready"
-            | "removed"
-            | "endpoint_removed"
-            | "upstream_removed"
-            | "down"
-            | "dead"
-            | "exited"
-            | "draining"
-    )
-}
-
-/// An observer saw a request routed to `replica` (proxy attribution).
-pub fn says_routed(what: &str) -> bool {
-    matches!(what, "routed" | "request" | "attempt" | "connection")
 }

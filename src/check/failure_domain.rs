@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::evidence::Evidence;
+use super::facts::Evidence;
 use super::run::{judged, worst};
 use super::{Status, Verdict};
 use crate::scenario::Plan;

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::evidence::{Evidence, Req};
+use super::facts::{Evidence, Req};
 use super::fate::{Finding, FindingKind};
 use super::run::conclude;
 use super::timeline::{FaultTimeline, Timeline, ms};

@@ -6,6 +6,7 @@
 
 pub mod capacity;
 pub mod evidence;
+pub mod facts;
 pub mod failure_domain;
 pub mod fate;
 pub mod history;
@@ -27,13 +28,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::scenario::Plan;
 use crate::trace::Event;
-use crate::trace::journal::{GatewayEntry, Stamped};
 use history::{FaultRec, Folder, RequestRecord, RequestSink, RunInfo};
 use latency::{PhaseAcc, PhaseStats};
 
 pub const SCENARIO_FILE: &str = "scenario.json";
-/// The sim gateway's journal in a run directory.
-pub const GATEWAY_JOURNAL: &str = "gateway.jsonl";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -99,9 +97,18 @@ pub struct Judgement {
     pub verdicts: Vec<Verdict>,
     pub phases: Vec<PhaseStats>,
     pub faults: Vec<FaultRec>,
+    /// Request-Fate findings (up to `fate::KEEP_PER_KIND` of each kind).
     pub findings: Vec<fate::Finding>,
-    /// Requests caught by a fault: (stage, outcome, count).
-    pub fate_table: Vec<(fate::Stage, crate::trace::Outcome, u64)>,
+    /// Every finding kind with its full count.
+    pub finding_counts: Vec<(fate::FindingKind, u64)>,
+    /// Requests caught by a fault: the stage × outcome table (Q8).
+    pub fate_table: Vec<fate::FateRow>,
+    /// The requests behind the table, each with its attempts and delivered deltas (M1).
+    pub fate_requests: Vec<fate::RequestFate>,
+    /// Which evidence sources the judgement read.
+    pub evidence: Vec<evidence::SourceReport>,
+    /// Checkers that panicked (their verdict is UNKNOWN).
+    pub checker_crashes: Vec<fate::Crash>,
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub unfinished: usize,
     /// The failure timeline (Q11).
@@ -110,9 +117,9 @@ pub struct Judgement {
     pub series: series::Series,
     /// Protected traffic of the degraded interval (Capacity), when a fault made one.
     pub degraded: Option<capacity::Window>,
-    /// Run-level evidence the verdicts read (per-request summaries for the CSV).
+    /// What the run-level verdicts read (per-request summaries for the CSV).
     #[serde(skip)]
-    pub evidence: evidence::Evidence,
+    pub facts: facts::Evidence,
 }
 
 impl Judgement {
@@ -131,67 +138,104 @@ impl Judgement {
     }
 }
 
-struct Acc<'a> {
-    plan: &'a Plan,
+struct Acc {
     phases: Vec<PhaseAcc>,
     fate: fate::FateAcc,
     run: run::RunAcc,
 }
 
-impl RequestSink for Acc<'_> {
+impl RequestSink for Acc {
     fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
             p.add(r);
         }
-        self.fate.add(r, faults, &self.plan.scenario.policy);
+        self.fate.add(r, faults);
         self.run.request(r, faults);
     }
 }
 
-/// Judges a trace against the plan. `events` is called twice: a first pass collects
-/// the faults (their lines may follow the requests they cut: a fault is written once
-/// verified), the second folds the requests.
+/// Judges a trace (no other evidence) against the plan.
 pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I) -> Judgement {
-    judge_with(plan, events, None)
+    judge_with(plan, events, evidence::Sources::none())
 }
 
-/// As [`judge`], with the sim gateway's journal (`gateway.jsonl`) when the run has one.
+/// Judges a trace and the other evidence of the run against the plan. `events` is
+/// called twice: a first pass collects the faults (their lines may follow the requests
+/// they cut: a fault is written once verified) and the clock base; the second folds
+/// the requests, merged in time with the gateway journal.
 pub fn judge_with<I: IntoIterator<Item = Event>>(
     plan: &Plan,
     events: impl Fn() -> I,
-    journal: Option<Vec<Stamped<GatewayEntry>>>,
+    mut src: evidence::Sources,
 ) -> Judgement {
     let mut folder = Folder::default();
+    let mut mono_ns = 0;
     for ev in events() {
-        if let Event::Fault { .. } = ev {
-            folder.push(ev, &mut NoSink);
+        match ev {
+            Event::Fault { .. } => folder.push(ev, &mut NoSink),
+            Event::RunStart { mono_ns: m, .. } => mono_ns = m,
+            _ => {}
         }
     }
     folder.faults.sort_by_key(|f| f.t);
+    let mut ctx = fate::Ctx::new(plan);
+    ctx.journal = src.gateway.is_some();
+    if ctx.journal {
+        // Wait for late journal lines past the cancel grace before judging a request.
+        folder.linger = ctx.cancel_grace + 1_000_000;
+    }
     let mut acc = Acc {
-        plan,
         phases: plan
             .phases
             .iter()
             .map(|p| PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase()))
             .collect(),
-        fate: fate::FateAcc::default(),
-        run: run::RunAcc::new(plan, journal, &folder.faults),
+        fate: fate::FateAcc::new(ctx),
+        run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
     };
-    for ev in events() {
-        if !matches!(ev, Event::Fault { .. }) {
-            acc.run.see(&ev);
-            folder.push(ev, &mut acc);
+    let mut gw_error = None;
+    let trace = events()
+        .into_iter()
+        .filter(|e| !matches!(e, Event::Fault { .. }));
+    for item in evidence::merge(trace, src.gateway.take(), mono_ns, |e| gw_error = Some(e)) {
+        match item {
+            evidence::Item::Trace(ev) => {
+                acc.run.see(&ev);
+                folder.push(ev, &mut acc)
+            }
+            evidence::Item::Gateway(t, it) => {
+                acc.run.gateway(t, &it);
+                folder.push_gateway(t, it, &mut acc)
+            }
+            evidence::Item::GatewayEnd => folder.gateway_ended(),
+        }
+    }
+    folder.finish(&mut acc);
+    if let Some(e) = gw_error {
+        src.report("gateway journal", evidence::SourceState::Unreadable, e);
+    }
+    if let Some(tools) = src.tools.take() {
+        for line in tools {
+            match line {
+                Ok(x) => acc
+                    .fate
+                    .tool(x.t_ns.saturating_sub(mono_ns) / 1000, &x.entry),
+                Err(e) => {
+                    src.report("tool log", evidence::SourceState::Unreadable, e);
+                    break;
+                }
+            }
         }
     }
     let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
     let level = acc
         .run
         .finish(plan, &folder.faults, &phases, &acc.fate.findings);
+    let sim = plan.scenario.target.kind == crate::scenario::TargetKind::Sim;
     let mut verdicts = Vec::new();
     for name in VERDICTS {
         verdicts.push(match name {
-            "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len()),
+            "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len(), &src.reports, sim),
             "Latency" => latency::verdict(plan, &phases),
             other => level
                 .verdict(other)
@@ -210,23 +254,24 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         }
     }
     let unfinished = folder.unfinished();
+    let fate_table = acc.fate.table_rows();
+    let fate = acc.fate;
     Judgement {
         run: folder.info,
         verdicts,
         phases,
         faults: folder.faults,
-        findings: acc.fate.findings,
-        fate_table: acc
-            .fate
-            .table
-            .into_iter()
-            .map(|((s, o), n)| (s, o, n))
-            .collect(),
+        findings: fate.findings,
+        finding_counts: fate.counts.into_iter().collect(),
+        fate_table,
+        fate_requests: fate.fates,
+        evidence: src.reports,
+        checker_crashes: fate.crashes,
         unfinished,
         timeline: level.timeline,
         series: level.series,
         degraded: level.degraded,
-        evidence: level.evidence,
+        facts: level.evidence,
     }
 }
 
@@ -249,16 +294,7 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     for e in crate::trace::read(&tp).with_context(|| format!("reading {}", tp.display()))? {
         e.map_err(|msg| anyhow::anyhow!("{}: {msg}", tp.display()))?;
     }
-    let jp = dir.join(GATEWAY_JOURNAL);
-    let journal = if jp.exists() {
-        Some(
-            crate::trace::journal::read_lines(&jp)
-                .with_context(|| format!("reading {}", jp.display()))?
-                .map_err(anyhow::Error::msg)?,
-        )
-    } else {
-        None
-    };
+    let sources = evidence::open(dir, &plan);
     let j = judge_with(
         &plan,
         || {
@@ -267,7 +303,7 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
                 .flatten()
                 .map_while(Result::ok)
         },
-        journal,
+        sources,
     );
     Ok((plan, j))
 }

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use super::evidence::{Evidence, Req};
+use super::facts::{Evidence, Req};
 use super::latency::{MIN_SAMPLES, PhaseStats};
 use super::run::conclude;
 use super::{Status, Verdict};

@@ -2,7 +2,7 @@
 //! interval — ready *and receiving traffic* (readiness alone recovers nothing) — and
 //! the healthy latency envelope comes back.
 
-use super::evidence::Evidence;
+use super::facts::Evidence;
 use super::latency::{MIN_SAMPLES, PhaseStats};
 use super::run::conclude;
 use super::timeline::{FaultTimeline, Timeline, ms};

@@ -5,7 +5,8 @@
 use serde::Serialize;
 
 use super::capacity::{self, Window, WindowAcc};
-use super::evidence::{Evidence, EvidenceAcc};
+use super::evidence::GwItem;
+use super::facts::{Evidence, EvidenceAcc};
 use super::fate::Finding;
 use super::history::{FaultRec, RequestRecord};
 use super::latency::PhaseStats;
@@ -13,7 +14,6 @@ use super::series::{Series, SeriesAcc};
 use super::timeline::{self, Timeline};
 use super::{Status, Verdict, failure_domain, maintenance, overload, recovery, routing};
 use crate::scenario::Plan;
-use crate::trace::journal::{GatewayEntry, Stamped};
 use crate::trace::{Edge, Event};
 
 pub struct RunAcc {
@@ -41,11 +41,7 @@ impl RunLevel {
 }
 
 impl RunAcc {
-    pub fn new(
-        plan: &Plan,
-        journal: Option<Vec<Stamped<GatewayEntry>>>,
-        faults: &[FaultRec],
-    ) -> Self {
+    pub fn new(plan: &Plan, journal: bool, faults: &[FaultRec]) -> Self {
         RunAcc {
             evidence: EvidenceAcc::new(plan, journal),
             series: SeriesAcc::new(plan),
@@ -63,6 +59,10 @@ impl RunAcc {
             self.series.start_at(*t);
         }
         self.evidence.see(e);
+    }
+
+    pub fn gateway(&mut self, t: u64, item: &GwItem) {
+        self.evidence.gateway(t, item);
     }
 
     pub fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {

@@ -3,6 +3,7 @@
 
 use serde_json::json;
 
+use super::evidence::{GwItem, GwLine, Sources};
 use super::{Judgement, judge_with};
 use crate::scenario::Plan;
 use crate::trace::journal::{GatewayEntry, Stamped};
@@ -336,7 +337,18 @@ impl Tb {
     }
 
     pub fn judge(&self, plan: &Plan) -> Judgement {
-        judge_with(plan, || self.events.clone(), self.journal.clone())
+        let gateway = self.journal.clone().map(|mut j| {
+            j.sort_by_key(|s| s.t_ns);
+            j.into_iter()
+                .map(|s| GwLine {
+                    t_ns: s.t_ns,
+                    item: GwItem::Known(s.entry),
+                })
+                .collect()
+        });
+        let mut events = self.events.clone();
+        events.sort_by_key(|e| e.t());
+        judge_with(plan, || events.clone(), Sources::from_memory(gateway, None))
     }
 }
 

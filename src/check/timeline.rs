@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::evidence::{self, Evidence, says_routed, says_unusable};
+use super::facts::{self, Evidence, says_routed, says_unusable};
 use super::history::FaultRec;
 use super::series::Series;
 use crate::scenario::{PhaseKind, Plan};
@@ -337,7 +337,7 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
 fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
     let replacement = replacement(ev, f);
     let sources = routing_sources(ev);
-    let removes = evidence::removes_endpoint(f);
+    let removes = facts::removes_endpoint(f);
     let removal = (removes && !sources.is_empty()).then(|| {
         let until = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
         let routed = routed_to(ev, &f.replica, f.t, until);
@@ -377,7 +377,7 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
         action: f.action.clone(),
         injected: f.t,
         verified: f.verified,
-        drain: evidence::is_drain(f),
+        drain: facts::is_drain(f),
         removes,
         detected: detection(ev, f),
         removal,

@@ -211,6 +211,17 @@ pub async fn run(
     });
 
     let driven = load::drive(&plan, &mut target, &clock, &tw, &cancel, &progress).await;
+    // Evidence kept outside the run directory (a tool log) is copied in (M10).
+    if let Err(e) = check::evidence::collect(&plan, &dir).await {
+        progress.line(&format!("evidence: {e}"));
+        tw.emit(Event::Observation {
+            t: clock.now_us(),
+            source: "evidence".into(),
+            replica: None,
+            what: "tool_log_unavailable".into(),
+            detail: Some(e),
+        });
+    }
     if let Some(sim) = target.sim.take() {
         sim.stop().await;
     }

@@ -158,6 +158,9 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         ));
     }
 
+    validate_policy(&s.policy)?;
+    validate_evidence(&s.evidence)?;
+
     if total > MAX_TOTAL {
         return Err(Issue::new(
             "phases",
@@ -741,4 +744,54 @@ fn validate_faults(
         });
     }
     Ok(out)
+}
+
+/// Q8: a fate must make sense for its stage.
+fn validate_policy(p: &crate::scenario::FatePolicy) -> Result<(), Issue> {
+    for (stage, fate) in [
+        ("prefill", p.prefill),
+        ("decode", p.decode),
+        ("streaming", p.streaming),
+    ] {
+        if fate == Fate::Reroute {
+            return Err(Issue::new(
+                format!("policy.{stage}"),
+                "reroute",
+                "reroute means sending a request elsewhere before any work started; it applies to `new` and `queued` only (use retry, migrate, recompute or fail)",
+            ));
+        }
+    }
+    if p.new == Fate::Recompute {
+        return Err(Issue::new(
+            "policy.new",
+            "recompute",
+            "a new request has nothing to recompute (use reroute, retry or fail)",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_evidence(e: &crate::scenario::EvidenceCfg) -> Result<(), Issue> {
+    for (field, name) in [
+        ("evidence.attempt_header", &e.attempt_header),
+        ("evidence.worker_header", &e.worker_header),
+    ] {
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(Issue::new(
+                field,
+                name.as_str(),
+                "is not a valid HTTP header name",
+            ));
+        }
+    }
+    if let Some(t) = &e.tool_log
+        && t.trim().is_empty()
+    {
+        return Err(Issue::new(
+            "evidence.tool_log",
+            "\"\"",
+            "must be a file path or an http(s) URL",
+        ));
+    }
+    Ok(())
 }
