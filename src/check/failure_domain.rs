@@ -160,7 +160,7 @@ fn collateral(plan: &Plan, ev: &Evidence) -> Vec<String> {
                 .rev()
                 .filter(|g| g.t >= first && g.t <= end)
                 .filter_map(|g| match &g.entry {
-                    GatewayEntry::UpstreamRemoved { worker, why } if worker == w => {
+                    GatewayEntry::UpstreamRemoved { worker, why, .. } if worker == w => {
                         Some((g.t, Some(why)))
                     }
                     GatewayEntry::UpstreamReady { worker, .. } if worker == w => Some((g.t, None)),

@@ -192,6 +192,7 @@ impl Tb {
             GatewayEntry::UpstreamRemoved {
                 worker: w.into(),
                 why: why.into(),
+                cause: Default::default(),
             },
         )
     }

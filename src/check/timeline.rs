@@ -305,7 +305,7 @@ fn replacement(ev: &Evidence, f: &FaultRec) -> Replacement {
 
 fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
     let journal = ev.gateway.iter().flatten().find_map(|g| match &g.entry {
-        GatewayEntry::UpstreamRemoved { worker, why } if *worker == f.replica && g.t >= f.t => {
+        GatewayEntry::UpstreamRemoved { worker, why, .. } if *worker == f.replica && g.t >= f.t => {
             Some(mark(
                 g.t,
                 JOURNAL,

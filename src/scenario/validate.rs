@@ -233,30 +233,8 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
                     format!("must be between 1 and {MAX_SIM_REPLICAS}"),
                 ));
             }
-            let e = &t.engine;
-            if !pos_finite(e.prefill_tokens_per_s) {
-                return Err(Issue::new(
-                    "target.engine.prefill_tokens_per_s",
-                    e.prefill_tokens_per_s,
-                    "must be greater than 0",
-                ));
-            }
-            positive("target.engine.decode_step", e.decode_step)?;
-            if e.max_num_seqs == 0 {
-                return Err(Issue::new(
-                    "target.engine.max_num_seqs",
-                    0,
-                    "must be at least 1",
-                ));
-            }
-            positive("target.gateway.health_interval", t.gateway.health_interval)?;
-            if t.gateway.health_failures == 0 {
-                return Err(Issue::new(
-                    "target.gateway.health_failures",
-                    0,
-                    "must be at least 1",
-                ));
-            }
+            validate_engine(&t.engine)?;
+            validate_gateway(&t.gateway)?;
             Ok(sim_replica_names(t.replicas))
         }
         TargetKind::Url => {
@@ -272,6 +250,91 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
             Ok(Vec::new())
         }
     }
+}
+
+fn at_least(field: &str, v: u32, min: u32) -> Result<(), Issue> {
+    if v < min {
+        Err(Issue::new(field, v, format!("must be at least {min}")))
+    } else {
+        Ok(())
+    }
+}
+
+/// The sim engine's knobs (docs/sim.md).
+fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
+    if !pos_finite(e.prefill_tokens_per_s) {
+        return Err(Issue::new(
+            "target.engine.prefill_tokens_per_s",
+            e.prefill_tokens_per_s,
+            "must be greater than 0",
+        ));
+    }
+    positive("target.engine.decode_step", e.decode_step)?;
+    at_least("target.engine.max_num_seqs", e.max_num_seqs, 1)?;
+    at_least("target.engine.block_size", e.block_size, 1)?;
+    at_least(
+        "target.engine.max_num_batched_tokens",
+        e.max_num_batched_tokens,
+        e.max_num_seqs.min(e.block_size),
+    )?;
+    if e.kv_cache_tokens / e.block_size < 2 {
+        return Err(Issue::new(
+            "target.engine.kv_cache_tokens",
+            e.kv_cache_tokens,
+            format!("must hold at least 2 blocks of {} tokens", e.block_size),
+        ));
+    }
+    at_least("target.engine.max_model_len", e.max_model_len, 2)?;
+    if e.revision.trim().is_empty() || !e.revision.is_ascii() {
+        return Err(Issue::new(
+            "target.engine.revision",
+            format!("{:?}", e.revision),
+            "must be a non-empty ASCII name",
+        ));
+    }
+    at_least("target.engine.tool_call_tokens", e.tool_call_tokens, 1)?;
+    Ok(())
+}
+
+/// The sim gateway's knobs (docs/sim.md).
+fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
+    positive("target.gateway.health_interval", g.health_interval)?;
+    at_least("target.gateway.health_failures", g.health_failures, 1)?;
+    if !(g.retry_ratio.is_finite() && g.retry_ratio >= 0.0) {
+        return Err(Issue::new(
+            "target.gateway.retry_ratio",
+            g.retry_ratio,
+            "must be a number >= 0",
+        ));
+    }
+    positive("target.gateway.lease_ttl", g.lease_ttl)?;
+    if g.lease_ttl.0 < Duration::from_millis(30) {
+        return Err(Issue::new(
+            "target.gateway.lease_ttl",
+            g.lease_ttl,
+            "must be at least 30ms (it is renewed every third of it)",
+        ));
+    }
+    positive("target.gateway.soft_timeout", g.soft_timeout)?;
+    positive("target.gateway.upstream_timeout", g.upstream_timeout)?;
+    positive("target.gateway.connect_timeout", g.connect_timeout)?;
+    positive("target.gateway.queue_timeout", g.queue_timeout)?;
+    at_least(
+        "target.gateway.max_inflight_per_worker",
+        g.max_inflight_per_worker,
+        1,
+    )?;
+    if g.best_effort_queue_limit > g.queue_limit {
+        return Err(Issue::new(
+            "target.gateway.best_effort_queue_limit",
+            g.best_effort_queue_limit,
+            format!(
+                "must not exceed target.gateway.queue_limit ({}): best-effort traffic is shed first",
+                g.queue_limit
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {

@@ -51,7 +51,8 @@ impl SimProcess {
         &self.log
     }
 
-    async fn kill_and_reap(&mut self) {
+    /// SIGKILLs (after resuming a frozen process) and reaps it.
+    pub async fn kill_and_reap(&mut self) {
         if self.exited().is_none() {
             let _ = self.signal(Signal::SIGCONT);
             let _ = self.child.start_kill();
@@ -63,20 +64,72 @@ impl SimProcess {
 /// A worker process shared between the run loop and fault tasks.
 pub type SharedProcess = Arc<Mutex<SimProcess>>;
 
-/// The running sim: workers `w1..wN` and the gateway in front of them.
+/// The running sim: workers `w1..wN`, the gateway in front of them and the tool
+/// service they call.
 pub struct SimCluster {
     pub workers: Vec<SharedProcess>,
     /// Name, URL and pid of each worker (readable without locking).
     pub info: Vec<ReplicaInfo>,
     pub gateway: SimProcess,
+    pub tools: SimProcess,
     /// `http://127.0.0.1:PORT/v1`
     pub api_url: String,
+    /// The scenario target it was started from.
+    pub target: Target,
+    bin: PathBuf,
+    dir: PathBuf,
+}
+
+/// Arguments of `haq sim worker` for replica `name` listening on `listen`.
+fn worker_args(
+    target: &Target,
+    engine: &crate::scenario::EngineCfg,
+    name: &str,
+    listen: &str,
+    tools_url: &str,
+    dir: &Path,
+) -> anyhow::Result<Vec<String>> {
+    Ok(vec![
+        "sim".into(),
+        "worker".into(),
+        "--name".into(),
+        name.into(),
+        "--listen".into(),
+        listen.into(),
+        "--model".into(),
+        target.model.clone(),
+        "--engine".into(),
+        serde_json::to_string(engine)?,
+        "--tools-url".into(),
+        tools_url.into(),
+        "--journal".into(),
+        dir.join(format!("worker-{name}.jsonl"))
+            .display()
+            .to_string(),
+    ])
+}
+
+impl SimProcess {
+    /// Starts `bin ARGS` as sim process `name` (log in `dir/sim-<name>.log`) and waits
+    /// for the address it announces.
+    pub async fn start(
+        bin: &Path,
+        name: &str,
+        args: &[String],
+        dir: &Path,
+    ) -> anyhow::Result<SimProcess> {
+        spawn(bin, name, args, dir).await
+    }
 }
 
 async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::Result<SimProcess> {
     let log = dir.join(format!("sim-{name}.log"));
-    let log_file =
-        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    // Appends: a replacement worker keeps its predecessor's log.
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(bin);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -131,38 +184,36 @@ impl SimCluster {
     /// Starts `target.replicas` workers and the gateway; returns once the gateway
     /// routes to every worker.
     pub async fn start(target: &Target, bin: &Path, dir: &Path) -> anyhow::Result<SimCluster> {
-        let engine = serde_json::to_string(&target.engine)?;
+        let tools_args = vec![
+            "sim".to_string(),
+            "tools".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--log".into(),
+            dir.join("tools.jsonl").display().to_string(),
+            "--config".into(),
+            serde_json::to_string(&target.tools)?,
+        ];
+        let tools = spawn(bin, "tools", &tools_args, dir).await?;
         let mut workers = Vec::new();
         for name in crate::scenario::validate::sim_replica_names(target.replicas) {
-            let args = vec![
-                "sim".into(),
-                "worker".into(),
-                "--name".into(),
-                name.clone(),
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-                "--engine".into(),
-                engine.clone(),
-            ];
+            let args = worker_args(
+                target,
+                &target.engine,
+                &name,
+                "127.0.0.1:0",
+                &tools.url,
+                dir,
+            )?;
             workers.push(spawn(bin, &name, &args, dir).await?);
         }
-        let g = &target.gateway;
         let mut args = vec![
             "sim".to_string(),
             "gateway".into(),
             "--listen".into(),
             "127.0.0.1:0".into(),
-            "--policy".into(),
-            serde_json::to_value(g.policy)?
-                .as_str()
-                .unwrap_or("reference")
-                .to_string(),
-            "--retry-budget".into(),
-            g.retry_budget.to_string(),
-            "--health-interval".into(),
-            g.health_interval.to_string(),
-            "--health-failures".into(),
-            g.health_failures.to_string(),
+            "--config".into(),
+            serde_json::to_string(&target.gateway)?,
             "--journal".into(),
             dir.join("gateway.jsonl").display().to_string(),
         ];
@@ -186,10 +237,39 @@ impl SimCluster {
                 .map(|w| Arc::new(Mutex::new(w)))
                 .collect(),
             gateway,
+            tools,
+            target: target.clone(),
+            bin: bin.to_path_buf(),
+            dir: dir.to_path_buf(),
         };
         let wait = target.engine.startup.0 + Duration::from_secs(30);
         cluster.wait_all_ready(wait).await?;
         Ok(cluster)
+    }
+
+    /// Starts a new process for replica `name` on its old address (the gateway keeps its
+    /// upstream list) with `engine` — `target.engine.for_replacement()` for a cold
+    /// replacement. The caller swaps it into `workers` once the old one is gone.
+    pub async fn spawn_worker(
+        &self,
+        name: &str,
+        engine: &crate::scenario::EngineCfg,
+    ) -> anyhow::Result<SimProcess> {
+        let i = self
+            .info
+            .iter()
+            .position(|r| r.name == name)
+            .ok_or_else(|| anyhow!("no sim worker {name}"))?;
+        let listen = self.info[i].url.trim_start_matches("http://").to_string();
+        let args = worker_args(
+            &self.target,
+            engine,
+            name,
+            &listen,
+            &self.tools.url,
+            &self.dir,
+        )?;
+        spawn(&self.bin, name, &args, &self.dir).await
     }
 
     /// Polls the gateway until it routes to every worker.
@@ -233,5 +313,6 @@ impl SimCluster {
         for w in &self.workers {
             w.lock().await.kill_and_reap().await;
         }
+        self.tools.kill_and_reap().await;
     }
 }

@@ -3,5 +3,7 @@
 mod cli;
 mod client;
 mod run;
+mod simkit;
 mod support;
+mod worker;
 mod workload;

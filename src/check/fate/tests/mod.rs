@@ -296,6 +296,8 @@ impl H {
                 arguments: args.into(),
                 result: "ok".into(),
                 deduplicated: dedup,
+                attempt: None,
+                worker: None,
             },
         });
         self
