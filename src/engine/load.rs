@@ -29,6 +29,16 @@ pub(super) async fn drive(
         first_token: c.first_token_timeout.0,
         idle: c.idle_timeout.0,
     };
+    // Attribution headers other than the sim's, as the scenario names them.
+    let ev = &plan.scenario.evidence;
+    let attribution = (ev.worker_header != client::WORKER_HEADER
+        || ev.attempt_header != client::ATTEMPT_HEADER)
+        .then(|| {
+            std::sync::Arc::new(client::Attribution {
+                worker: ev.worker_header.to_ascii_lowercase(),
+                attempt: ev.attempt_header.to_ascii_lowercase(),
+            })
+        });
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
     let mut tasks: JoinSet<()> = JoinSet::new();
@@ -113,6 +123,7 @@ pub(super) async fn drive(
                 workload::request_body(plan, &p),
             );
             call.expect_json = class.response_format.is_some();
+            call.attribution.clone_from(&attribution);
             call.headers.push((
                 reqwest::header::HeaderName::from_static(client::PRIORITY_HEADER),
                 reqwest::header::HeaderValue::from_static(workload::priority_value(plan, &p)),
