@@ -10,15 +10,14 @@ use super::facts::{Evidence, EvidenceAcc};
 use super::fate::Finding;
 use super::history::{FaultRec, RequestRecord};
 use super::latency::PhaseStats;
-use super::series::{Series, SeriesAcc};
 use super::timeline::{self, Timeline};
 use super::{Status, Verdict, failure_domain, maintenance, overload, recovery, routing};
+use crate::metrics::SecondStats;
 use crate::scenario::Plan;
-use crate::trace::{Edge, Event};
+use crate::trace::Event;
 
 pub struct RunAcc {
     evidence: EvidenceAcc,
-    series: SeriesAcc,
     window: WindowAcc,
 }
 
@@ -27,7 +26,6 @@ pub struct RunAcc {
 pub struct RunLevel {
     #[serde(skip)]
     pub evidence: Evidence,
-    pub series: Series,
     pub timeline: Timeline,
     pub degraded: Option<Window>,
     #[serde(skip)]
@@ -44,20 +42,11 @@ impl RunAcc {
     pub fn new(plan: &Plan, journal: bool, faults: &[FaultRec]) -> Self {
         RunAcc {
             evidence: EvidenceAcc::new(plan, journal),
-            series: SeriesAcc::new(plan),
             window: WindowAcc::new(plan, faults),
         }
     }
 
     pub fn see(&mut self, e: &Event) {
-        if let Event::Phase {
-            t,
-            edge: Edge::Start,
-            ..
-        } = e
-        {
-            self.series.start_at(*t);
-        }
         self.evidence.see(e);
     }
 
@@ -67,7 +56,6 @@ impl RunAcc {
 
     pub fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         self.evidence.request(r, faults);
-        self.series.add(r);
         self.window.add(r);
     }
 
@@ -77,10 +65,10 @@ impl RunAcc {
         faults: &[FaultRec],
         phases: &[PhaseStats],
         findings: &[Finding],
+        seconds: &[SecondStats],
     ) -> RunLevel {
         let ev = self.evidence.finish(faults);
-        let series = self.series.finish();
-        let tl = timeline::build(plan, &ev, &series);
+        let tl = timeline::build(plan, &ev, seconds);
         let window = self.window.finish();
         let verdicts = vec![
             failure_domain::verdict(plan, &ev),
@@ -93,7 +81,6 @@ impl RunAcc {
         RunLevel {
             degraded: tl.faults.iter().any(|f| f.removes).then_some(window),
             evidence: ev,
-            series,
             timeline: tl,
             verdicts,
         }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::facts::{self, Evidence, says_routed, says_unusable};
 use super::history::FaultRec;
-use super::series::Series;
+use crate::metrics::SecondStats;
 use crate::scenario::{PhaseKind, Plan};
 use crate::trace::Outcome;
 use crate::trace::journal::GatewayEntry;
@@ -388,7 +388,45 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
     }
 }
 
-fn full_recovery(plan: &Plan, ev: &Evidence, faults: &[FaultTimeline], s: &Series) -> Option<Mark> {
+/// A second with fewer requests dispatched has no percentile worth judging.
+const MIN_SECOND_SAMPLES: u64 = 3;
+
+/// The earliest second `>= from_s` after which every second up to `until_s` with
+/// enough samples has p95 TTFT and ITL inside the SLO (ms), if any measured.
+pub fn envelope_restored(
+    seconds: &[SecondStats],
+    from_s: f64,
+    until_s: f64,
+    ttft_ms: f64,
+    itl_ms: f64,
+) -> Option<f64> {
+    let mut start = None;
+    let mut measured = false;
+    for s in seconds
+        .iter()
+        .filter(|s| s.t as f64 + 1.0 > from_s && (s.t as f64) < until_s)
+    {
+        if s.dispatched < MIN_SECOND_SAMPLES {
+            continue;
+        }
+        let ok = s.ttft_p95.is_none_or(|v| v <= ttft_ms) && s.itl_p95.is_none_or(|v| v <= itl_ms);
+        if ok {
+            start.get_or_insert((s.t as f64).max(from_s));
+            measured |= s.ttft_p95.is_some();
+        } else {
+            start = None;
+            measured = false;
+        }
+    }
+    start.filter(|_| measured)
+}
+
+fn full_recovery(
+    plan: &Plan,
+    ev: &Evidence,
+    faults: &[FaultTimeline],
+    s: &[SecondStats],
+) -> Option<Mark> {
     let removing: Vec<&FaultTimeline> = faults.iter().filter(|f| f.removes).collect();
     if removing.is_empty() {
         return None;
@@ -401,7 +439,8 @@ fn full_recovery(plan: &Plan, ev: &Evidence, faults: &[FaultTimeline], s: &Serie
         .max()?;
     let slo = &plan.scenario.slo;
     let from = ev.secs(serving);
-    let back = s.envelope_restored(
+    let back = envelope_restored(
+        s,
         from,
         ev.secs(ev.load_end()),
         slo.ttft_p95.as_secs_f64() * 1000.0,
@@ -419,14 +458,14 @@ fn full_recovery(plan: &Plan, ev: &Evidence, faults: &[FaultTimeline], s: &Serie
     ))
 }
 
-pub fn build(plan: &Plan, ev: &Evidence, series: &Series) -> Timeline {
+pub fn build(plan: &Plan, ev: &Evidence, seconds: &[SecondStats]) -> Timeline {
     let faults: Vec<FaultTimeline> = ev
         .faults
         .iter()
         .enumerate()
         .map(|(i, f)| fault_timeline(ev, i, f))
         .collect();
-    let full = full_recovery(plan, ev, &faults, series);
+    let full = full_recovery(plan, ev, &faults, seconds);
     let mut entries = Vec::new();
     let mut push = |t: u64, since: Option<u64>, event: String, m: (&str, String)| {
         entries.push(Entry {

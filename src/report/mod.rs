@@ -36,8 +36,13 @@ pub struct Report<'a> {
     pub timeline: &'a crate::check::timeline::Timeline,
     /// Protected traffic of the degraded interval (Capacity).
     pub degraded: Option<&'a crate::check::capacity::Window>,
-    /// Per-second series.
-    pub series: &'a crate::check::series::Series,
+    /// False when haq's own client fell behind its schedule: the run is INVALID (exit
+    /// code 2) and its measurements are not evidence.
+    pub valid: bool,
+    /// Schedule slip of the load client, with the reasons for INVALID.
+    pub client: &'a crate::metrics::ClientHealth,
+    /// Per second of the run.
+    pub seconds: &'a [crate::metrics::SecondStats],
 }
 
 pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
@@ -58,7 +63,9 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         unfinished_requests: j.unfinished,
         timeline: &j.timeline,
         degraded: j.degraded.as_ref(),
-        series: &j.series,
+        valid: !j.invalid(),
+        client: &j.client,
+        seconds: &j.seconds,
     }
 }
 
@@ -177,9 +184,21 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
     }
     out.push_str(&v.to_string());
     out.push('\n');
+    let c = &j.client;
+    out.push_str(&format!(
+        "client: schedule slip p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
+        c.slip_p50_ms, c.slip_p99_ms, c.slip_max_ms, c.requests
+    ));
+    if j.invalid() {
+        out.push_str(&format!(
+            "INVALID: {} — the verdicts above (would be {}) are not evidence\n",
+            c.invalid_reasons.join("; "),
+            j.overall().as_str()
+        ));
+    }
     out.push_str(&format!(
         "result: {} · {}\n",
-        j.overall().as_str(),
+        j.result_label(),
         run_dir.display()
     ));
     out
