@@ -4,6 +4,7 @@ mod cli;
 mod client;
 mod fate;
 mod load;
+mod report;
 mod run;
 mod simkit;
 mod support;
