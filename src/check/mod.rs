@@ -99,6 +99,10 @@ pub struct Judgement {
     pub checker_crashes: Vec<fate::Crash>,
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub unfinished: usize,
+    /// Per second of the run (latencies by dispatch second, from intended time).
+    pub seconds: Vec<crate::metrics::SecondStats>,
+    /// The load client's own schedule slip; `valid: false` makes the run INVALID.
+    pub client: crate::metrics::ClientHealth,
 }
 
 impl Judgement {
@@ -115,18 +119,39 @@ impl Judgement {
             Status::Unknown
         }
     }
+
+    /// The client fell behind its schedule: the measurements are not evidence and the
+    /// run qualifies nothing, whatever the verdicts say.
+    pub fn invalid(&self) -> bool {
+        !self.client.valid
+    }
+
+    /// `INVALID` for an invalid run, else the overall status.
+    pub fn result_label(&self) -> &'static str {
+        if self.invalid() {
+            "INVALID"
+        } else {
+            self.overall().as_str()
+        }
+    }
 }
 
 struct Acc {
     phases: Vec<PhaseAcc>,
     fate: fate::FateAcc,
+    slo: crate::scenario::Slo,
+    series: crate::metrics::SeriesAcc,
+    slip: crate::metrics::SlipAcc,
 }
 
 impl RequestSink for Acc {
     fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
+        let m = crate::metrics::Measured::of(r, &self.slo);
         if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
-            p.add(r);
+            p.add_measured(r, &m);
         }
+        self.series.add(r, &m);
+        self.slip.add(m.slip);
         self.fate.add(r, faults);
     }
 }
@@ -143,7 +168,18 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
 pub fn judge_with<I: IntoIterator<Item = Event>>(
     plan: &Plan,
     events: impl Fn() -> I,
+    src: evidence::Sources,
+) -> Judgement {
+    judge_full(plan, events, src, None)
+}
+
+/// As [`judge_with`]; each closed second's histograms also go to `intervals` (the
+/// interval log, `latency.hlog`).
+pub fn judge_full<I: IntoIterator<Item = Event>>(
+    plan: &Plan,
+    events: impl Fn() -> I,
     mut src: evidence::Sources,
+    mut intervals: Option<crate::metrics::series::IntervalSink>,
 ) -> Judgement {
     let mut folder = Folder::default();
     let mut mono_ns = 0;
@@ -165,9 +201,15 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         phases: plan
             .phases
             .iter()
-            .map(|p| PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase()))
+            .map(|p| {
+                PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase())
+                    .with_duration(p.duration)
+            })
             .collect(),
         fate: fate::FateAcc::new(ctx),
+        slo: plan.scenario.slo.clone(),
+        series: crate::metrics::SeriesAcc::default(),
+        slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
     };
     let mut read_errors = Vec::new();
     let trace = events()
@@ -177,7 +219,10 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
     let on_error = |source, e| read_errors.push((source, e));
     for item in evidence::merge(trace, src.gateway.take(), workers, mono_ns, on_error) {
         match item {
-            evidence::Item::Trace(ev) => folder.push(ev, &mut acc),
+            evidence::Item::Trace(ev) => {
+                acc.series.observe(&ev, &mut intervals);
+                folder.push(ev, &mut acc)
+            }
             evidence::Item::Gateway(t, it) => folder.push_gateway(t, it, &mut acc),
             evidence::Item::Worker(t, w, e) => folder.push_worker(t, &w, e, &mut acc),
             evidence::Item::GatewayEnd => folder.gateway_ended(),
@@ -233,6 +278,8 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         }
     }
     let unfinished = folder.unfinished();
+    let client = acc.slip.finish(&plan.scenario.client);
+    let seconds = acc.series.finish(&mut intervals);
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     Judgement {
@@ -247,7 +294,27 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         evidence: src.reports,
         checker_crashes: fate.crashes,
         unfinished,
+        seconds,
+        client,
     }
+}
+
+/// Wall-clock time of the start of load: the run's start plus the first phase's offset.
+fn load_start_wall(events: impl Iterator<Item = Event>) -> std::time::SystemTime {
+    let mut wall = std::time::UNIX_EPOCH;
+    for ev in events {
+        match ev {
+            Event::RunStart { wall: w, .. } => {
+                if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&w) {
+                    let us = t.timestamp_micros().max(0) as u64;
+                    wall = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+                }
+            }
+            Event::Phase { t, .. } => return wall + std::time::Duration::from_micros(t),
+            _ => {}
+        }
+    }
+    wall
 }
 
 struct NoSink;
@@ -269,16 +336,21 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     for e in crate::trace::read(&tp).with_context(|| format!("reading {}", tp.display()))? {
         e.map_err(|msg| anyhow::anyhow!("{}: {msg}", tp.display()))?;
     }
+    let events = || {
+        crate::trace::read(&tp)
+            .into_iter()
+            .flatten()
+            .map_while(Result::ok)
+    };
     let sources = evidence::open(dir, &plan);
-    let j = judge_with(
-        &plan,
-        || {
-            crate::trace::read(&tp)
-                .into_iter()
-                .flatten()
-                .map_while(Result::ok)
-        },
-        sources,
-    );
+    // The interval log is rebuilt from the trace each time the run is judged.
+    let hp = dir.join(crate::metrics::hlog::HLOG_FILE);
+    let file = std::fs::File::create(&hp).with_context(|| format!("writing {}", hp.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let j = crate::metrics::hlog::write(&mut out, load_start_wall(events()), |sink| {
+        judge_full(&plan, events, sources, Some(sink))
+    })
+    .with_context(|| format!("writing {}", hp.display()))?;
+    std::io::Write::flush(&mut out).with_context(|| format!("writing {}", hp.display()))?;
     Ok((plan, j))
 }

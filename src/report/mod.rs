@@ -32,6 +32,13 @@ pub struct Report<'a> {
     pub findings: &'a [Finding],
     pub request_fate: &'a [FateRow],
     pub unfinished_requests: usize,
+    /// False when haq's own client fell behind its schedule: the run is INVALID (exit
+    /// code 2) and its measurements are not evidence.
+    pub valid: bool,
+    /// Schedule slip of the load client, with the reasons for INVALID.
+    pub client: &'a crate::metrics::ClientHealth,
+    /// Per second of the run.
+    pub seconds: &'a [crate::metrics::SecondStats],
 }
 
 pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
@@ -50,6 +57,9 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         findings: &j.findings,
         request_fate: &j.fate_table,
         unfinished_requests: j.unfinished,
+        valid: !j.invalid(),
+        client: &j.client,
+        seconds: &j.seconds,
     }
 }
 
@@ -147,9 +157,21 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
     }
     out.push_str(&v.to_string());
     out.push('\n');
+    let c = &j.client;
+    out.push_str(&format!(
+        "client: schedule slip p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
+        c.slip_p50_ms, c.slip_p99_ms, c.slip_max_ms, c.requests
+    ));
+    if j.invalid() {
+        out.push_str(&format!(
+            "INVALID: {} — the verdicts above (would be {}) are not evidence\n",
+            c.invalid_reasons.join("; "),
+            j.overall().as_str()
+        ));
+    }
     out.push_str(&format!(
         "result: {} · {}\n",
-        j.overall().as_str(),
+        j.result_label(),
         run_dir.display()
     ));
     out

@@ -3,6 +3,7 @@
 mod cli;
 mod client;
 mod fate;
+mod load;
 mod run;
 mod simkit;
 mod support;
