@@ -15,6 +15,9 @@ pub fn fixture() -> PathBuf {
         "trace.jsonl",
         "gateway.jsonl",
         "tools.jsonl",
+        "worker-w1.jsonl",
+        "worker-w2.jsonl",
+        "worker-w3.jsonl",
     ] {
         std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
     }
