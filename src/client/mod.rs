@@ -6,6 +6,7 @@ pub mod chunk;
 pub mod sse;
 pub mod stream;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -44,6 +45,16 @@ pub struct Call {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Structured-output request: check the answer parses as JSON.
     pub expect_json: bool,
+    /// Response headers naming the serving replica and attempt, when a gateway uses
+    /// others than [`WORKER_HEADER`] and [`ATTEMPT_HEADER`] (`evidence.*_header`).
+    pub attribution: Option<Arc<Attribution>>,
+}
+
+/// Names of the attribution headers a gateway sends (Request-Fate and Routing evidence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attribution {
+    pub worker: String,
+    pub attempt: String,
 }
 
 impl Call {
@@ -54,6 +65,7 @@ impl Call {
             body,
             headers: Vec::new(),
             expect_json: false,
+            attribution: None,
         }
     }
 }
@@ -239,8 +251,18 @@ pub async fn execute(
         t: clock.now_us(),
         id: call.id.clone(),
         status,
-        worker: header(h, WORKER_HEADER),
-        attempt: header(h, ATTEMPT_HEADER),
+        worker: header(
+            h,
+            call.attribution
+                .as_ref()
+                .map_or(WORKER_HEADER, |a| &a.worker),
+        ),
+        attempt: header(
+            h,
+            call.attribution
+                .as_ref()
+                .map_or(ATTEMPT_HEADER, |a| &a.attempt),
+        ),
         retry_after: header(h, "retry-after"),
         queue_us: queue_us(h),
     });

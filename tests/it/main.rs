@@ -2,7 +2,9 @@
 
 mod cli;
 mod client;
+mod fate;
 mod gateway;
+mod load;
 mod run;
 mod simkit;
 mod support;
