@@ -29,14 +29,14 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
     let mut evidence = Vec::new();
     for d in &plan.faults {
         let declared = format!(
-            "{}: declared {} {} of {} ({:?} domain)",
+            "{}: declared {} of {} at +{:.1}s, in phase {} ({} domain)",
             d.name,
             format!("{:?}", d.action).to_lowercase(),
             d.replica,
+            d.at.as_secs_f64(),
             d.phase,
-            d.domain
-        )
-        .replace("Domain", "domain");
+            format!("{:?}", d.domain).to_lowercase()
+        );
         let Some(rec) = ev.faults.iter().find(|f| f.name == d.name) else {
             let due = ev.load_start + d.at.as_micros() as u64;
             let why = if ev.last_t < due {

@@ -5,6 +5,7 @@ mod client;
 mod fate;
 mod gateway;
 mod load;
+mod report;
 mod run;
 mod simkit;
 mod support;
