@@ -405,7 +405,7 @@ async fn sim_up(
     };
     std::fs::create_dir_all(&dir)?;
     let mut target: scenario::Target = serde_json::from_value(serde_json::json!({"kind": "sim"}))?;
-    target.replicas = replicas;
+    target.replicas = Some(scenario::Replicas::Count(replicas));
     target.gateway.policy = policy;
     let bin = crate::sim::haq_binary()?;
     let cluster = crate::sim::SimCluster::start(&target, &bin, &dir).await?;

@@ -21,4 +21,5 @@ pub mod check;
 pub mod cli;
 pub mod engine;
 pub mod faults;
+pub mod proxy;
 pub mod report;

@@ -5,10 +5,12 @@
 pub mod chunk;
 pub mod sse;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
+use tokio_util::sync::CancellationToken;
 
 use crate::trace::{ChunkKind, Clock, Event, Outcome, TraceWriter};
 use sse::{SseItem, SseParser};
@@ -30,6 +32,31 @@ pub struct Call {
     pub id: String,
     pub url: String,
     pub body: Bytes,
+    /// Told of the response head and every delivered delta (probe requests only).
+    pub observe: Option<Observe>,
+}
+
+/// What a per-request observer is told, inline from the read loop.
+#[derive(Debug, Clone, Copy)]
+pub enum Seen<'a> {
+    /// Status and the serving worker (`x-haq-worker`), when the head arrives.
+    Head {
+        status: u16,
+        worker: Option<&'a str>,
+    },
+    /// The number of deltas delivered so far, after each delta.
+    Deltas(u32),
+}
+
+/// A per-request observer (the fault triggers of probe requests). It runs on the
+/// request's read loop: it must be cheap and never block.
+#[derive(Clone)]
+pub struct Observe(pub Arc<dyn Fn(Seen<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for Observe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observe")
+    }
 }
 
 /// What the engine needs to know live (the trace has everything else).
@@ -115,6 +142,7 @@ fn classify_body_error(e: &reqwest::Error) -> (Outcome, String) {
 struct Reading<'a> {
     id: &'a str,
     trace: &'a TraceWriter,
+    observe: Option<&'a Observe>,
     n: u32,
     deltas: u32,
     usage: Option<u32>,
@@ -144,6 +172,9 @@ impl Reading<'_> {
             k if k.is_delta() => {
                 self.deltas += 1;
                 self.first_delta_us.get_or_insert(t);
+                if let Some(o) = self.observe {
+                    (o.0)(Seen::Deltas(self.deltas));
+                }
             }
             _ => {}
         }
@@ -229,6 +260,12 @@ pub async fn execute(
         attempt: header(h, ATTEMPT_HEADER),
         retry_after: header(h, "retry-after"),
     });
+    if let Some(o) = &call.observe {
+        (o.0)(Seen::Head {
+            status,
+            worker: h.get(WORKER_HEADER).and_then(|v| v.to_str().ok()),
+        });
+    }
     if status != 200 {
         let body = tokio::time::timeout(timeouts.idle, resp.bytes())
             .await
@@ -247,6 +284,7 @@ pub async fn execute(
     let mut r = Reading {
         id: &call.id,
         trace,
+        observe: call.observe.as_ref(),
         n: 0,
         deltas: 0,
         usage: None,
@@ -310,5 +348,32 @@ pub async fn execute(
             Some("end of body without [DONE], finish_reason or error".into()),
             Some(&r),
         ),
+    }
+}
+
+/// Runs `call` to its end, or until `stop` fires: then it is recorded as cancelled
+/// (stopped by haq: an interrupt or the drain timeout) and `None` is returned.
+pub async fn execute_until(
+    client: &reqwest::Client,
+    call: &Call,
+    timeouts: Timeouts,
+    clock: &Clock,
+    trace: &TraceWriter,
+    stop: &CancellationToken,
+) -> Option<CallResult> {
+    tokio::select! {
+        r = execute(client, call, timeouts, clock, trace) => Some(r),
+        _ = stop.cancelled() => {
+            trace.emit(Event::End {
+                t: clock.now_us(),
+                id: call.id.clone(),
+                outcome: Outcome::Cancelled,
+                detail: Some("stopped by haq (interrupt or drain timeout)".into()),
+                tokens: 0,
+                done: false,
+                finish: None,
+            });
+            None
+        }
     }
 }

@@ -1,6 +1,7 @@
-//! The load loop: one timeline of phase edges, faults and requests, each fired at its
+//! The load loop: one timeline of phase edges and requests, each fired at its
 //! absolute deadline from the start of load (open loop: a slow server never delays
-//! the next send), then the drain.
+//! the next send), then the drain. Faults fire on the same clock in their own task
+//! (`faults::schedule`), so this loop only dispatches.
 
 use std::time::{Duration, Instant};
 
@@ -14,10 +15,11 @@ use crate::scenario::Plan;
 use crate::trace::{Clock, Edge, Event, Outcome, TraceWriter};
 use crate::workload::{self, Schedule};
 
-/// Offers the schedule, fires faults and phase edges on time, then drains.
+/// Offers the schedule and fires phase edges on time from `load_start`, then drains.
 pub(super) async fn drive(
     plan: &Plan,
-    target: &mut Target,
+    target: &Target,
+    load_start: Instant,
     clock: &Clock,
     tw: &TraceWriter,
     cancel: &CancellationToken,
@@ -32,9 +34,7 @@ pub(super) async fn drive(
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
     let mut tasks: JoinSet<()> = JoinSet::new();
-    let load_start = Instant::now() + Duration::from_millis(50);
     let mut schedule = Schedule::new(plan).peekable();
-    let mut faults = plan.faults.iter().peekable();
     let mut edges: Vec<(Duration, usize, Edge)> = Vec::new();
     for (i, p) in plan.phases.iter().enumerate() {
         edges.push((p.start, i, Edge::Start));
@@ -44,15 +44,10 @@ pub(super) async fn drive(
     let stats = progress.stats();
 
     loop {
-        // The next thing due: phase edge first, then faults, then requests at a tie.
+        // The next thing due: phase edge first, then requests at a tie.
         let next_edge = edges.peek().map(|e| e.0);
-        let next_fault = faults.peek().map(|f| f.at);
         let next_req = schedule.peek().map(|p| p.at);
-        let Some(due) = [next_edge, next_fault, next_req]
-            .into_iter()
-            .flatten()
-            .min()
-        else {
+        let Some(due) = [next_edge, next_req].into_iter().flatten().min() else {
             break;
         };
         tokio::select! {
@@ -73,44 +68,13 @@ pub(super) async fn drive(
             if edge == Edge::Start {
                 progress.phase(p);
             }
-        } else if next_fault == Some(due) {
-            let Some(f) = faults.next() else { continue };
-            let f = f.clone();
-            let proc_ = target.sim.as_ref().and_then(|s| s.worker(&f.replica));
-            let tw = tw.clone();
-            let clock = *clock;
-            let pl = progress.clone();
-            tasks.spawn(async move {
-                let r = match proc_ {
-                    Some(p) => crate::faults::inject_process(&p, &f).await,
-                    None => crate::faults::Injected {
-                        at: Instant::now(),
-                        pid: None,
-                        verified: false,
-                        detail: format!("no process for replica {}", f.replica),
-                    },
-                };
-                pl.line(&format!(
-                    "fault {}: {} {} — {}",
-                    f.name, "kill", f.replica, r.detail
-                ));
-                tw.emit(Event::Fault {
-                    t: clock.us_of(r.at),
-                    name: f.name.clone(),
-                    domain: format!("{:?}", f.domain).to_lowercase(),
-                    action: format!("{:?}", f.action).to_lowercase(),
-                    replica: f.replica.clone(),
-                    pid: r.pid,
-                    verified: r.verified,
-                    detail: r.detail,
-                });
-            });
         } else if let Some(p) = schedule.next() {
             let class = &plan.mix.classes[p.class];
             let call = Call {
                 id: p.id.clone(),
                 url: format!("{}{}", target.api_url, workload::api_path(class.api)),
                 body: workload::request_body(plan, &p),
+                observe: None,
             };
             let ev = Event::Request {
                 t: 0,
@@ -121,6 +85,7 @@ pub(super) async fn drive(
                 prompt_tokens: p.prompt_tokens,
                 max_tokens: p.max_tokens,
                 protected: workload::is_protected(plan, &p),
+                probe: None,
             };
             let (http, tw, clock, stop, stats) = (
                 http.clone(),
@@ -136,21 +101,8 @@ pub(super) async fn drive(
                 }
                 tw.emit(ev);
                 stats.sent();
-                tokio::select! {
-                    r = client::execute(&http, &call, timeouts, &clock, &tw) => stats.done(r.outcome),
-                    _ = stop.cancelled() => {
-                        tw.emit(Event::End {
-                            t: clock.now_us(),
-                            id: call.id.clone(),
-                            outcome: Outcome::Cancelled,
-                            detail: Some("stopped by haq (interrupt or drain timeout)".into()),
-                            tokens: 0,
-                            done: false,
-                            finish: None,
-                        });
-                        stats.done(Outcome::Cancelled);
-                    }
-                }
+                let r = client::execute_until(&http, &call, timeouts, &clock, &tw, &stop).await;
+                stats.done(r.map_or(Outcome::Cancelled, |r| r.outcome));
             });
         }
     }

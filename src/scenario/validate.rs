@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::error::Issue;
+pub use super::fault_plan::{FaultPlan, Trigger};
 use super::model::*;
 
 /// Hard upper bounds that keep every load loop bounded.
@@ -30,6 +31,9 @@ pub struct Plan {
     pub total: Duration,
     /// Replica names faults may target (`w1`..`wN` for the sim).
     pub replicas: Vec<String>,
+    /// Every declared replica (name, node, and for `url` targets upstream, proxy
+    /// listen address and process).
+    pub replica_decls: Vec<ReplicaDecl>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -45,19 +49,6 @@ impl PhasePlan {
     pub fn end(&self) -> Duration {
         self.start + self.duration
     }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FaultPlan {
-    pub name: String,
-    pub domain: FailureDomain,
-    pub backend: FaultBackend,
-    pub action: FaultAction,
-    pub replica: String,
-    pub phase: String,
-    /// Offset from the start of load.
-    pub at: Duration,
-    pub verify: bool,
 }
 
 impl Plan {
@@ -100,7 +91,9 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         ));
     }
 
-    let replicas = validate_target(&s.target)?;
+    validate_target(&s.target)?;
+    let replica_decls = super::fault_plan::validate_replicas(&s.target)?;
+    let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
 
     let mix = match &s.workload.mix {
         MixRef::Inline(m) => m.clone(),
@@ -168,7 +161,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "the run would last more than 24h",
         ));
     }
-    let faults = validate_faults(&s, &phases, &replicas)?;
+    let faults = super::fault_plan::validate_faults(&s, &phases, &replica_decls)?;
 
     if let Some(r) = &s.criteria.routing {
         positive(
@@ -195,11 +188,12 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         faults,
         total,
         replicas,
+        replica_decls,
         scenario: s,
     })
 }
 
-fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
+fn validate_target(t: &Target) -> Result<(), Issue> {
     match t.kind {
         TargetKind::Sim => {
             if let Some(u) = &t.url {
@@ -209,10 +203,11 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
                     "is only used with `kind: url`; the sim target starts its own gateway",
                 ));
             }
-            if t.replicas == 0 || t.replicas > MAX_SIM_REPLICAS {
+            let n = t.replica_set().count();
+            if n == 0 || n > MAX_SIM_REPLICAS {
                 return Err(Issue::new(
                     "target.replicas",
-                    t.replicas,
+                    n,
                     format!("must be between 1 and {MAX_SIM_REPLICAS}"),
                 ));
             }
@@ -240,7 +235,7 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
                     "must be at least 1",
                 ));
             }
-            Ok(sim_replica_names(t.replicas))
+            Ok(())
         }
         TargetKind::Url => {
             let u = t
@@ -252,7 +247,14 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
             if !matches!(parsed.scheme(), "http" | "https") {
                 return Err(Issue::new("target.url", u, "must be http:// or https://"));
             }
-            Ok(Vec::new())
+            if let Some(Replicas::Count(n)) = t.replicas {
+                return Err(Issue::new(
+                    "target.replicas",
+                    n,
+                    "a `url` target lists its replicas (name, upstream, listen, process, node); a count only starts sim workers",
+                ));
+            }
+            Ok(())
         }
     }
 }
@@ -345,81 +347,6 @@ fn validate_phases(phases: &[Phase]) -> Result<Vec<PhasePlan>, Issue> {
             duration: p.duration.0,
         });
         start += p.duration.0;
-    }
-    Ok(out)
-}
-
-fn validate_faults(
-    s: &Scenario,
-    phases: &[PhasePlan],
-    replicas: &[String],
-) -> Result<Vec<FaultPlan>, Issue> {
-    let mut out = Vec::new();
-    let mut killed = BTreeSet::new();
-    for (i, f) in s.faults.iter().enumerate() {
-        let field = format!("faults[{i}]");
-        if s.target.kind != TargetKind::Sim {
-            return Err(Issue::new(
-                format!("{field}.backend"),
-                "process",
-                "the process backend can only reach the sim target's workers in this version",
-            ));
-        }
-        let phase = phases
-            .iter()
-            .find(|p| p.name == f.at.phase)
-            .ok_or_else(|| {
-                Issue::new(
-                    format!("{field}.at.phase"),
-                    &f.at.phase,
-                    format!(
-                        "no such phase (phases: {})",
-                        phases
-                            .iter()
-                            .map(|p| p.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-            })?;
-        if f.at.offset.0 >= phase.duration {
-            return Err(Issue::new(
-                format!("{field}.at.offset"),
-                f.at.offset,
-                format!(
-                    "is not inside phase `{}`, which lasts {}",
-                    phase.name,
-                    crate::scenario::units::format_duration(phase.duration)
-                ),
-            ));
-        }
-        if !replicas.contains(&f.target.replica) {
-            return Err(Issue::new(
-                format!("{field}.target.replica"),
-                &f.target.replica,
-                format!("no such replica (the target has {})", replicas.join(", ")),
-            ));
-        }
-        if !killed.insert(f.target.replica.clone()) {
-            return Err(Issue::new(
-                format!("{field}.target.replica"),
-                &f.target.replica,
-                "is already killed by an earlier fault",
-            ));
-        }
-        out.push(FaultPlan {
-            name: f
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("kill-{}", f.target.replica)),
-            domain: f.domain,
-            backend: f.backend,
-            action: f.action,
-            replica: f.target.replica.clone(),
-            phase: phase.name.clone(),
-            at: phase.start + f.at.offset.0,
-            verify: f.verify,
-        });
     }
     Ok(out)
 }

@@ -16,7 +16,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
 use super::LISTEN_PREFIX;
-use crate::scenario::Target;
+use crate::scenario::{EngineCfg, Target};
 use crate::trace::ReplicaInfo;
 
 /// One running sim process.
@@ -74,7 +74,17 @@ pub struct SimCluster {
 }
 
 async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::Result<SimProcess> {
-    let log = dir.join(format!("sim-{name}.log"));
+    spawn_logged(bin, name, args, dir, &format!("sim-{name}.log")).await
+}
+
+async fn spawn_logged(
+    bin: &Path,
+    name: &str,
+    args: &[String],
+    dir: &Path,
+    log_name: &str,
+) -> anyhow::Result<SimProcess> {
+    let log = dir.join(log_name);
     let log_file =
         std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(bin);
@@ -127,24 +137,54 @@ async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::R
     })
 }
 
+fn worker_args(name: &str, engine: &EngineCfg) -> anyhow::Result<Vec<String>> {
+    Ok(vec![
+        "sim".into(),
+        "worker".into(),
+        "--name".into(),
+        name.into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--engine".into(),
+        serde_json::to_string(engine)?,
+    ])
+}
+
+/// Starts one worker process: a replacement (`generation` ≥ 1 logs to
+/// `sim-<name>.<generation>.log`).
+pub async fn spawn_worker(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    engine: &EngineCfg,
+    generation: u32,
+) -> anyhow::Result<SimProcess> {
+    let log = if generation == 0 {
+        format!("sim-{name}.log")
+    } else {
+        format!("sim-{name}.{generation}.log")
+    };
+    spawn_logged(bin, name, &worker_args(name, engine)?, dir, &log).await
+}
+
 impl SimCluster {
     /// Starts `target.replicas` workers and the gateway; returns once the gateway
     /// routes to every worker.
     pub async fn start(target: &Target, bin: &Path, dir: &Path) -> anyhow::Result<SimCluster> {
-        let engine = serde_json::to_string(&target.engine)?;
+        Self::start_via(target, bin, dir, &|_, url| url.to_string()).await
+    }
+
+    /// As [`start`](Self::start), with the gateway reaching worker `name` (at `url`)
+    /// through the URL `via(name, url)` returns (haq's proxy in between).
+    pub async fn start_via(
+        target: &Target,
+        bin: &Path,
+        dir: &Path,
+        via: &(dyn Fn(&str, &str) -> String + Sync),
+    ) -> anyhow::Result<SimCluster> {
         let mut workers = Vec::new();
-        for name in crate::scenario::validate::sim_replica_names(target.replicas) {
-            let args = vec![
-                "sim".into(),
-                "worker".into(),
-                "--name".into(),
-                name.clone(),
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-                "--engine".into(),
-                engine.clone(),
-            ];
-            workers.push(spawn(bin, &name, &args, dir).await?);
+        for name in target.replica_names() {
+            workers.push(spawn_worker(bin, dir, &name, &target.engine, 0).await?);
         }
         let g = &target.gateway;
         let mut args = vec![
@@ -168,7 +208,7 @@ impl SimCluster {
         ];
         for w in &workers {
             args.push("--upstream".into());
-            args.push(format!("{}={}", w.name, w.url));
+            args.push(format!("{}={}", w.name, via(&w.name, &w.url)));
         }
         let gateway = spawn(bin, "gateway", &args, dir).await?;
         let cluster = SimCluster {
@@ -179,6 +219,8 @@ impl SimCluster {
                     name: w.name.clone(),
                     url: w.url.clone(),
                     pid: Some(w.pid),
+                    proxy: None,
+                    node: None,
                 })
                 .collect(),
             workers: workers
