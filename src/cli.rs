@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -106,21 +105,15 @@ pub struct SimArgs {
     pub command: SimCommand,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum PolicyArg {
-    Reference,
-    NaiveRetry,
-    SilentTruncate,
-}
-
-impl From<PolicyArg> for GatewayPolicy {
-    fn from(p: PolicyArg) -> Self {
-        match p {
-            PolicyArg::Reference => GatewayPolicy::Reference,
-            PolicyArg::NaiveRetry => GatewayPolicy::NaiveRetry,
-            PolicyArg::SilentTruncate => GatewayPolicy::SilentTruncate,
-        }
-    }
+/// Parses a gateway policy name (`reference`, `naive-retry`, …).
+pub fn parse_policy(s: &str) -> Result<GatewayPolicy, String> {
+    GatewayPolicy::ALL
+        .into_iter()
+        .find(|p| p.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<_> = GatewayPolicy::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown policy `{s}` (one of: {})", names.join(", "))
+        })
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,12 +124,17 @@ pub enum SimCommand {
         /// Number of worker processes.
         #[arg(long, default_value_t = 3)]
         replicas: u32,
-        /// Gateway failover policy.
-        #[arg(long, value_enum, default_value = "reference")]
-        policy: PolicyArg,
-        /// Directory for logs and the gateway journal (default: a new temp dir).
+        /// Gateway policy: reference, naive-retry, silent-truncate, soft-timeout,
+        /// no-health-check, no-shedding, hard-drain, no-tool-idempotency.
+        #[arg(long, default_value = "reference", value_parser = parse_policy)]
+        policy: GatewayPolicy,
+        /// Directory for logs and journals (default: a new temp dir).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// A scenario whose `target` (engine, gateway, tools) to start; `--replicas` and
+        /// `--policy` still apply when given explicitly.
+        #[arg(long)]
+        scenario: Option<PathBuf>,
     },
     /// One simulated engine replica (started by haq).
     #[command(hide = true)]
@@ -148,6 +146,15 @@ pub enum SimCommand {
         /// Engine model as JSON (the scenario's `target.engine`).
         #[arg(long, default_value = "{}")]
         engine: String,
+        /// Served model name.
+        #[arg(long, default_value = "haq-sim-8b")]
+        model: String,
+        /// Base URL of the tool service.
+        #[arg(long)]
+        tools_url: Option<String>,
+        /// Journal file (JSON lines).
+        #[arg(long)]
+        journal: Option<PathBuf>,
     },
     /// The simulated gateway (started by haq).
     #[command(hide = true)]
@@ -157,16 +164,23 @@ pub enum SimCommand {
         /// `name=http://host:port`, repeatable.
         #[arg(long = "upstream", required = true)]
         upstreams: Vec<String>,
-        #[arg(long, value_enum, default_value = "reference")]
-        policy: PolicyArg,
-        #[arg(long, default_value_t = 1)]
-        retry_budget: u32,
-        #[arg(long, default_value = "250ms", value_parser = scenario::units::parse_duration)]
-        health_interval: Duration,
-        #[arg(long, default_value_t = 2)]
-        health_failures: u32,
+        /// Gateway configuration as JSON (the scenario's `target.gateway`).
+        #[arg(long, default_value = "{}")]
+        config: String,
         #[arg(long)]
         journal: Option<PathBuf>,
+    },
+    /// The tool service (started by haq).
+    #[command(hide = true)]
+    Tools {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Execution log (`tools.jsonl`).
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Tool service configuration as JSON (the scenario's `target.tools`).
+        #[arg(long, default_value = "{}")]
+        config: String,
     },
 }
 
@@ -323,30 +337,53 @@ fn init(a: InitArgs) -> Exit {
 /// The starter scenario `haq init` writes.
 pub const STARTER: &str = include_str!("starter.yaml");
 
+fn json_arg<T: for<'de> serde::Deserialize<'de>>(flag: &str, v: &str) -> anyhow::Result<T> {
+    serde_json::from_str(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+}
+
 async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
     let result = match cmd {
         SimCommand::Worker {
             name,
             listen,
             engine,
-        } => match serde_json::from_str(&engine) {
+            model,
+            tools_url,
+            journal,
+        } => match json_arg("--engine", &engine) {
             Ok(engine) => {
                 crate::sim::worker::serve(crate::sim::worker::WorkerConfig {
                     name,
                     listen,
                     engine,
+                    model,
+                    tools_url,
+                    journal,
                 })
                 .await
             }
-            Err(e) => Err(anyhow::anyhow!("--engine: {e}")),
+            Err(e) => Err(e),
+        },
+        SimCommand::Tools {
+            listen,
+            log,
+            config,
+        } => match json_arg::<scenario::ToolsCfg>("--config", &config) {
+            Ok(c) => {
+                crate::sim::tools::serve(crate::sim::tools::ToolsConfig {
+                    listen,
+                    log,
+                    dedup: c.dedup,
+                    exec_time: c.exec_time.0,
+                })
+                .await
+            }
+            Err(e) => Err(e),
         },
         SimCommand::Gateway {
             listen,
             upstreams,
-            policy,
-            retry_budget,
-            health_interval,
-            health_failures,
+            config,
             journal,
         } => {
             let mut ups = Vec::new();
@@ -361,22 +398,25 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
                     }
                 }
             }
-            crate::sim::gateway::serve(crate::sim::gateway::GatewayConfig {
-                listen,
-                upstreams: ups,
-                policy: policy.into(),
-                retry_budget,
-                health_interval,
-                health_failures,
-                journal,
-            })
-            .await
+            match json_arg("--config", &config) {
+                Ok(cfg) => {
+                    crate::sim::gateway::serve(crate::sim::gateway::GatewayConfig {
+                        listen,
+                        upstreams: ups,
+                        cfg,
+                        journal,
+                    })
+                    .await
+                }
+                Err(e) => Err(e),
+            }
         }
         SimCommand::Up {
             replicas,
             policy,
             dir,
-        } => sim_up(replicas, policy.into(), dir, cancel).await,
+            scenario,
+        } => sim_up(replicas, policy, dir, scenario, cancel).await,
     };
     match result {
         Ok(()) => Exit::Pass,
@@ -391,6 +431,7 @@ async fn sim_up(
     replicas: u32,
     policy: GatewayPolicy,
     dir: Option<PathBuf>,
+    scenario_path: Option<PathBuf>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     if replicas == 0 || replicas > scenario::validate::MAX_SIM_REPLICAS {
@@ -404,18 +445,30 @@ async fn sim_up(
         None => std::env::temp_dir().join(format!("haq-sim-{}", std::process::id())),
     };
     std::fs::create_dir_all(&dir)?;
-    let mut target: scenario::Target = serde_json::from_value(serde_json::json!({"kind": "sim"}))?;
-    target.replicas = Some(scenario::Replicas::Count(replicas));
-    target.gateway.policy = policy;
+    let mut target: scenario::Target = match &scenario_path {
+        Some(p) => {
+            let plan = scenario::load(p, &[], None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            plan.scenario.target
+        }
+        None => serde_json::from_value(serde_json::json!({"kind": "sim"}))?,
+    };
+    if scenario_path.is_none() || replicas != 3 {
+        target.replicas = Some(scenario::Replicas::Count(replicas));
+    }
+    if scenario_path.is_none() || policy != GatewayPolicy::Reference {
+        target.gateway.policy = policy;
+    }
     let bin = crate::sim::haq_binary()?;
     let cluster = crate::sim::SimCluster::start(&target, &bin, &dir).await?;
     println!(
-        "gateway   {}  (OpenAI base URL; policy {policy:?})",
-        cluster.api_url
+        "gateway   {}  (OpenAI base URL; policy {})",
+        cluster.api_url,
+        target.gateway.policy.name()
     );
     for r in &cluster.info {
         println!("{:<9} {}  pid {}", r.name, r.url, r.pid.unwrap_or(0));
     }
+    println!("tools     {}", cluster.tools.url);
     println!("logs      {}", dir.display());
     println!("Ctrl-C stops every process.");
     cancel.cancelled().await;

@@ -7,9 +7,16 @@ use tokio_util::sync::CancellationToken;
 fn main() -> ExitCode {
     haq::install_crypto_provider();
     let cli = Cli::parse();
-    // Sim processes serve many streams; the CLI itself needs fewer threads.
+    // A worker's HTTP side is one current-thread runtime (its engine has its own thread;
+    // the `after_event` fault hook relies on this, see sim::worker::out); the tool
+    // service is light too.
     let rt = match &cli.command {
-        Command::Sim(s) if matches!(s.command, SimCommand::Worker { .. }) => {
+        Command::Sim(s)
+            if matches!(
+                s.command,
+                SimCommand::Worker { .. } | SimCommand::Tools { .. }
+            ) =>
+        {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -25,9 +32,10 @@ fn main() -> ExitCode {
             return Exit::Unusable.into();
         }
     };
-    // Sim processes keep the default signal dispositions: SIGTERM/SIGKILL end them.
+    // Sim processes keep the default signal dispositions (SIGKILL crashes them, SIGTERM
+    // ends the gateway and tool service); a worker handles SIGTERM itself as a drain.
     let sim_process = matches!(&cli.command, Command::Sim(s)
-        if matches!(s.command, SimCommand::Worker { .. } | SimCommand::Gateway { .. }));
+        if matches!(s.command, SimCommand::Worker { .. } | SimCommand::Gateway { .. } | SimCommand::Tools { .. }));
     rt.block_on(async {
         let cancel = CancellationToken::new();
         if !sim_process {

@@ -1,10 +1,17 @@
-//! Folds a trace, event by event, into per-request records. A request's chunks are
-//! held only while it is in flight; when it ends, its record is reduced to a small
-//! summary and handed to the per-request checks, so memory is bounded by the number
-//! of requests in flight, however long the run.
+//! Folds a trace, event by event, into per-request records (M1: attempts, chunks,
+//! how it ended). A request's chunks are held only while it is in flight; when it
+//! ends, its record is handed to the per-request checks and dropped, so memory is
+//! bounded by the number of requests in flight, however long the run.
+//!
+//! With a gateway journal merged into the stream, a request's record also collects
+//! its attempts. The journal may speak about a request a little after the client saw
+//! it end (the gateway learns late that the client left), so an ended request lingers
+//! for a bounded window of trace time before it is judged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
+use super::evidence::GwItem;
+use crate::trace::journal::GatewayEntry;
 use crate::trace::{ChunkKind, Event, Outcome};
 
 #[derive(Debug, Clone)]
@@ -28,13 +35,81 @@ pub struct RequestRecord {
     pub dispatch: u64,
     pub max_tokens: u32,
     pub protected: bool,
+    /// Sent as a streaming request (default true in older traces).
+    pub stream: bool,
+    /// With a concurrency cap: when the request got its slot.
+    pub admitted: Option<u64>,
+    /// Server-reported queue time (µs).
+    pub queue_us: Option<u64>,
     pub status: Option<u16>,
     pub response_t: Option<u64>,
     pub worker: Option<String>,
     pub attempt: Option<String>,
     pub chunks: Vec<ChunkRec>,
     pub end: Option<EndRec>,
+    /// Attempts, from the gateway journal (empty without one).
+    pub attempts: Vec<AttemptRec>,
+    /// Other journal entries about this request.
+    pub notes: Vec<GwNote>,
+    /// Trace time up to which the gateway journal is known to go on, when this record
+    /// was judged (0: no journal).
+    pub journal_until: u64,
 }
+
+/// One upstream attempt of a request, as the gateway journaled it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttemptRec {
+    pub id: String,
+    pub worker: String,
+    pub start: u64,
+    /// Deltas already delivered to the client when the attempt started.
+    pub delivered_at_start: u32,
+    pub end: Option<u64>,
+    /// `finished`, `failed`, `client_gone`, `relayed`, or what a newer gateway says.
+    pub result: Option<String>,
+    pub why: Option<String>,
+    /// Deltas delivered to the client (request total) when the attempt ended.
+    pub delivered_at_end: Option<u32>,
+    /// Engine phases the journal reported: (time, `queued` / `prefill` / `decode`).
+    pub phases: Vec<(u64, String)>,
+    /// When the attempt was fenced: lease revoked or expired, cancel confirmed.
+    pub fenced: Option<u64>,
+}
+
+impl AttemptRec {
+    /// Alive at `t`: started, not ended.
+    pub fn live_at(&self, t: u64) -> bool {
+        self.start <= t && self.end.is_none_or(|e| e > t)
+    }
+    /// The engine phase the journal last reported at or before `t`.
+    pub fn phase_at(&self, t: u64) -> Option<&str> {
+        self.phases
+            .iter()
+            .rfind(|(pt, _)| *pt <= t)
+            .map(|(_, p)| p.as_str())
+    }
+}
+
+/// A journal entry about a request that is not an attempt's start or end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GwNote {
+    pub t: u64,
+    pub ev: String,
+    pub attempt: Option<String>,
+    pub delivered: Option<u32>,
+    pub detail: String,
+}
+
+/// Journal entry kinds (from a newer gateway) that mean "this attempt can no longer
+/// publish": the retry after it is legal (M2, M5).
+pub const FENCE_KINDS: [&str; 6] = [
+    "fence",
+    "fenced",
+    "lease_revoked",
+    "lease_expired",
+    "cancel_confirmed",
+    "cancel_ack",
+];
 
 #[derive(Debug, Clone)]
 pub struct EndRec {
@@ -44,6 +119,11 @@ pub struct EndRec {
     pub tokens: u32,
     pub done: bool,
     pub finish: Option<String>,
+    pub counted: Option<u32>,
+    pub usage: Option<crate::trace::Usage>,
+    pub error: Option<crate::trace::InBandError>,
+    pub tool_calls: Vec<crate::trace::ToolCall>,
+    pub json_valid: Option<bool>,
 }
 
 impl RequestRecord {
@@ -110,16 +190,41 @@ pub trait RequestSink {
     fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]);
 }
 
+/// What became of the journal lines the fold read.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct JournalStats {
+    pub lines: u64,
+    /// Attached to a request of the trace.
+    pub attached: u64,
+    /// About no request the trace knows (another client, or too late to attach).
+    pub unattached: u64,
+    /// Trace time of the last journal line.
+    pub last_t: u64,
+    /// All of the journal has been read.
+    pub ended: bool,
+}
+
 #[derive(Default)]
 pub struct Folder {
     pub info: RunInfo,
     pub faults: Vec<FaultRec>,
     in_flight: HashMap<String, RequestRecord>,
+    /// Ended requests waiting out the linger window: (deadline, id) in end order.
+    closing: VecDeque<(u64, String)>,
+    /// Journal lines that came before their request's first trace line.
+    early: HashMap<String, Vec<(u64, GwItem)>>,
+    early_q: VecDeque<(u64, String)>,
+    /// How long (µs of trace time) an ended request waits for late journal lines.
+    pub linger: u64,
+    /// The latest time seen on any stream.
+    cursor: u64,
+    pub journal: JournalStats,
     pub parse_errors: Vec<String>,
 }
 
 impl Folder {
     pub fn push(&mut self, ev: Event, sink: &mut dyn RequestSink) {
+        self.advance(ev.t(), sink);
         match ev {
             Event::RunStart {
                 name, seed, wall, ..
@@ -142,21 +247,27 @@ impl Folder {
                 intended,
                 max_tokens,
                 protected,
+                stream,
+                admitted,
                 ..
             } => {
-                self.in_flight.insert(
-                    id.clone(),
-                    RequestRecord {
-                        id,
-                        class,
-                        phase,
-                        intended,
-                        dispatch: t,
-                        max_tokens,
-                        protected,
-                        ..Default::default()
-                    },
-                );
+                let mut r = RequestRecord {
+                    id: id.clone(),
+                    class,
+                    phase,
+                    intended,
+                    dispatch: t,
+                    max_tokens,
+                    protected,
+                    stream,
+                    admitted,
+                    ..Default::default()
+                };
+                for (gt, item) in self.early.remove(&id).into_iter().flatten() {
+                    self.journal.attached += 1;
+                    attach(&mut r, gt, item);
+                }
+                self.in_flight.insert(id, r);
             }
             Event::Response {
                 t,
@@ -164,9 +275,11 @@ impl Folder {
                 status,
                 worker,
                 attempt,
+                queue_us,
                 ..
             } => {
                 if let Some(r) = self.in_flight.get_mut(&id) {
+                    r.queue_us = queue_us;
                     r.status = Some(status);
                     r.response_t = Some(t);
                     r.worker = worker;
@@ -203,8 +316,16 @@ impl Folder {
                 tokens,
                 done,
                 finish,
+                counted,
+                usage,
+                error,
+                tool_calls,
+                json_valid,
+                ..
             } => {
-                if let Some(mut r) = self.in_flight.remove(&id) {
+                if let Some(r) = self.in_flight.get_mut(&id)
+                    && r.end.is_none()
+                {
                     r.end = Some(EndRec {
                         t,
                         outcome,
@@ -212,8 +333,17 @@ impl Folder {
                         tokens,
                         done,
                         finish,
+                        counted,
+                        usage,
+                        error,
+                        tool_calls,
+                        json_valid,
                     });
-                    sink.request(&r, &self.faults);
+                    if self.linger == 0 {
+                        self.finalize(&id, sink);
+                    } else {
+                        self.closing.push_back((t + self.linger, id));
+                    }
                 }
             }
             Event::Fault {
@@ -263,8 +393,162 @@ impl Folder {
         }
     }
 
+    /// One gateway journal line, already on the trace's timeline.
+    pub fn push_gateway(&mut self, t: u64, item: GwItem, sink: &mut dyn RequestSink) {
+        self.journal.last_t = self.journal.last_t.max(t);
+        self.advance(t, sink);
+        self.journal.lines += 1;
+        let Some(req) = item.req().map(str::to_string) else {
+            return;
+        };
+        if let Some(r) = self.in_flight.get_mut(&req) {
+            self.journal.attached += 1;
+            attach(r, t, item);
+        } else {
+            self.early_q.push_back((t, req.clone()));
+            self.early.entry(req).or_default().push((t, item));
+        }
+    }
+
+    /// The journal has no more lines: requests judged from now on know where it ends.
+    pub fn gateway_ended(&mut self) {
+        self.journal.ended = true;
+    }
+
+    /// Moves time forward: judges ended requests whose linger window has passed and
+    /// drops journal lines that never found their request.
+    fn advance(&mut self, t: u64, sink: &mut dyn RequestSink) {
+        self.cursor = self.cursor.max(t);
+        while let Some((deadline, _)) = self.closing.front() {
+            if *deadline > self.cursor {
+                break;
+            }
+            if let Some((_, id)) = self.closing.pop_front() {
+                self.finalize(&id, sink);
+            }
+        }
+        while let Some((et, _)) = self.early_q.front() {
+            if et.saturating_add(self.linger.max(1_000_000)) > self.cursor {
+                break;
+            }
+            if let Some((_, id)) = self.early_q.pop_front()
+                && let Some(v) = self.early.remove(&id)
+            {
+                self.journal.unattached += v.len() as u64;
+            }
+        }
+    }
+
+    fn finalize(&mut self, id: &str, sink: &mut dyn RequestSink) {
+        if let Some(mut r) = self.in_flight.remove(id) {
+            // Lines still to come are later than anything seen so far.
+            r.journal_until = if self.journal.ended {
+                self.journal.last_t
+            } else {
+                self.cursor.max(self.journal.last_t)
+            };
+            sink.request(&r, &self.faults);
+        }
+    }
+
+    /// End of all streams: judges every ended request still lingering.
+    pub fn finish(&mut self, sink: &mut dyn RequestSink) {
+        while let Some((_, id)) = self.closing.pop_front() {
+            self.finalize(&id, sink);
+        }
+        self.journal.unattached += self.early.values().map(|v| v.len() as u64).sum::<u64>();
+        self.early.clear();
+        self.early_q.clear();
+    }
+
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub fn unfinished(&self) -> usize {
-        self.in_flight.len()
+        self.in_flight.values().filter(|r| r.end.is_none()).count()
+    }
+}
+
+/// Files one journal line into its request's record.
+fn attach(r: &mut RequestRecord, t: u64, item: GwItem) {
+    match item {
+        GwItem::Known(GatewayEntry::AttemptStart {
+            attempt,
+            worker,
+            delivered,
+            ..
+        }) => r.attempts.push(AttemptRec {
+            id: attempt,
+            worker,
+            start: t,
+            delivered_at_start: delivered,
+            ..Default::default()
+        }),
+        GwItem::Known(GatewayEntry::AttemptEnd {
+            attempt,
+            worker,
+            result,
+            why,
+            delivered,
+            ..
+        }) => {
+            if let Some(a) = r.attempts.iter_mut().rfind(|a| a.id == attempt) {
+                a.end = Some(t);
+                a.result = Some(result);
+                a.why = why;
+                a.delivered_at_end = Some(delivered);
+            } else {
+                // The start was lost (torn journal): keep what the end says.
+                r.attempts.push(AttemptRec {
+                    id: attempt,
+                    worker,
+                    start: t,
+                    end: Some(t),
+                    result: Some(result),
+                    why,
+                    delivered_at_end: Some(delivered),
+                    ..Default::default()
+                });
+            }
+        }
+        GwItem::Known(GatewayEntry::ExplicitError { delivered, why, .. }) => r.notes.push(GwNote {
+            t,
+            ev: "explicit_error".into(),
+            attempt: None,
+            delivered: Some(delivered),
+            detail: why,
+        }),
+        GwItem::Known(GatewayEntry::RetryAfterDelta { delivered, .. }) => r.notes.push(GwNote {
+            t,
+            ev: "retry_after_delta".into(),
+            attempt: None,
+            delivered: Some(delivered),
+            detail: String::new(),
+        }),
+        GwItem::Known(GatewayEntry::NoUpstream { attempts, .. }) => r.notes.push(GwNote {
+            t,
+            ev: "no_upstream".into(),
+            attempt: None,
+            delivered: None,
+            detail: format!("{attempts} attempts made"),
+        }),
+        GwItem::Known(_) => {}
+        GwItem::Other { ev, fields } => {
+            let attempt = fields["attempt"].as_str().map(str::to_string);
+            let a = attempt
+                .as_deref()
+                .and_then(|id| r.attempts.iter_mut().rfind(|a| a.id == id));
+            match (a, fields["phase"].as_str()) {
+                (Some(a), Some(phase)) if ev == "phase" => a.phases.push((t, phase.to_string())),
+                (Some(a), _) if FENCE_KINDS.contains(&ev.as_str()) => {
+                    a.fenced.get_or_insert(t);
+                }
+                _ => r.notes.push(GwNote {
+                    t,
+                    ev,
+                    attempt,
+                    delivered: fields["delivered"].as_u64().map(|d| d as u32),
+                    detail: fields["why"].as_str().unwrap_or_default().to_string(),
+                }),
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! Verdicts compose as in Jepsen: a finding FAILs; missing evidence is UNKNOWN, never
 //! PASS; a verdict this version does not judge is NOT_EVALUATED with the reason.
 
+pub mod evidence;
 pub mod fate;
 pub mod history;
 pub mod latency;
@@ -84,9 +85,18 @@ pub struct Judgement {
     pub verdicts: Vec<Verdict>,
     pub phases: Vec<PhaseStats>,
     pub faults: Vec<FaultRec>,
+    /// Request-Fate findings (up to `fate::KEEP_PER_KIND` of each kind).
     pub findings: Vec<fate::Finding>,
-    /// Requests caught by a fault: (stage, outcome, count).
-    pub fate_table: Vec<(fate::Stage, crate::trace::Outcome, u64)>,
+    /// Every finding kind with its full count.
+    pub finding_counts: Vec<(fate::FindingKind, u64)>,
+    /// Requests caught by a fault: the stage × outcome table (Q8).
+    pub fate_table: Vec<fate::FateRow>,
+    /// The requests behind the table, each with its attempts and delivered deltas (M1).
+    pub fate_requests: Vec<fate::RequestFate>,
+    /// Which evidence sources the judgement read.
+    pub evidence: Vec<evidence::SourceReport>,
+    /// Checkers that panicked (their verdict is UNKNOWN).
+    pub checker_crashes: Vec<fate::Crash>,
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub unfinished: usize,
 }
@@ -107,51 +117,92 @@ impl Judgement {
     }
 }
 
-struct Acc<'a> {
-    plan: &'a Plan,
+struct Acc {
     phases: Vec<PhaseAcc>,
     fate: fate::FateAcc,
 }
 
-impl RequestSink for Acc<'_> {
+impl RequestSink for Acc {
     fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
             p.add(r);
         }
-        self.fate.add(r, faults, &self.plan.scenario.policy);
+        self.fate.add(r, faults);
     }
 }
 
-/// Judges a trace against the plan. `events` is called twice: a first pass collects
-/// the faults (their lines may follow the requests they cut: a fault is written once
-/// verified), the second folds the requests.
+/// Judges a trace (no other evidence) against the plan.
 pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I) -> Judgement {
+    judge_with(plan, events, evidence::Sources::none())
+}
+
+/// Judges a trace and the other evidence of the run against the plan. `events` is
+/// called twice: a first pass collects the faults (their lines may follow the requests
+/// they cut: a fault is written once verified) and the clock base; the second folds
+/// the requests, merged in time with the gateway journal.
+pub fn judge_with<I: IntoIterator<Item = Event>>(
+    plan: &Plan,
+    events: impl Fn() -> I,
+    mut src: evidence::Sources,
+) -> Judgement {
     let mut folder = Folder::default();
+    let mut mono_ns = 0;
     for ev in events() {
-        if let Event::Fault { .. } = ev {
-            folder.push(ev, &mut NoSink);
+        match ev {
+            Event::Fault { .. } => folder.push(ev, &mut NoSink),
+            Event::RunStart { mono_ns: m, .. } => mono_ns = m,
+            _ => {}
         }
     }
     folder.faults.sort_by_key(|f| f.t);
+    let mut ctx = fate::Ctx::new(plan);
+    ctx.journal = src.gateway.is_some();
+    if ctx.journal {
+        // Wait for late journal lines past the cancel grace before judging a request.
+        folder.linger = ctx.cancel_grace + 1_000_000;
+    }
     let mut acc = Acc {
-        plan,
         phases: plan
             .phases
             .iter()
             .map(|p| PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase()))
             .collect(),
-        fate: fate::FateAcc::default(),
+        fate: fate::FateAcc::new(ctx),
     };
-    for ev in events() {
-        if !matches!(ev, Event::Fault { .. }) {
-            folder.push(ev, &mut acc);
+    let mut gw_error = None;
+    let trace = events()
+        .into_iter()
+        .filter(|e| !matches!(e, Event::Fault { .. }));
+    for item in evidence::merge(trace, src.gateway.take(), mono_ns, |e| gw_error = Some(e)) {
+        match item {
+            evidence::Item::Trace(ev) => folder.push(ev, &mut acc),
+            evidence::Item::Gateway(t, it) => folder.push_gateway(t, it, &mut acc),
+            evidence::Item::GatewayEnd => folder.gateway_ended(),
+        }
+    }
+    folder.finish(&mut acc);
+    if let Some(e) = gw_error {
+        src.report("gateway journal", evidence::SourceState::Unreadable, e);
+    }
+    if let Some(tools) = src.tools.take() {
+        for line in tools {
+            match line {
+                Ok(x) => acc
+                    .fate
+                    .tool(x.t_ns.saturating_sub(mono_ns) / 1000, &x.entry),
+                Err(e) => {
+                    src.report("tool log", evidence::SourceState::Unreadable, e);
+                    break;
+                }
+            }
         }
     }
     let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
+    let sim = plan.scenario.target.kind == crate::scenario::TargetKind::Sim;
     let mut verdicts = Vec::new();
     for name in VERDICTS {
         verdicts.push(match name {
-            "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len()),
+            "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len(), &src.reports, sim),
             "Latency" => latency::verdict(plan, &phases),
             "Failure-Domain" => Verdict::new(
                 name,
@@ -179,18 +230,19 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
         }
     }
     let unfinished = folder.unfinished();
+    let fate_table = acc.fate.table_rows();
+    let fate = acc.fate;
     Judgement {
         run: folder.info,
         verdicts,
         phases,
         faults: folder.faults,
-        findings: acc.fate.findings,
-        fate_table: acc
-            .fate
-            .table
-            .into_iter()
-            .map(|((s, o), n)| (s, o, n))
-            .collect(),
+        findings: fate.findings,
+        finding_counts: fate.counts.into_iter().collect(),
+        fate_table,
+        fate_requests: fate.fates,
+        evidence: src.reports,
+        checker_crashes: fate.crashes,
         unfinished,
     }
 }
@@ -214,11 +266,16 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     for e in crate::trace::read(&tp).with_context(|| format!("reading {}", tp.display()))? {
         e.map_err(|msg| anyhow::anyhow!("{}: {msg}", tp.display()))?;
     }
-    let j = judge(&plan, || {
-        crate::trace::read(&tp)
-            .into_iter()
-            .flatten()
-            .map_while(Result::ok)
-    });
+    let sources = evidence::open(dir, &plan);
+    let j = judge_with(
+        &plan,
+        || {
+            crate::trace::read(&tp)
+                .into_iter()
+                .flatten()
+                .map_while(Result::ok)
+        },
+        sources,
+    );
     Ok((plan, j))
 }

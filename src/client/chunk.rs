@@ -1,8 +1,25 @@
 //! What one SSE `data:` payload of an OpenAI-compatible stream says.
+//!
+//! Parsed with borrowed strings (no copy unless the JSON escapes something) into only
+//! the fields haq reads; everything else is skipped. Shapes read: OpenAI/vLLM/SGLang
+//! chat and completions chunks, llama.cpp (role delta with `content: null`, usage on
+//! `choices: []` with `timings`), LiteLLM (usage on an empty delta, in-band
+//! `{"error": {...}}`), the seed's explicit error (M3).
+
+use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use crate::trace::ChunkKind;
+use crate::trace::{ChunkKind, InBandError, Usage};
+
+/// One streamed tool-call fragment.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolFragment {
+    pub index: u32,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub arguments: Option<String>,
+}
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChunkInfo {
@@ -10,70 +27,127 @@ pub struct ChunkInfo {
     pub text: Option<String>,
     pub cid: Option<String>,
     pub finish: Option<String>,
-    /// `usage.completion_tokens`, when this chunk reports usage.
-    pub usage_tokens: Option<u32>,
+    pub usage: Option<Usage>,
+    pub error: Option<InBandError>,
+    pub tools: Vec<ToolFragment>,
+    /// The payload is not JSON (and not `[DONE]`).
+    pub unparsable: bool,
     /// Keep the raw payload in the trace (not a plain delta).
     pub keep_raw: bool,
 }
 
+impl ChunkInfo {
+    /// `usage.completion_tokens`, when this chunk reports usage.
+    pub fn usage_tokens(&self) -> Option<u32> {
+        self.usage.and_then(|u| u.completion)
+    }
+}
+
 #[derive(Deserialize)]
-struct Wire {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    choices: Option<Vec<WireChoice>>,
+struct Wire<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<WireChoice<'a>>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<serde_json::Value>,
-    #[serde(default)]
-    object: Option<String>,
+    #[serde(default, borrow)]
+    object: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
-struct WireChoice {
-    #[serde(default)]
-    delta: Option<WireDelta>,
+struct WireChoice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<WireDelta<'a>>,
+    /// A non-streaming chat answer.
+    #[serde(default, borrow)]
+    message: Option<WireDelta<'a>>,
     /// `/v1/completions` streams `text` instead of a delta.
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
-struct WireDelta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    reasoning_content: Option<String>,
-    #[serde(default)]
-    reasoning: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<WireToolCall>>,
+struct WireDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<WireToolCall<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct WireToolCall {
+struct WireToolCall<'a> {
     #[serde(default)]
-    function: Option<WireFunction>,
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<WireFunction<'a>>,
 }
 
 #[derive(Deserialize)]
-struct WireFunction {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    arguments: Option<String>,
+struct WireFunction<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct WireUsage {
     #[serde(default)]
+    prompt_tokens: Option<u32>,
+    #[serde(default)]
     completion_tokens: Option<u32>,
+    #[serde(default)]
+    prompt_tokens_details: Option<WireDetails>,
 }
 
-/// Classifies one `data:` payload.
+#[derive(Deserialize)]
+struct WireDetails {
+    #[serde(default)]
+    cached_tokens: Option<u32>,
+}
+
+fn nonempty<'s>(s: &'s Option<Cow<'_, str>>) -> Option<&'s str> {
+    s.as_deref().filter(|t| !t.is_empty())
+}
+
+/// Reads an in-band error object (`{"error": {...}}` or `{"object": "error", ...}`).
+pub fn read_error(v: &serde_json::Value) -> InBandError {
+    let s = |k: &str| match &v[k] {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let mut e = InBandError {
+        n: 0,
+        code: s("code"),
+        message: s("message"),
+        kind: s("type"),
+        request_id: s("request_id"),
+        partial_output: v["partial_output"].as_bool(),
+        delivered_output_tokens: v["delivered_output_tokens"].as_u64(),
+        retryable: v["retryable"].as_bool(),
+        seed_shape: false,
+    };
+    e.seed_shape = e.code.as_deref() == Some("upstream_decode_interrupted")
+        && e.request_id.is_some()
+        && e.partial_output.is_some()
+        && e.delivered_output_tokens.is_some()
+        && e.retryable.is_some();
+    e
+}
+
+/// Classifies one `data:` payload (streamed chunk or a whole non-streaming answer).
 pub fn classify(data: &str) -> ChunkInfo {
     if data.trim() == "[DONE]" {
         return ChunkInfo {
@@ -81,56 +155,83 @@ pub fn classify(data: &str) -> ChunkInfo {
             ..Default::default()
         };
     }
-    let Ok(w) = serde_json::from_str::<Wire>(data) else {
-        return ChunkInfo {
-            kind: Some(ChunkKind::Other),
-            keep_raw: true,
-            ..Default::default()
-        };
+    let w = match serde_json::from_str::<Wire>(data) {
+        Ok(w) => w,
+        Err(_) => {
+            return ChunkInfo {
+                kind: Some(ChunkKind::Other),
+                unparsable: serde_json::from_str::<serde::de::IgnoredAny>(data).is_err(),
+                keep_raw: true,
+                ..Default::default()
+            };
+        }
     };
     let mut info = ChunkInfo {
-        cid: w.id,
+        cid: w.id.map(Cow::into_owned),
         ..Default::default()
     };
     if w.error.is_some() || w.object.as_deref() == Some("error") {
+        let err = match &w.error {
+            Some(e @ serde_json::Value::Object(_)) => read_error(e),
+            Some(other) => InBandError {
+                message: Some(other.to_string()),
+                ..Default::default()
+            },
+            // `{"object": "error", "message": ..., "code": ...}` (vLLM's shape)
+            None => serde_json::from_str::<serde_json::Value>(data)
+                .map(|v| read_error(&v))
+                .unwrap_or_default(),
+        };
         info.kind = Some(ChunkKind::Error);
+        info.error = Some(err);
         info.keep_raw = true;
         return info;
     }
-    info.usage_tokens = w.usage.as_ref().and_then(|u| u.completion_tokens);
+    info.usage = w.usage.as_ref().map(|u| Usage {
+        prompt: u.prompt_tokens,
+        completion: u.completion_tokens,
+        cached: u
+            .prompt_tokens_details
+            .as_ref()
+            .and_then(|d| d.cached_tokens),
+    });
     let mut kind = None;
     let mut text = String::new();
     for c in w.choices.iter().flatten() {
         if let Some(f) = &c.finish_reason {
-            info.finish = Some(f.clone());
+            info.finish = Some(f.to_string());
         }
-        if let Some(t) = c.text.as_deref().filter(|t| !t.is_empty()) {
+        if let Some(t) = nonempty(&c.text) {
             text.push_str(t);
             kind = Some(ChunkKind::Content);
         }
-        let Some(d) = &c.delta else { continue };
-        if let Some(t) = d.content.as_deref().filter(|t| !t.is_empty()) {
+        let Some(d) = c.delta.as_ref().or(c.message.as_ref()) else {
+            continue;
+        };
+        if let Some(t) = nonempty(&d.content) {
             text.push_str(t);
             kind = Some(ChunkKind::Content);
         }
-        if let Some(t) = d
-            .reasoning_content
-            .as_deref()
-            .or(d.reasoning.as_deref())
-            .filter(|t| !t.is_empty())
-        {
+        if let Some(t) = nonempty(&d.reasoning_content).or(nonempty(&d.reasoning)) {
             text.push_str(t);
             kind.get_or_insert(ChunkKind::Reasoning);
         }
-        for tc in d.tool_calls.iter().flatten() {
-            if let Some(f) = &tc.function {
-                if let Some(n) = &f.name {
-                    text.push_str(n);
-                }
-                if let Some(a) = &f.arguments {
-                    text.push_str(a);
-                }
+        for (i, tc) in d.tool_calls.iter().flatten().enumerate() {
+            let f = tc.function.as_ref();
+            let name = f.and_then(|f| nonempty(&f.name)).map(str::to_string);
+            let arguments = f.and_then(|f| nonempty(&f.arguments)).map(str::to_string);
+            if let Some(n) = &name {
+                text.push_str(n);
             }
+            if let Some(a) = &arguments {
+                text.push_str(a);
+            }
+            info.tools.push(ToolFragment {
+                index: tc.index.unwrap_or(i as u32),
+                id: tc.id.as_deref().map(str::to_string),
+                name,
+                arguments,
+            });
             kind.get_or_insert(ChunkKind::ToolCall);
         }
     }
@@ -163,6 +264,8 @@ mod tests {
             (c.kind, c.text.as_deref()),
             (Some(ChunkKind::Content), Some(" hi"))
         );
+        let c = classify(r#"{"id":"a","choices":[{"index":0,"delta":{"content":"\"q\"\n"}}]}"#);
+        assert_eq!(c.text.as_deref(), Some("\"q\"\n"), "escapes decoded");
         let c =
             classify(r#"{"id":"a","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#);
         assert_eq!(
@@ -170,26 +273,75 @@ mod tests {
             (Some(ChunkKind::Finish), Some("length"))
         );
         let c = classify(
-            r#"{"id":"a","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}"#,
+            r#"{"id":"a","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":2}}}"#,
         );
-        assert_eq!((c.kind, c.usage_tokens), (Some(ChunkKind::Usage), Some(7)));
+        assert_eq!(
+            (c.kind, c.usage_tokens()),
+            (Some(ChunkKind::Usage), Some(7))
+        );
+        assert_eq!(c.usage.and_then(|u| u.cached), Some(2));
         let c = classify(
             r#"{"id":"a","choices":[{"index":0,"delta":{}}],"usage":{"completion_tokens":2}}"#,
         );
         assert_eq!(c.kind, Some(ChunkKind::Usage));
-        let c =
-            classify(r#"{"error": {"message": "x", "type": null, "param": null, "code": "500"}}"#);
-        assert_eq!(c.kind, Some(ChunkKind::Error));
         assert_eq!(classify("[DONE]").kind, Some(ChunkKind::Done));
-        assert_eq!(classify("{oops").kind, Some(ChunkKind::Other));
+        let c = classify("{oops");
+        assert_eq!(c.kind, Some(ChunkKind::Other));
+        assert!(c.unparsable);
+        let c = classify(r#"{"unknown":"shape"}"#);
+        assert_eq!(c.kind, Some(ChunkKind::Other));
+        assert!(
+            !c.unparsable,
+            "valid JSON of an unknown shape is not malformed"
+        );
         let c = classify(
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_1","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#,
         );
         assert_eq!(
             (c.kind, c.text.as_deref()),
             (Some(ChunkKind::ToolCall), Some("f{\"a\""))
         );
+        assert_eq!(c.tools[0].index, 1);
+        assert_eq!(c.tools[0].id.as_deref(), Some("call_1"));
         let c = classify(r#"{"choices":[{"index":0,"text":" x","finish_reason":null}]}"#);
         assert_eq!(c.kind, Some(ChunkKind::Content));
+        let c =
+            classify(r#"{"id":"r","choices":[{"index":0,"delta":{"reasoning_content":"think"}}]}"#);
+        assert_eq!(c.kind, Some(ChunkKind::Reasoning));
+        // a whole non-streaming answer
+        let c = classify(
+            r#"{"id":"w","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"all of it"},"finish_reason":"stop"}],"usage":{"completion_tokens":3}}"#,
+        );
+        assert_eq!(
+            (c.kind, c.text.as_deref(), c.finish.as_deref()),
+            (Some(ChunkKind::Content), Some("all of it"), Some("stop"))
+        );
+    }
+
+    #[test]
+    fn errors_are_read_field_by_field() {
+        let c =
+            classify(r#"{"error": {"message": "x", "type": null, "param": null, "code": "500"}}"#);
+        assert_eq!(c.kind, Some(ChunkKind::Error));
+        let e = c.error.expect("error");
+        assert_eq!(
+            (e.code.as_deref(), e.message.as_deref()),
+            (Some("500"), Some("x"))
+        );
+        assert!(!e.seed_shape);
+        let c = classify(
+            r#"{"error":{"code":"upstream_decode_interrupted","message":"m","request_id":"r1","partial_output":true,"delivered_output_tokens":5,"retryable":false}}"#,
+        );
+        let e = c.error.expect("error");
+        assert!(e.seed_shape, "{e:?}");
+        assert_eq!(e.delivered_output_tokens, Some(5));
+        assert_eq!(e.request_id.as_deref(), Some("r1"));
+        let c =
+            classify(r#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#);
+        let e = c.error.expect("error");
+        assert_eq!(
+            (e.code.as_deref(), e.kind.as_deref()),
+            (Some("400"), Some("BadRequestError"))
+        );
     }
 }

@@ -4,22 +4,32 @@
 
 pub mod chunk;
 pub mod sse;
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::trace::{ChunkKind, Clock, Event, Outcome, TraceWriter};
-use sse::{SseItem, SseParser};
+use crate::trace::{Clock, Event, Outcome, TraceWriter};
+use stream::{Cut, Ending, StreamState};
 
 /// Header naming the replica that served a request (the sim gateway sets it).
 pub const WORKER_HEADER: &str = "x-haq-worker";
 /// Header naming the attempt that produced the response.
 pub const ATTEMPT_HEADER: &str = "x-haq-attempt";
+/// Header carrying a request's priority class (`protected` or `best_effort`), so a
+/// gateway can shed best-effort traffic first (Q1, Q10).
+pub const PRIORITY_HEADER: &str = "x-haq-priority";
+/// Headers a server may use to report how long the request queued (milliseconds).
+pub const QUEUE_HEADERS: [&str; 2] = ["x-haq-queue-ms", "x-queue-time"];
 
+/// Client timeouts. The first-token deadline runs from dispatch until the first
+/// output delta (or an error or terminator); keep-alive comments do not extend it.
+/// The idle timeout is the longest silence between data events after that.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub first_token: Duration,
@@ -32,7 +42,14 @@ pub struct Call {
     pub id: String,
     pub url: String,
     pub body: Bytes,
-    /// Told of the response head and every delivered delta (probe requests only).
+    /// Extra request headers (priority class).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Structured-output request: check the answer parses as JSON.
+    pub expect_json: bool,
+    /// Response headers naming the serving replica and attempt, when a gateway uses
+    /// others than [`WORKER_HEADER`] and [`ATTEMPT_HEADER`] (`evidence.*_header`).
+    pub attribution: Option<Arc<Attribution>>,
+    /// Told of the response head and of delivered deltas (probe requests only).
     pub observe: Option<Observe>,
 }
 
@@ -44,7 +61,7 @@ pub enum Seen<'a> {
         status: u16,
         worker: Option<&'a str>,
     },
-    /// The number of deltas delivered so far, after each delta.
+    /// The number of deltas delivered so far, after each read that brought some.
     Deltas(u32),
 }
 
@@ -59,10 +76,35 @@ impl std::fmt::Debug for Observe {
     }
 }
 
+/// Names of the attribution headers a gateway sends (Request-Fate and Routing evidence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attribution {
+    pub worker: String,
+    pub attempt: String,
+}
+
+impl Call {
+    pub fn new(id: impl Into<String>, url: impl Into<String>, body: Bytes) -> Self {
+        Call {
+            id: id.into(),
+            url: url.into(),
+            body,
+            headers: Vec::new(),
+            expect_json: false,
+            attribution: None,
+            observe: None,
+        }
+    }
+}
+
 /// What the engine needs to know live (the trace has everything else).
 #[derive(Debug, Clone, Copy)]
 pub struct CallResult {
     pub outcome: Outcome,
+    /// When the request was sent (trace µs).
+    pub dispatch_us: u64,
+    /// When the first output delta arrived (trace µs).
+    pub first_delta_us: Option<u64>,
     /// Time to first output delta, µs from dispatch.
     pub ttft_us: Option<u64>,
     pub e2e_us: u64,
@@ -116,89 +158,87 @@ fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Classifies a failed send (before any response).
-fn classify_send_error(e: &reqwest::Error) -> Outcome {
+pub fn classify_send_error(e: &reqwest::Error) -> Outcome {
+    use std::io::ErrorKind::*;
     match io_kind(e) {
-        Some(std::io::ErrorKind::ConnectionRefused) => Outcome::Refused,
-        Some(std::io::ErrorKind::TimedOut) => Outcome::ConnectTimeout,
+        Some(ConnectionRefused) => Outcome::Refused,
+        Some(TimedOut) => Outcome::ConnectTimeout,
         _ if e.is_timeout() && e.is_connect() => Outcome::ConnectTimeout,
         _ if e.is_connect() => Outcome::Refused,
         _ => Outcome::Reset,
     }
 }
 
-/// Classifies an error while reading the body.
-fn classify_body_error(e: &reqwest::Error) -> (Outcome, String) {
+/// Classifies an error while reading the body: a router or proxy that cuts a chunked
+/// body mid-stream surfaces as a decode error whose source chain ends in
+/// `UnexpectedEof` or `ConnectionReset` (`is_body()` is false for both).
+pub fn classify_body_error(e: &(dyn std::error::Error + 'static)) -> Cut {
+    use std::io::ErrorKind::*;
     let text = chain_text(e);
     match io_kind(e) {
-        Some(std::io::ErrorKind::UnexpectedEof) => (
+        Some(UnexpectedEof) => Cut::Failed(
             Outcome::Reset,
             format!("connection closed before the end of the body (unexpected EOF): {text}"),
         ),
-        _ => (Outcome::Reset, text),
+        Some(ConnectionReset | ConnectionAborted | BrokenPipe) => Cut::Failed(
+            Outcome::Reset,
+            format!("connection reset mid-stream: {text}"),
+        ),
+        Some(TimedOut) => Cut::Failed(Outcome::IdleTimeout, text),
+        _ => Cut::Failed(Outcome::Reset, text),
     }
 }
 
-/// Stream state while reading.
-struct Reading<'a> {
-    id: &'a str,
-    trace: &'a TraceWriter,
-    observe: Option<&'a Observe>,
-    n: u32,
-    deltas: u32,
-    usage: Option<u32>,
-    done: bool,
-    finish: Option<String>,
-    error: Option<String>,
-    malformed: bool,
+fn queue_us(h: &HeaderMap) -> Option<u64> {
+    QUEUE_HEADERS.iter().find_map(|name| {
+        let ms: f64 = h.get(*name)?.to_str().ok()?.trim().parse().ok()?;
+        (ms.is_finite() && ms >= 0.0).then_some((ms * 1000.0) as u64)
+    })
+}
+
+/// Writes the `end` event and builds the live result.
+fn finish(
+    call: &Call,
+    clock: &Clock,
+    trace: &TraceWriter,
+    dispatch_us: u64,
     first_delta_us: Option<u64>,
-}
-
-impl Reading<'_> {
-    fn on_item(&mut self, t: u64, item: SseItem) {
-        let data = match item {
-            SseItem::Comment(_) => return,
-            SseItem::Event(ev) => {
-                if ev.unterminated {
-                    self.malformed = !ev.data.trim().is_empty() && self.error.is_none();
-                }
-                ev.data
-            }
-        };
-        let info = chunk::classify(&data);
-        let kind = info.kind.unwrap_or(ChunkKind::Other);
-        match kind {
-            ChunkKind::Done => self.done = true,
-            ChunkKind::Error => self.error = Some(data.clone()),
-            k if k.is_delta() => {
-                self.deltas += 1;
-                self.first_delta_us.get_or_insert(t);
-                if let Some(o) = self.observe {
-                    (o.0)(Seen::Deltas(self.deltas));
-                }
-            }
-            _ => {}
-        }
-        if info.finish.is_some() {
-            self.finish.clone_from(&info.finish);
-        }
-        if info.usage_tokens.is_some() {
-            self.usage = info.usage_tokens;
-        }
-        self.trace.emit(Event::Chunk {
-            t,
-            id: self.id.to_string(),
-            n: self.n,
-            kind,
-            text: info.text,
-            cid: info.cid,
-            finish: info.finish,
-            raw: info.keep_raw.then_some(data),
-        });
-        self.n += 1;
+    status: Option<u16>,
+    e: Ending,
+) -> CallResult {
+    let t = clock.now_us();
+    let (outcome, tokens) = (e.outcome, e.tokens);
+    trace.emit(Event::End {
+        t,
+        id: call.id.clone(),
+        outcome,
+        detail: e.detail,
+        tokens,
+        done: e.done,
+        finish: e.finish,
+        status,
+        counted: status.map(|_| e.counted),
+        usage: e.usage,
+        error: e.error,
+        tool_calls: e.tool_calls,
+        json_valid: e.json_valid,
+    });
+    CallResult {
+        outcome,
+        dispatch_us,
+        first_delta_us,
+        ttft_us: first_delta_us.map(|f| f.saturating_sub(dispatch_us)),
+        e2e_us: t.saturating_sub(dispatch_us),
+        tokens,
     }
 }
 
-/// Sends `call` and reads its stream to the end. `dispatch_us` is when it was sent.
+fn failed(outcome: Outcome, detail: String) -> Ending {
+    StreamState::new(false).conclude(Cut::Failed(outcome, detail))
+}
+
+/// Sends `call` and reads its stream to the end, stamping every read on arrival
+/// (before parsing) and writing each event to the trace as it comes.
 pub async fn execute(
     client: &reqwest::Client,
     call: &Call,
@@ -207,58 +247,50 @@ pub async fn execute(
     trace: &TraceWriter,
 ) -> CallResult {
     let dispatch_us = clock.now_us();
-    let end = |outcome: Outcome, detail: Option<String>, r: Option<&Reading>| {
-        let t = clock.now_us();
-        let (tokens, done, finish) = match r {
-            Some(r) => (r.usage.unwrap_or(r.deltas), r.done, r.finish.clone()),
-            None => (0, false, None),
-        };
-        trace.emit(Event::End {
-            t,
-            id: call.id.clone(),
-            outcome,
-            detail,
-            tokens,
-            done,
-            finish,
-        });
-        CallResult {
-            outcome,
-            ttft_us: r
-                .and_then(|r| r.first_delta_us)
-                .map(|f| f.saturating_sub(dispatch_us)),
-            e2e_us: t.saturating_sub(dispatch_us),
-            tokens,
-        }
-    };
+    let first_deadline = Instant::now() + timeouts.first_token;
+    let done = |status, first, e| finish(call, clock, trace, dispatch_us, first, status, e);
 
-    let send = client
+    let mut req = client
         .post(&call.url)
         .header("content-type", "application/json")
         .header("accept", "text/event-stream")
         .header("x-request-id", &call.id)
-        .body(call.body.clone())
-        .send();
-    let mut resp = match tokio::time::timeout(timeouts.first_token, send).await {
+        .body(call.body.clone());
+    for (k, v) in &call.headers {
+        req = req.header(k, v);
+    }
+    let mut resp = match tokio::time::timeout_at(first_deadline, req.send()).await {
         Err(_) => {
-            return end(
-                Outcome::FirstTokenTimeout,
-                Some("no response headers".into()),
-                None,
-            );
+            let d = format!("no response headers within {:?}", timeouts.first_token);
+            return done(None, None, failed(Outcome::FirstTokenTimeout, d));
         }
-        Ok(Err(e)) => return end(classify_send_error(&e), Some(chain_text(&e)), None),
+        Ok(Err(e)) => return done(None, None, failed(classify_send_error(&e), chain_text(&e))),
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();
     let h = resp.headers();
+    let sse = h
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|ct| ct.contains("text/event-stream"));
     trace.emit(Event::Response {
         t: clock.now_us(),
         id: call.id.clone(),
         status,
-        worker: header(h, WORKER_HEADER),
-        attempt: header(h, ATTEMPT_HEADER),
+        worker: header(
+            h,
+            call.attribution
+                .as_ref()
+                .map_or(WORKER_HEADER, |a| &a.worker),
+        ),
+        attempt: header(
+            h,
+            call.attribution
+                .as_ref()
+                .map_or(ATTEMPT_HEADER, |a| &a.attempt),
+        ),
         retry_after: header(h, "retry-after"),
+        queue_us: queue_us(h),
     });
     if let Some(o) = &call.observe {
         (o.0)(Seen::Head {
@@ -267,88 +299,82 @@ pub async fn execute(
         });
     }
     if status != 200 {
-        let body = tokio::time::timeout(timeouts.idle, resp.bytes())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .map(|b| String::from_utf8_lossy(&b[..b.len().min(512)]).into_owned())
-            .unwrap_or_default();
+        let body = read_some(&mut resp, timeouts.idle, 512).await;
         let outcome = if matches!(status, 429 | 503) {
             Outcome::Rejected
         } else {
             Outcome::HttpError
         };
-        return end(outcome, Some(format!("HTTP {status}: {body}")), None);
+        let d = format!("HTTP {status}: {body}");
+        return done(Some(status), None, failed(outcome, d));
     }
 
-    let mut r = Reading {
-        id: &call.id,
-        trace,
-        observe: call.observe.as_ref(),
-        n: 0,
-        deltas: 0,
-        usage: None,
-        done: false,
-        finish: None,
-        error: None,
-        malformed: false,
-        first_delta_us: None,
-    };
-    let mut parser = SseParser::new();
-    let mut items = Vec::with_capacity(8);
-    let cut: Option<(Outcome, String)> = loop {
-        let wait = if r.n == 0 {
-            timeouts.first_token
-        } else {
-            timeouts.idle
+    let mut st = StreamState::new(call.expect_json);
+    let mut emit = |e| trace.emit(e);
+    if !sse {
+        // A whole (non-streaming) answer: its arrival is the first token.
+        let deadline = first_deadline.max(Instant::now() + timeouts.idle);
+        let cut = match tokio::time::timeout_at(deadline, resp.bytes()).await {
+            Ok(Ok(b)) => {
+                st.on_whole(
+                    clock.now_us(),
+                    &call.id,
+                    &String::from_utf8_lossy(&b),
+                    &mut emit,
+                );
+                Cut::Eof
+            }
+            Ok(Err(e)) => classify_body_error(&e),
+            Err(_) => Cut::Failed(
+                Outcome::IdleTimeout,
+                "the answer did not arrive in time".into(),
+            ),
         };
-        match tokio::time::timeout(wait, resp.chunk()).await {
+        let first = st.first_delta_us;
+        return done(Some(status), first, st.conclude(cut));
+    }
+    let mut last_data = Instant::now();
+    let cut = loop {
+        let settled = st.settled();
+        let deadline = if settled {
+            last_data + timeouts.idle
+        } else {
+            first_deadline
+        };
+        match tokio::time::timeout_at(deadline, resp.chunk()).await {
             Ok(Ok(Some(bytes))) => {
                 let t = clock.now_us();
-                parser.push(&bytes, &mut items);
-                for it in items.drain(..) {
-                    r.on_item(t, it);
+                let before = st.last_event_us;
+                let deltas = st.deltas;
+                st.on_bytes(t, &call.id, &bytes, &mut emit);
+                if st.last_event_us != before {
+                    last_data = Instant::now();
+                }
+                if let Some(o) = &call.observe
+                    && st.deltas != deltas
+                {
+                    (o.0)(Seen::Deltas(st.deltas));
                 }
             }
-            Ok(Ok(None)) => {
-                let t = clock.now_us();
-                parser.finish(&mut items);
-                for it in items.drain(..) {
-                    r.on_item(t, it);
-                }
-                break None;
-            }
-            Ok(Err(e)) => break Some(classify_body_error(&e)),
-            Err(_) if r.n == 0 => {
-                break Some((
+            Ok(Ok(None)) => break Cut::Eof,
+            Ok(Err(e)) => break classify_body_error(&e),
+            Err(_) if !settled => {
+                break Cut::Failed(
                     Outcome::FirstTokenTimeout,
-                    format!("no event within {wait:?}"),
-                ));
+                    format!("no output within {:?} of dispatch", timeouts.first_token),
+                );
             }
-            Err(_) => break Some((Outcome::IdleTimeout, format!("no event for {wait:?}"))),
+            Err(_) => {
+                break Cut::Failed(
+                    Outcome::IdleTimeout,
+                    format!("no event for {:?}", timeouts.idle),
+                );
+            }
         }
     };
-    if let Some(e) = r.error.clone() {
-        return end(Outcome::ExplicitError, Some(e), Some(&r));
-    }
-    if r.done || r.finish.is_some() {
-        return end(Outcome::Completed, cut.map(|c| c.1), Some(&r));
-    }
-    if r.malformed {
-        return end(
-            Outcome::Malformed,
-            Some("stream ended inside an event".into()),
-            Some(&r),
-        );
-    }
-    match cut {
-        Some((o, d)) => end(o, Some(d), Some(&r)),
-        None => end(
-            Outcome::Truncated,
-            Some("end of body without [DONE], finish_reason or error".into()),
-            Some(&r),
-        ),
-    }
+    st.on_eof(clock.now_us(), &call.id, &mut emit);
+    let first = st.first_delta_us;
+    done(Some(status), first, st.conclude(cut))
 }
 
 /// Runs `call` to its end, or until `stop` fires: then it is recorded as cancelled
@@ -372,8 +398,31 @@ pub async fn execute_until(
                 tokens: 0,
                 done: false,
                 finish: None,
+                status: None,
+                counted: None,
+                usage: None,
+                error: None,
+                tool_calls: Vec::new(),
+                json_valid: None,
             });
             None
         }
     }
 }
+
+/// Reads up to `max` bytes of an error body, within `wait`.
+async fn read_some(resp: &mut reqwest::Response, wait: Duration, max: usize) -> String {
+    let mut buf = Vec::new();
+    let deadline = Instant::now() + wait;
+    while buf.len() < max {
+        match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(b))) => buf.extend_from_slice(&b),
+            _ => break,
+        }
+    }
+    buf.truncate(max);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod wire_tests;

@@ -42,6 +42,9 @@ impl SseParser {
 
     /// Consumes `bytes`, appending complete items to `out`.
     pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<SseItem>) {
+        if bytes.is_empty() {
+            return;
+        }
         if self.after_cr {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {

@@ -31,10 +31,20 @@ pub(super) async fn drive(
         first_token: c.first_token_timeout.0,
         idle: c.idle_timeout.0,
     };
+    // Attribution headers other than the sim's, as the scenario names them.
+    let ev = &plan.scenario.evidence;
+    let attribution = (ev.worker_header != client::WORKER_HEADER
+        || ev.attempt_header != client::ATTEMPT_HEADER)
+        .then(|| {
+            std::sync::Arc::new(client::Attribution {
+                worker: ev.worker_header.to_ascii_lowercase(),
+                attempt: ev.attempt_header.to_ascii_lowercase(),
+            })
+        });
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
     let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut schedule = Schedule::new(plan).peekable();
+    let mut schedule = Schedule::new(plan).map_err(anyhow::Error::msg)?.peekable();
     let mut edges: Vec<(Duration, usize, Edge)> = Vec::new();
     for (i, p) in plan.phases.iter().enumerate() {
         edges.push((p.start, i, Edge::Start));
@@ -70,21 +80,30 @@ pub(super) async fn drive(
             }
         } else if let Some(p) = schedule.next() {
             let class = &plan.mix.classes[p.class];
-            let call = Call {
-                id: p.id.clone(),
-                url: format!("{}{}", target.api_url, workload::api_path(class.api)),
-                body: workload::request_body(plan, &p),
-                observe: None,
-            };
+            let mut call = Call::new(
+                p.id.clone(),
+                format!("{}{}", target.api_url, workload::api_path(class.api)),
+                workload::request_body(plan, &p),
+            );
+            call.expect_json = class.response_format.is_some();
+            call.attribution.clone_from(&attribution);
+            call.headers.push((
+                reqwest::header::HeaderName::from_static(client::PRIORITY_HEADER),
+                reqwest::header::HeaderValue::from_static(workload::priority_value(plan, &p)),
+            ));
             let ev = Event::Request {
                 t: 0,
                 id: p.id.clone(),
                 class: class.name.clone(),
                 phase: plan.phases[p.phase].name.clone(),
                 intended: clock.us_of(load_start + p.at),
-                prompt_tokens: p.prompt_tokens,
+                prompt_tokens: p.total_prompt_tokens(),
                 max_tokens: p.max_tokens,
                 protected: workload::is_protected(plan, &p),
+                stream: p.stream,
+                admitted: None,
+                session: p.session.as_ref().map(|s| s.session.clone()),
+                turn: p.session.as_ref().map(|s| s.turn),
                 probe: None,
             };
             let (http, tw, clock, stop, stats) = (

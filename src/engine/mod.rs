@@ -91,6 +91,19 @@ fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
         dir.join("scenario.yaml"),
         format!("# effective scenario of this run (overrides applied, workload inlined)\n{yaml}"),
     )?;
+    // The files the workload read (empirical lengths, replayed traces), kept with the
+    // run so it can be replayed (M10).
+    if !plan.inputs.files.is_empty() {
+        let inputs = dir.join("inputs");
+        std::fs::create_dir_all(&inputs)?;
+        for f in &plan.inputs.files {
+            let src = Path::new(f);
+            if let Some(name) = src.file_name() {
+                std::fs::copy(src, inputs.join(name))
+                    .with_context(|| format!("keeping a copy of {f}"))?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -176,9 +189,9 @@ async fn start_target(
                     direct_url: std::sync::RwLock::new(Some(url)),
                     ready_path: "/ready".into(),
                     restart_cmd: None,
-                    generation: std::sync::Mutex::new(0),
                 }));
             }
+            let tools_url = sim.tools_url().to_string();
             let info = replicas
                 .iter()
                 .zip(&sim.info)
@@ -192,9 +205,10 @@ async fn start_target(
                 registry: Arc::new(Registry {
                     replicas,
                     sim: Some(SimSpawner {
+                        target: t.clone(),
+                        tools_url,
                         bin,
                         dir: dir.to_path_buf(),
-                        engine: t.engine.clone(),
                     }),
                 }),
             })
@@ -320,7 +334,6 @@ async fn url_replicas(
                     .as_ref()
                     .map_or_else(|| "/health".to_string(), |p| p.ready_path.clone()),
                 restart_cmd: d.process.as_ref().and_then(|p| p.restart.clone()),
-                generation: std::sync::Mutex::new(0),
             })
         })
         .collect();
@@ -464,6 +477,17 @@ pub async fn run(
     guard.heals().heal_all("the run ended").await;
     if let Some(p) = target.proxies.take() {
         p.stop();
+    }
+    // Evidence kept outside the run directory (a tool log) is copied in (M10).
+    if let Err(e) = check::evidence::collect(&plan, &dir).await {
+        progress.line(&format!("evidence: {e}"));
+        tw.emit(Event::Observation {
+            t: clock.now_us(),
+            source: "evidence".into(),
+            replica: None,
+            what: "tool_log_unavailable".into(),
+            detail: Some(e),
+        });
     }
     if let Some(sim) = target.sim.take() {
         sim.stop().await;

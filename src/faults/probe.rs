@@ -95,12 +95,12 @@ pub async fn run(f: &FaultPlan, env: &Env) {
             Seen::Deltas(n) => ctx.send((n, None)),
         };
     }));
-    let call = Call {
-        id: id.clone(),
-        url: env.probes.url.clone(),
-        body: body(env, f, prompt_tokens, max_tokens),
-        observe: Some(observe),
-    };
+    let mut call = Call::new(
+        id.clone(),
+        env.probes.url.clone(),
+        body(env, f, prompt_tokens, max_tokens),
+    );
+    call.observe = Some(observe);
     env.trace.emit(Event::Request {
         t: env.clock.now_us(),
         id: id.clone(),
@@ -110,6 +110,10 @@ pub async fn run(f: &FaultPlan, env: &Env) {
         prompt_tokens,
         max_tokens,
         protected: false,
+        stream: true,
+        admitted: None,
+        session: None,
+        turn: None,
         probe: Some(f.name.clone()),
     });
     let (http, probes, clock, trace, stop) = (

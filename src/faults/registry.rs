@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::proxy::ReplicaProxy;
-use crate::scenario::EngineCfg;
+use crate::scenario::Target;
 use crate::sim::cluster::SharedProcess;
 
 /// A replica's engine process.
@@ -43,8 +43,6 @@ pub struct Replica {
     pub ready_path: String,
     /// Shell command that starts a replacement (url targets).
     pub restart_cmd: Option<String>,
-    /// How many replacements were started.
-    pub generation: Mutex<u32>,
 }
 
 impl Replica {
@@ -83,9 +81,10 @@ impl Replica {
 /// How the sim starts a replacement worker.
 #[derive(Clone)]
 pub struct SimSpawner {
+    pub target: Target,
+    pub tools_url: String,
     pub bin: PathBuf,
     pub dir: PathBuf,
-    pub engine: EngineCfg,
 }
 
 /// Every replica of the target.

@@ -43,13 +43,8 @@ pub async fn run(f: &FaultPlan, r: &Arc<Replica>, env: &Env) {
         return;
     }
     emit(env, f, r, ReplacementStage::Requested, None, None);
-    let generation = {
-        let mut g = r.generation.lock().unwrap_or_else(|e| e.into_inner());
-        *g += 1;
-        *g
-    };
     let started = match &env.registry.sim {
-        Some(sim) => start_sim(r, sim, spec.cold_start.map(|d| d.0), generation).await,
+        Some(sim) => start_sim(r, sim, spec.cold_start.map(|d| d.0)).await,
         None => start_command(f, r, env, spec.cold_start.map(|d| d.0)).await,
     };
     let (pid, how) = match started {
@@ -101,18 +96,32 @@ async fn start_sim(
     r: &Replica,
     sim: &SimSpawner,
     cold_start: Option<Duration>,
-    generation: u32,
 ) -> Result<(Option<u32>, String), String> {
     let Some(ProcRef::Sim(shared)) = r.process() else {
         return Err("no sim process handle".into());
     };
-    let mut engine = sim.engine.clone();
+    let mut engine = sim.target.engine.for_replacement();
     if let Some(c) = cold_start {
         engine.startup = crate::scenario::units::Dur(c);
     }
-    let new = crate::sim::cluster::spawn_worker(&sim.bin, &sim.dir, &r.name, &engine, generation)
+    // The replacement listens where its predecessor did: the path to it is unchanged.
+    let listen = shared
+        .lock()
         .await
-        .map_err(|e| format!("{e:#}"))?;
+        .url
+        .trim_start_matches("http://")
+        .to_string();
+    let new = crate::sim::cluster::start_worker(
+        &sim.target,
+        &engine,
+        &r.name,
+        &listen,
+        &sim.tools_url,
+        &sim.bin,
+        &sim.dir,
+    )
+    .await
+    .map_err(|e| format!("{e:#}"))?;
     let (pid, url) = (new.pid, new.url.clone());
     {
         let mut w = shared.lock().await;

@@ -48,7 +48,6 @@ fn replica(name: &str, p: Option<ProcRef>) -> Replica {
         direct_url: RwLock::new(None),
         ready_path: "/health".into(),
         restart_cmd: None,
-        generation: Mutex::new(0),
     }
 }
 

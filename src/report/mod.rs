@@ -7,7 +7,10 @@ use comfy_table::{Cell, Color, ContentArrangement, Table, presets::UTF8_FULL_CON
 use serde::Serialize;
 
 use crate::check::{
-    Judgement, Status, Verdict, fate::Finding, history::FaultRec, latency::PhaseStats,
+    Judgement, Status, Verdict,
+    fate::{FateRow, Finding},
+    history::FaultRec,
+    latency::PhaseStats,
 };
 use crate::scenario::Plan;
 
@@ -27,15 +30,8 @@ pub struct Report<'a> {
     pub phases: &'a [PhaseStats],
     pub faults: &'a [FaultRec],
     pub findings: &'a [Finding],
-    pub request_fate: Vec<FateRow>,
+    pub request_fate: &'a [FateRow],
     pub unfinished_requests: usize,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FateRow {
-    pub stage: crate::check::fate::Stage,
-    pub outcome: crate::trace::Outcome,
-    pub count: u64,
 }
 
 pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
@@ -52,15 +48,7 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         phases: &j.phases,
         faults: &j.faults,
         findings: &j.findings,
-        request_fate: j
-            .fate_table
-            .iter()
-            .map(|(s, o, n)| FateRow {
-                stage: *s,
-                outcome: *o,
-                count: *n,
-            })
-            .collect(),
+        request_fate: &j.fate_table,
         unfinished_requests: j.unfinished,
     }
 }

@@ -135,6 +135,7 @@ pub fn load_str(
         overrides::apply(&mut value, &segs, v).map_err(|r| set_error(spec, r))?;
         src.sets.push((path, spec.clone()));
     }
+    resolve_files(&mut value, base);
 
     let scenario: Scenario = serde_path_to_error::deserialize(&value).map_err(|e| {
         let mut field = e.path().to_string();
@@ -146,7 +147,61 @@ pub fn load_str(
         src.error(&field, None, tidy_serde_message(&msg), unknown)
     })?;
 
-    validate(scenario).map_err(|i| src.error(&i.field, i.value, i.reason, false))
+    let mut plan = validate(scenario).map_err(|i| src.error(&i.field, i.value, i.reason, false))?;
+    let inputs = crate::workload::inputs::load(&plan.scenario)
+        .map_err(|e| src.error(&e.field, Some(e.value), e.reason, false))?;
+    if let Some(r) = &inputs.replay {
+        // A replayed trace offers what it recorded: its mean rate over the run.
+        let scale = plan
+            .scenario
+            .workload
+            .arrival
+            .trace
+            .as_ref()
+            .map_or(1.0, |t| t.time_scale);
+        let span = (r.span_us as f64 * scale / 1e6).max(1e-3);
+        plan.rate = r.entries.len() as f64 / span;
+        plan.profile = crate::workload::RateProfile::constant(plan.rate);
+    }
+    plan.inputs = std::sync::Arc::new(inputs);
+    Ok(plan)
+}
+
+/// Makes the input-file paths of a mix (`classes[*]…empirical.file`) absolute.
+fn resolve_mix_files(mix: &mut serde_json::Value, base: &Path) {
+    let Some(classes) = mix.get_mut("classes").and_then(|c| c.as_array_mut()) else {
+        return;
+    };
+    for c in classes {
+        for ptr in [
+            "/prompt_tokens/empirical/file",
+            "/output_tokens/empirical/file",
+            "/shared_prefix/tokens/empirical/file",
+            "/session/turns/empirical/file",
+        ] {
+            if let Some(v) = c.pointer_mut(ptr) {
+                absolute(v, base);
+            }
+        }
+    }
+}
+
+fn absolute(v: &mut serde_json::Value, base: &Path) {
+    if let Some(s) = v.as_str()
+        && !Path::new(s).is_absolute()
+    {
+        *v = base.join(s).display().to_string().into();
+    }
+}
+
+/// Input-file paths written in the scenario itself are relative to its directory.
+fn resolve_files(value: &mut serde_json::Value, base: &Path) {
+    if let Some(m) = value.pointer_mut("/workload/mix") {
+        resolve_mix_files(m, base);
+    }
+    if let Some(v) = value.pointer_mut("/workload/arrival/trace/file") {
+        absolute(v, base);
+    }
 }
 
 fn set_error(spec: &str, reason: String) -> ScenarioError {
@@ -194,8 +249,9 @@ fn inline_mix(
         reason: format!("not valid YAML: {}", e.message),
     })?;
     let segs = [Seg::Key("workload".into()), Seg::Key("mix".into())];
-    overrides::apply(value, &segs, tree.value.clone())
-        .map_err(|e| src.error("workload.mix", None, e, false))?;
+    let mut mix = tree.value.clone();
+    resolve_mix_files(&mut mix, p.parent().unwrap_or(Path::new(".")));
+    overrides::apply(value, &segs, mix).map_err(|e| src.error("workload.mix", None, e, false))?;
     src.mounts.push(("workload.mix".into(), wfile, tree));
     Ok(())
 }

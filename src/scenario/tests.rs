@@ -141,6 +141,41 @@ fn streaming_retry_is_never_legal() {
 }
 
 #[test]
+fn the_fate_policy_is_checked_per_stage_and_its_error_shape_by_name() {
+    let e = err(GOOD, &["policy.decode=reroute"]);
+    assert_eq!(e.field, "policy.decode");
+    assert!(e.reason.contains("new` and `queued` only"), "{e}");
+    let e = err(GOOD, &["policy.new=recompute"]);
+    assert_eq!(e.field, "policy.new");
+    let e = err(GOOD, &["policy.error_shape=sed"]);
+    assert!(e.reason.contains("unknown error shape `sed`"), "{e}");
+    let e = err(GOOD, &["policy.error_shape={}"]);
+    assert!(e.reason.contains("needs `required` or `equals`"), "{e}");
+    let p = load(
+        GOOD,
+        &[
+            "policy.streaming=migrate",
+            "policy.error_shape={required: [error.message], equals: {error.type: upstream_error}}",
+        ],
+    )
+    .expect("valid");
+    assert_eq!(p.scenario.policy.streaming, Fate::Migrate);
+    assert!(matches!(
+        p.scenario.policy.error_shape,
+        ErrorShape::Custom(_)
+    ));
+    // The recorded scenario reads back the same.
+    let json = serde_json::to_string(&p.scenario).expect("json");
+    let back = from_recorded_json(&json).expect("reads back");
+    assert_eq!(
+        back.scenario.policy.error_shape,
+        p.scenario.policy.error_shape
+    );
+    let e = err(GOOD, &["evidence.attempt_header=bad header"]);
+    assert_eq!(e.field, "evidence.attempt_header");
+}
+
+#[test]
 fn offered_rate_below_protected_load() {
     let e = err(GOOD, &["workload.arrival.rate=2/s"]);
     assert!(e.reason.contains("protected_load"), "{e}");

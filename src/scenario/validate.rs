@@ -3,6 +3,7 @@
 //! `haq check` rebuilds the plan of a stored run exactly.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -23,8 +24,14 @@ pub struct Plan {
     pub scenario: Scenario,
     pub mix: Mix,
     pub seed: u64,
-    /// Offered arrival rate (req/s).
+    /// Mean offered arrival rate over the run (req/s).
     pub rate: f64,
+    /// The offered rate over time (constant, ramp or stages).
+    pub profile: crate::workload::RateProfile,
+    /// Data read from the workload's files (empirical lengths, replayed traces); empty
+    /// for a plan rebuilt from a recorded scenario (checking needs none of it).
+    #[serde(skip)]
+    pub inputs: Arc<crate::workload::inputs::Inputs>,
     pub phases: Vec<PhasePlan>,
     pub faults: Vec<FaultPlan>,
     /// Sum of phase durations: how long load is offered.
@@ -114,24 +121,9 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "must be greater than 0",
         ));
     }
-    let rate = s.workload.arrival.rate.unwrap_or(s.protected_load).0;
-    if !pos_finite(rate) || rate > MAX_RATE {
-        return Err(Issue::new(
-            "workload.arrival.rate",
-            format!("{rate}/s"),
-            format!("must be in (0, {MAX_RATE}] req/s"),
-        ));
-    }
-    if rate + 1e-9 < s.protected_load.0 {
-        return Err(Issue::new(
-            "workload.arrival.rate",
-            format!("{rate}/s"),
-            format!(
-                "is below protected_load ({}): the run would never offer the load it must qualify (Q12)",
-                s.protected_load
-            ),
-        ));
-    }
+    let phases = validate_phases(&s.phases)?;
+    let total = phases.last().map(|p| p.end()).unwrap_or_default();
+    let (rate, profile) = validate_arrival(&s, &phases, total)?;
 
     positive("slo.ttft_p95", s.slo.ttft_p95)?;
     positive("slo.itl_p95", s.slo.itl_p95)?;
@@ -152,8 +144,9 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         ));
     }
 
-    let phases = validate_phases(&s.phases)?;
-    let total = phases.last().map(|p| p.end()).unwrap_or_default();
+    validate_policy(&s.policy)?;
+    validate_evidence(&s.evidence)?;
+
     if total > MAX_TOTAL {
         return Err(Issue::new(
             "phases",
@@ -184,6 +177,8 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         seed: s.workload.seed,
         mix,
         rate,
+        profile,
+        inputs: Arc::default(),
         phases,
         faults,
         total,
@@ -211,30 +206,8 @@ fn validate_target(t: &Target) -> Result<(), Issue> {
                     format!("must be between 1 and {MAX_SIM_REPLICAS}"),
                 ));
             }
-            let e = &t.engine;
-            if !pos_finite(e.prefill_tokens_per_s) {
-                return Err(Issue::new(
-                    "target.engine.prefill_tokens_per_s",
-                    e.prefill_tokens_per_s,
-                    "must be greater than 0",
-                ));
-            }
-            positive("target.engine.decode_step", e.decode_step)?;
-            if e.max_num_seqs == 0 {
-                return Err(Issue::new(
-                    "target.engine.max_num_seqs",
-                    0,
-                    "must be at least 1",
-                ));
-            }
-            positive("target.gateway.health_interval", t.gateway.health_interval)?;
-            if t.gateway.health_failures == 0 {
-                return Err(Issue::new(
-                    "target.gateway.health_failures",
-                    0,
-                    "must be at least 1",
-                ));
-            }
+            validate_engine(&t.engine)?;
+            validate_gateway(&t.gateway)?;
             Ok(())
         }
         TargetKind::Url => {
@@ -259,10 +232,127 @@ fn validate_target(t: &Target) -> Result<(), Issue> {
     }
 }
 
+fn at_least(field: &str, v: u32, min: u32) -> Result<(), Issue> {
+    if v < min {
+        Err(Issue::new(field, v, format!("must be at least {min}")))
+    } else {
+        Ok(())
+    }
+}
+
+/// The sim engine's knobs (docs/sim.md).
+fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
+    if !pos_finite(e.prefill_tokens_per_s) {
+        return Err(Issue::new(
+            "target.engine.prefill_tokens_per_s",
+            e.prefill_tokens_per_s,
+            "must be greater than 0",
+        ));
+    }
+    positive("target.engine.decode_step", e.decode_step)?;
+    at_least("target.engine.max_num_seqs", e.max_num_seqs, 1)?;
+    at_least("target.engine.block_size", e.block_size, 1)?;
+    at_least(
+        "target.engine.max_num_batched_tokens",
+        e.max_num_batched_tokens,
+        e.max_num_seqs.min(e.block_size),
+    )?;
+    if e.kv_cache_tokens / e.block_size < 2 {
+        return Err(Issue::new(
+            "target.engine.kv_cache_tokens",
+            e.kv_cache_tokens,
+            format!("must hold at least 2 blocks of {} tokens", e.block_size),
+        ));
+    }
+    at_least("target.engine.max_model_len", e.max_model_len, 2)?;
+    if e.revision.trim().is_empty() || !e.revision.is_ascii() {
+        return Err(Issue::new(
+            "target.engine.revision",
+            format!("{:?}", e.revision),
+            "must be a non-empty ASCII name",
+        ));
+    }
+    at_least("target.engine.tool_call_tokens", e.tool_call_tokens, 1)?;
+    Ok(())
+}
+
+/// The sim gateway's knobs (docs/sim.md).
+fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
+    positive("target.gateway.health_interval", g.health_interval)?;
+    at_least("target.gateway.health_failures", g.health_failures, 1)?;
+    if !(g.retry_ratio.is_finite() && g.retry_ratio >= 0.0) {
+        return Err(Issue::new(
+            "target.gateway.retry_ratio",
+            g.retry_ratio,
+            "must be a number >= 0",
+        ));
+    }
+    positive("target.gateway.lease_ttl", g.lease_ttl)?;
+    if g.lease_ttl.0 < Duration::from_millis(30) {
+        return Err(Issue::new(
+            "target.gateway.lease_ttl",
+            g.lease_ttl,
+            "must be at least 30ms (it is renewed every third of it)",
+        ));
+    }
+    positive("target.gateway.soft_timeout", g.soft_timeout)?;
+    positive("target.gateway.upstream_timeout", g.upstream_timeout)?;
+    positive("target.gateway.connect_timeout", g.connect_timeout)?;
+    positive("target.gateway.queue_timeout", g.queue_timeout)?;
+    at_least(
+        "target.gateway.max_inflight_per_worker",
+        g.max_inflight_per_worker,
+        1,
+    )?;
+    if g.best_effort_queue_limit > g.queue_limit {
+        return Err(Issue::new(
+            "target.gateway.best_effort_queue_limit",
+            g.best_effort_queue_limit,
+            format!(
+                "must not exceed target.gateway.queue_limit ({}): best-effort traffic is shed first",
+                g.queue_limit
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
     let (lo, hi) = match d {
         Dist::Fixed(n) => (*n, *n),
         Dist::Uniform([a, b]) => (*a, *b),
+        Dist::Normal(sh) | Dist::Lognormal(sh) => {
+            let kind = if matches!(d, Dist::Normal(_)) {
+                "normal"
+            } else {
+                "lognormal"
+            };
+            let f = format!("{field}.{kind}");
+            if !(sh.mean.is_finite() && sh.mean > 0.0) {
+                return Err(Issue::new(
+                    format!("{f}.mean"),
+                    sh.mean,
+                    "must be greater than 0",
+                ));
+            }
+            if !(sh.stddev.is_finite() && sh.stddev >= 0.0) {
+                return Err(Issue::new(
+                    format!("{f}.stddev"),
+                    sh.stddev,
+                    "must be 0 or more",
+                ));
+            }
+            (sh.min.unwrap_or(1), sh.max.unwrap_or(max))
+        }
+        Dist::Empirical(e) => {
+            if e.file.trim().is_empty() {
+                return Err(Issue::missing(
+                    format!("{field}.empirical.file"),
+                    "names the CSV file",
+                ));
+            }
+            return Ok(());
+        }
     };
     if lo == 0 {
         return Err(Issue::new(field, lo, "token counts must be at least 1"));
@@ -278,6 +368,125 @@ fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
         return Err(Issue::new(field, hi, format!("must be at most {max}")));
     }
     Ok(())
+}
+
+fn validate_arrival(
+    s: &Scenario,
+    phases: &[PhasePlan],
+    total: Duration,
+) -> Result<(f64, crate::workload::RateProfile), Issue> {
+    let a = &s.workload.arrival;
+    let f = "workload.arrival";
+    match (a.process, &a.trace) {
+        (ArrivalProcess::Trace, None) => {
+            return Err(Issue::missing(
+                format!("{f}.trace"),
+                "`process: trace` needs `trace: {file, format}`",
+            ));
+        }
+        (p, Some(_)) if p != ArrivalProcess::Trace => {
+            return Err(Issue::new(
+                format!("{f}.trace"),
+                "...",
+                "is only read with `process: trace`",
+            ));
+        }
+        _ => {}
+    }
+    if a.burstiness.is_some() && a.process != ArrivalProcess::Gamma {
+        return Err(Issue::new(
+            format!("{f}.burstiness"),
+            a.burstiness.unwrap_or(0.0),
+            "is only read with `process: gamma`",
+        ));
+    }
+    crate::workload::arrival::Gaps::new(a)?;
+    if a.max_concurrency == Some(0) {
+        return Err(Issue::new(
+            format!("{f}.max_concurrency"),
+            0,
+            "must be at least 1",
+        ));
+    }
+    let total_s = total.as_secs_f64();
+    if let Some(t) = &a.trace {
+        if !(t.time_scale.is_finite() && t.time_scale > 0.0) {
+            return Err(Issue::new(
+                format!("{f}.trace.time_scale"),
+                t.time_scale,
+                "must be greater than 0",
+            ));
+        }
+        if a.rate.is_some() || a.ramp.is_some() || !a.stages.is_empty() {
+            return Err(Issue::new(
+                f,
+                "trace",
+                "a replayed trace sets its own rate: drop `rate`, `ramp` and `stages`",
+            ));
+        }
+        // The real rate is known once the trace is read (scenario::load).
+        let nominal = s.protected_load.0;
+        return Ok((nominal, crate::workload::RateProfile::constant(nominal)));
+    }
+    let profile = crate::workload::RateProfile::from_arrival(a, s.protected_load.0, total_s)?;
+    for (i, p) in profile.pieces.iter().enumerate() {
+        for r in [p.r0, p.r1] {
+            if !(r.is_finite() && (0.0..=MAX_RATE).contains(&r)) {
+                let field = if a.stages.is_empty() {
+                    f.to_string()
+                } else {
+                    format!("{f}.stages[{i}]")
+                };
+                return Err(Issue::new(
+                    field,
+                    format!("{r}/s"),
+                    format!("rates must be in [0, {MAX_RATE}] req/s"),
+                ));
+            }
+        }
+    }
+    let rate = if total_s > 0.0 {
+        profile.area(0.0, total_s) / total_s
+    } else {
+        0.0
+    };
+    if !pos_finite(rate) {
+        return Err(Issue::new(
+            format!("{f}.rate"),
+            format!("{rate}/s"),
+            format!("must be in (0, {MAX_RATE}] req/s"),
+        ));
+    }
+    // Q12: the protected offered load is never lowered while the failure is in force.
+    let constant = a.ramp.is_none() && a.stages.is_empty();
+    for p in phases {
+        if !constant && !matches!(p.kind, PhaseKind::Fault | PhaseKind::Degraded) {
+            continue;
+        }
+        let (x, y) = (p.start.as_secs_f64(), p.end().as_secs_f64());
+        let min = profile.min_over(x, y);
+        if min + 1e-9 < s.protected_load.0 {
+            let field = if constant {
+                format!("{f}.rate")
+            } else {
+                f.to_string()
+            };
+            let what = if constant {
+                format!("{min}/s")
+            } else {
+                format!("{min}/s in phase `{}`", p.name)
+            };
+            return Err(Issue::new(
+                field,
+                what,
+                format!(
+                    "is below protected_load ({}): the run would not offer the load it must qualify (Q12)",
+                    s.protected_load
+                ),
+            ));
+        }
+    }
+    Ok((rate, profile))
 }
 
 fn validate_mix(m: &Mix) -> Result<(), Issue> {
@@ -304,8 +513,50 @@ fn validate_mix(m: &Mix) -> Result<(), Issue> {
                 "must be greater than 0",
             ));
         }
-        validate_dist(&format!("{f}.prompt_tokens"), &c.prompt_tokens, 1_000_000)?;
-        validate_dist(&format!("{f}.output_tokens"), &c.output_tokens, 100_000)?;
+        use crate::workload::{MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS};
+        validate_dist(
+            &format!("{f}.prompt_tokens"),
+            &c.prompt_tokens,
+            MAX_PROMPT_TOKENS,
+        )?;
+        validate_dist(
+            &format!("{f}.output_tokens"),
+            &c.output_tokens,
+            MAX_OUTPUT_TOKENS,
+        )?;
+        if let Some(p) = &c.shared_prefix {
+            if p.groups == 0 || p.groups > 100_000 {
+                return Err(Issue::new(
+                    format!("{f}.shared_prefix.groups"),
+                    p.groups,
+                    "must be between 1 and 100000",
+                ));
+            }
+            validate_dist(
+                &format!("{f}.shared_prefix.tokens"),
+                &p.tokens,
+                MAX_PROMPT_TOKENS,
+            )?;
+        }
+        if let Some(se) = &c.session {
+            validate_dist(&format!("{f}.session.turns"), &se.turns, 10_000)?;
+            if se.parallel == 0 || se.parallel > 100_000 {
+                return Err(Issue::new(
+                    format!("{f}.session.parallel"),
+                    se.parallel,
+                    "must be between 1 and 100000",
+                ));
+            }
+        }
+        if let Some(t) = &c.tools
+            && (t.count == 0 || t.count > 8)
+        {
+            return Err(Issue::new(
+                format!("{f}.tools.count"),
+                t.count,
+                "must be between 1 and 8",
+            ));
+        }
     }
     Ok(())
 }
@@ -349,4 +600,54 @@ fn validate_phases(phases: &[Phase]) -> Result<Vec<PhasePlan>, Issue> {
         start += p.duration.0;
     }
     Ok(out)
+}
+
+/// Q8: a fate must make sense for its stage.
+fn validate_policy(p: &crate::scenario::FatePolicy) -> Result<(), Issue> {
+    for (stage, fate) in [
+        ("prefill", p.prefill),
+        ("decode", p.decode),
+        ("streaming", p.streaming),
+    ] {
+        if fate == Fate::Reroute {
+            return Err(Issue::new(
+                format!("policy.{stage}"),
+                "reroute",
+                "reroute means sending a request elsewhere before any work started; it applies to `new` and `queued` only (use retry, migrate, recompute or fail)",
+            ));
+        }
+    }
+    if p.new == Fate::Recompute {
+        return Err(Issue::new(
+            "policy.new",
+            "recompute",
+            "a new request has nothing to recompute (use reroute, retry or fail)",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_evidence(e: &crate::scenario::EvidenceCfg) -> Result<(), Issue> {
+    for (field, name) in [
+        ("evidence.attempt_header", &e.attempt_header),
+        ("evidence.worker_header", &e.worker_header),
+    ] {
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(Issue::new(
+                field,
+                name.as_str(),
+                "is not a valid HTTP header name",
+            ));
+        }
+    }
+    if let Some(t) = &e.tool_log
+        && t.trim().is_empty()
+    {
+        return Err(Issue::new(
+            "evidence.tool_log",
+            "\"\"",
+            "must be a file path or an http(s) URL",
+        ));
+    }
+    Ok(())
 }

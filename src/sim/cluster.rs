@@ -16,7 +16,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
 use super::LISTEN_PREFIX;
-use crate::scenario::{EngineCfg, Target};
+use crate::scenario::Target;
 use crate::trace::ReplicaInfo;
 
 /// One running sim process.
@@ -51,7 +51,8 @@ impl SimProcess {
         &self.log
     }
 
-    async fn kill_and_reap(&mut self) {
+    /// SIGKILLs (after resuming a frozen process) and reaps it.
+    pub async fn kill_and_reap(&mut self) {
         if self.exited().is_none() {
             let _ = self.signal(Signal::SIGCONT);
             let _ = self.child.start_kill();
@@ -63,30 +64,87 @@ impl SimProcess {
 /// A worker process shared between the run loop and fault tasks.
 pub type SharedProcess = Arc<Mutex<SimProcess>>;
 
-/// The running sim: workers `w1..wN` and the gateway in front of them.
+/// The running sim: workers `w1..wN`, the gateway in front of them and the tool
+/// service they call.
 pub struct SimCluster {
     pub workers: Vec<SharedProcess>,
     /// Name, URL and pid of each worker (readable without locking).
     pub info: Vec<ReplicaInfo>,
     pub gateway: SimProcess,
+    pub tools: SimProcess,
     /// `http://127.0.0.1:PORT/v1`
     pub api_url: String,
+    /// The scenario target it was started from.
+    pub target: Target,
+    bin: PathBuf,
+    dir: PathBuf,
+}
+
+/// Arguments of `haq sim worker` for replica `name` listening on `listen`.
+fn worker_args(
+    target: &Target,
+    engine: &crate::scenario::EngineCfg,
+    name: &str,
+    listen: &str,
+    tools_url: &str,
+    dir: &Path,
+) -> anyhow::Result<Vec<String>> {
+    Ok(vec![
+        "sim".into(),
+        "worker".into(),
+        "--name".into(),
+        name.into(),
+        "--listen".into(),
+        listen.into(),
+        "--model".into(),
+        target.model.clone(),
+        "--engine".into(),
+        serde_json::to_string(engine)?,
+        "--tools-url".into(),
+        tools_url.into(),
+        "--journal".into(),
+        dir.join(format!("worker-{name}.jsonl"))
+            .display()
+            .to_string(),
+    ])
+}
+
+/// Starts sim worker `name` listening on `listen` (`127.0.0.1:0` for any port; its old
+/// address for a replacement the gateway reaches where it always did).
+pub async fn start_worker(
+    target: &Target,
+    engine: &crate::scenario::EngineCfg,
+    name: &str,
+    listen: &str,
+    tools_url: &str,
+    bin: &Path,
+    dir: &Path,
+) -> anyhow::Result<SimProcess> {
+    let args = worker_args(target, engine, name, listen, tools_url, dir)?;
+    spawn(bin, name, &args, dir).await
+}
+
+impl SimProcess {
+    /// Starts `bin ARGS` as sim process `name` (log in `dir/sim-<name>.log`) and waits
+    /// for the address it announces.
+    pub async fn start(
+        bin: &Path,
+        name: &str,
+        args: &[String],
+        dir: &Path,
+    ) -> anyhow::Result<SimProcess> {
+        spawn(bin, name, args, dir).await
+    }
 }
 
 async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::Result<SimProcess> {
-    spawn_logged(bin, name, args, dir, &format!("sim-{name}.log")).await
-}
-
-async fn spawn_logged(
-    bin: &Path,
-    name: &str,
-    args: &[String],
-    dir: &Path,
-    log_name: &str,
-) -> anyhow::Result<SimProcess> {
-    let log = dir.join(log_name);
-    let log_file =
-        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let log = dir.join(format!("sim-{name}.log"));
+    // Appends: a replacement worker keeps its predecessor's log.
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(bin);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -137,36 +195,6 @@ async fn spawn_logged(
     })
 }
 
-fn worker_args(name: &str, engine: &EngineCfg) -> anyhow::Result<Vec<String>> {
-    Ok(vec![
-        "sim".into(),
-        "worker".into(),
-        "--name".into(),
-        name.into(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--engine".into(),
-        serde_json::to_string(engine)?,
-    ])
-}
-
-/// Starts one worker process: a replacement (`generation` ≥ 1 logs to
-/// `sim-<name>.<generation>.log`).
-pub async fn spawn_worker(
-    bin: &Path,
-    dir: &Path,
-    name: &str,
-    engine: &EngineCfg,
-    generation: u32,
-) -> anyhow::Result<SimProcess> {
-    let log = if generation == 0 {
-        format!("sim-{name}.log")
-    } else {
-        format!("sim-{name}.{generation}.log")
-    };
-    spawn_logged(bin, name, &worker_args(name, engine)?, dir, &log).await
-}
-
 impl SimCluster {
     /// Starts `target.replicas` workers and the gateway; returns once the gateway
     /// routes to every worker.
@@ -182,27 +210,37 @@ impl SimCluster {
         dir: &Path,
         via: &(dyn Fn(&str, &str) -> String + Sync),
     ) -> anyhow::Result<SimCluster> {
+        let tools_args = vec![
+            "sim".to_string(),
+            "tools".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--log".into(),
+            dir.join("tools.jsonl").display().to_string(),
+            "--config".into(),
+            serde_json::to_string(&target.tools)?,
+        ];
+        let tools = spawn(bin, "tools", &tools_args, dir).await?;
         let mut workers = Vec::new();
         for name in target.replica_names() {
-            workers.push(spawn_worker(bin, dir, &name, &target.engine, 0).await?);
+            let w = start_worker(
+                target,
+                &target.engine,
+                &name,
+                "127.0.0.1:0",
+                &tools.url,
+                bin,
+                dir,
+            );
+            workers.push(w.await?);
         }
-        let g = &target.gateway;
         let mut args = vec![
             "sim".to_string(),
             "gateway".into(),
             "--listen".into(),
             "127.0.0.1:0".into(),
-            "--policy".into(),
-            serde_json::to_value(g.policy)?
-                .as_str()
-                .unwrap_or("reference")
-                .to_string(),
-            "--retry-budget".into(),
-            g.retry_budget.to_string(),
-            "--health-interval".into(),
-            g.health_interval.to_string(),
-            "--health-failures".into(),
-            g.health_failures.to_string(),
+            "--config".into(),
+            serde_json::to_string(&target.gateway)?,
             "--journal".into(),
             dir.join("gateway.jsonl").display().to_string(),
         ];
@@ -228,10 +266,37 @@ impl SimCluster {
                 .map(|w| Arc::new(Mutex::new(w)))
                 .collect(),
             gateway,
+            tools,
+            target: target.clone(),
+            bin: bin.to_path_buf(),
+            dir: dir.to_path_buf(),
         };
         let wait = target.engine.startup.0 + Duration::from_secs(30);
         cluster.wait_all_ready(wait).await?;
         Ok(cluster)
+    }
+
+    /// Starts a new process for replica `name` on its old address (the gateway keeps its
+    /// upstream list) with `engine` — `target.engine.for_replacement()` for a cold
+    /// replacement. The caller swaps it into `workers` once the old one is gone.
+    pub async fn spawn_worker(
+        &self,
+        name: &str,
+        engine: &crate::scenario::EngineCfg,
+    ) -> anyhow::Result<SimProcess> {
+        let i = self
+            .info
+            .iter()
+            .position(|r| r.name == name)
+            .ok_or_else(|| anyhow!("no sim worker {name}"))?;
+        let listen = self.info[i].url.trim_start_matches("http://").to_string();
+        let (target, tools) = (&self.target, &self.tools.url);
+        start_worker(target, engine, name, &listen, tools, &self.bin, &self.dir).await
+    }
+
+    /// The tool service's base URL.
+    pub fn tools_url(&self) -> &str {
+        &self.tools.url
     }
 
     /// Polls the gateway until it routes to every worker.
@@ -275,5 +340,6 @@ impl SimCluster {
         for w in &self.workers {
             w.lock().await.kill_and_reap().await;
         }
+        self.tools.kill_and_reap().await;
     }
 }

@@ -35,10 +35,7 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     /// (name, base URL without `/v1`)
     pub upstreams: Vec<(String, String)>,
-    pub policy: GatewayPolicy,
-    pub retry_budget: u32,
-    pub health_interval: Duration,
-    pub health_failures: u32,
+    pub cfg: crate::scenario::GatewayCfg,
     pub journal: Option<PathBuf>,
 }
 
@@ -85,7 +82,11 @@ impl Gateway {
             self.journal.write(if now_ok {
                 GatewayEntry::UpstreamReady { worker, why }
             } else {
-                GatewayEntry::UpstreamRemoved { worker, why }
+                GatewayEntry::UpstreamRemoved {
+                    worker,
+                    why,
+                    cause: Default::default(),
+                }
             });
         }
     }
@@ -99,6 +100,7 @@ impl Gateway {
             self.journal.write(GatewayEntry::UpstreamRemoved {
                 worker: self.ups[i].name.clone(),
                 why: why.to_string(),
+                cause: Default::default(),
             });
         }
     }
@@ -128,13 +130,13 @@ pub async fn serve(cfg: GatewayConfig) -> anyhow::Result<()> {
         rr: AtomicUsize::new(0),
         seq: AtomicU64::new(0),
         http,
-        policy: cfg.policy,
-        retry_budget: cfg.retry_budget,
-        health_failures: cfg.health_failures,
+        policy: cfg.cfg.policy,
+        retry_budget: cfg.cfg.retry_budget,
+        health_failures: cfg.cfg.health_failures,
         journal: Journal::open(cfg.journal.as_deref())?,
     });
     for i in 0..gw.ups.len() {
-        tokio::spawn(health_loop(gw.clone(), i, cfg.health_interval));
+        tokio::spawn(health_loop(gw.clone(), i, cfg.cfg.health_interval.0));
     }
     super::announce(addr);
     let app = Router::new()

@@ -1,37 +1,55 @@
 //! A sim process's journal: JSON lines stamped with CLOCK_MONOTONIC (`t_ns`), so
-//! `haq check` can place them on the run's timeline.
+//! `haq check` can place them on the run's timeline. Lines go through a writer thread
+//! (flushed at least every 50 ms); [`Journal::flush`] waits until everything written
+//! so far is on disk, which a worker does before it SIGKILLs itself at a fault hook.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc;
+use std::time::Duration;
 
 use crate::trace::mono_ns;
 
+enum Msg {
+    Line(String),
+    Flush(mpsc::SyncSender<()>),
+}
+
 #[derive(Clone)]
 pub struct Journal {
-    tx: Option<mpsc::Sender<serde_json::Value>>,
+    tx: Option<mpsc::Sender<Msg>>,
 }
 
 impl Journal {
+    /// A journal that records nothing.
+    pub fn none() -> Journal {
+        Journal { tx: None }
+    }
+
     /// Opens (appends to) `path`; `None` gives a journal that records nothing.
     pub fn open(path: Option<&Path>) -> std::io::Result<Journal> {
         let Some(path) = path else {
-            return Ok(Journal { tx: None });
+            return Ok(Journal::none());
         };
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)?;
-        let (tx, rx) = mpsc::channel::<serde_json::Value>();
+        let (tx, rx) = mpsc::channel::<Msg>();
         std::thread::Builder::new()
             .name("haq-journal".into())
             .spawn(move || {
                 let mut out = std::io::BufWriter::new(file);
                 loop {
-                    match rx.recv_timeout(std::time::Duration::from_millis(50)) {
-                        Ok(v) => {
-                            let _ = serde_json::to_writer(&mut out, &v);
+                    match rx.recv_timeout(Duration::from_millis(50)) {
+                        Ok(Msg::Line(l)) => {
+                            let _ = out.write_all(l.as_bytes());
                             let _ = out.write_all(b"\n");
+                        }
+                        Ok(Msg::Flush(ack)) => {
+                            let _ = out.flush();
+                            let _ = out.get_ref().sync_data();
+                            let _ = ack.send(());
                         }
                         Err(mpsc::RecvTimeoutError::Timeout) => {
                             let _ = out.flush();
@@ -51,9 +69,42 @@ impl Journal {
                 t_ns: mono_ns(),
                 entry,
             };
-            if let Ok(v) = serde_json::to_value(&stamped) {
-                let _ = tx.send(v);
+            if let Ok(line) = serde_json::to_string(&stamped) {
+                let _ = tx.send(Msg::Line(line));
             }
         }
+    }
+
+    /// Blocks until every line written before this call is on disk (at most 2 s).
+    pub fn flush(&self) {
+        if let Some(tx) = &self.tx {
+            let (ack_tx, ack_rx) = mpsc::sync_channel(1);
+            if tx.send(Msg::Flush(ack_tx)).is_ok() {
+                let _ = ack_rx.recv_timeout(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::journal::{GatewayEntry, Stamped, read_lines};
+
+    #[test]
+    fn flush_puts_lines_on_disk() {
+        let dir = std::env::temp_dir().join(format!("haq-journal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join("j.jsonl");
+        let _ = std::fs::remove_file(&p);
+        let j = Journal::open(Some(&p)).expect("open");
+        j.write(GatewayEntry::NoUpstream {
+            req: "r1".into(),
+            attempts: 2,
+        });
+        j.flush();
+        let lines: Vec<Stamped<GatewayEntry>> = read_lines(&p).expect("io").expect("parse");
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].t_ns > 0);
     }
 }

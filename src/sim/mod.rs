@@ -1,9 +1,12 @@
-//! The embedded simulated cluster: worker processes, a gateway, all on loopback.
+//! The embedded simulated cluster: worker processes, a gateway and a tool service, all
+//! on loopback. docs/sim.md describes the model, its defaults and the admin API.
 
 pub mod cluster;
+pub mod engine;
 pub mod gateway;
 pub mod journal;
 pub mod text;
+pub mod tools;
 pub mod worker;
 
 use std::io::Write;

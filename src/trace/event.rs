@@ -37,6 +37,18 @@ pub enum Event {
         prompt_tokens: u32,
         max_tokens: u32,
         protected: bool,
+        /// Sent with `stream: true` (a non-streaming request's answer is one chunk).
+        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        stream: bool,
+        /// With a concurrency cap: when a slot was granted (trace time, µs). Schedule
+        /// slip is measured from `max(intended, admitted)`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        admitted: Option<u64>,
+        /// Multi-turn session and turn number (from 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn: Option<u32>,
         /// Set on probe requests: the fault whose trigger this request drives.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         probe: Option<String>,
@@ -53,6 +65,9 @@ pub enum Event {
         attempt: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after: Option<String>,
+        /// Server-reported queue time (µs), where a header reports it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue_us: Option<u64>,
     },
     /// One SSE event, stamped when its bytes arrived.
     Chunk {
@@ -87,6 +102,24 @@ pub enum Event {
         done: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finish: Option<String>,
+        /// HTTP status, when a response arrived.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        /// Output deltas counted by the client (content, reasoning, tool-call).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        counted: Option<u32>,
+        /// The server's `usage`, when reported.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+        /// The in-band error that ended the stream, read field by field.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<InBandError>,
+        /// Tool calls assembled from their deltas.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+        /// For structured-output requests: the answer parses as JSON.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        json_valid: Option<bool>,
     },
     /// A fault was injected on one replica, and how it was verified (one line per
     /// replica removed: a node fault writes one per replica of the node). A fault
@@ -231,6 +264,66 @@ impl Event {
     }
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// Token usage as the server reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<u32>,
+    /// Prompt tokens served from the prefix cache (`prompt_tokens_details.cached_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached: Option<u32>,
+}
+
+/// An in-band error event, field by field. `seed_shape` is true when it carries every
+/// field of the seed's explicit error (M3): code `upstream_decode_interrupted`,
+/// `request_id`, `partial_output`, `delivered_output_tokens`, `retryable`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct InBandError {
+    /// Index of the chunk that carried it.
+    pub n: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_output: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
+    #[serde(default)]
+    pub seed_shape: bool,
+}
+
+/// A tool call assembled from its streamed deltas.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default)]
+    pub arguments: String,
+    /// The assembled arguments parse as JSON.
+    #[serde(default)]
+    pub arguments_valid: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplicaInfo {
     pub name: String,
@@ -312,8 +405,10 @@ pub enum ChunkKind {
     Error,
     /// `data: [DONE]`.
     Done,
-    /// Anything else (comments, unknown JSON, unparsable data).
+    /// Anything else (unknown JSON, unparsable data).
     Other,
+    /// An SSE comment line (`: keep-alive`); `text` holds it.
+    Comment,
 }
 
 impl ChunkKind {

@@ -1,14 +1,39 @@
 //! The request schedule: seeded, open loop, computed ahead of sending (never from
-//! responses), lazily so a long run holds no schedule in memory.
+//! responses), lazily so a long run holds no schedule in memory. Same seed, same
+//! requests at the same offsets (SPEC Q12: a production-like mix, replayable).
 
+pub mod arrival;
+pub mod body;
+pub mod dist;
+pub mod inputs;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Exp};
 
-use crate::scenario::{Api, ArrivalProcess, Dist, Plan, Priority};
+pub use arrival::RateProfile;
+pub use body::{api_path, prompt_text, request_body};
+use dist::Sampler;
+use inputs::Replay;
+
+use crate::scenario::{ArrivalProcess, Plan, Priority};
+use crate::sim::text::mix64;
+
+/// Largest prompt and output lengths a distribution may draw.
+pub const MAX_PROMPT_TOKENS: u32 = 1_000_000;
+pub const MAX_OUTPUT_TOKENS: u32 = 100_000;
+
+/// One turn of a multi-turn session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub session: String,
+    /// From 1.
+    pub turn: u32,
+    /// Earlier turns: (request index, prompt tokens, answer tokens).
+    pub history: Vec<(u64, u32, u32)>,
+}
 
 /// One request the schedule wants sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,10 +43,53 @@ pub struct Planned {
     /// Offset from the start of load.
     pub at: Duration,
     pub class: usize,
+    /// Tokens of the new prompt (the user message).
     pub prompt_tokens: u32,
     pub max_tokens: u32,
     /// Index into `plan.phases`.
     pub phase: usize,
+    pub stream: bool,
+    /// Shared prefix: (group, tokens).
+    pub prefix: Option<(u32, u32)>,
+    pub session: Option<Turn>,
+    /// Replayed Mooncake block hashes for the prompt.
+    pub hash_ids: Option<Arc<[u32]>>,
+}
+
+impl Planned {
+    /// Every prompt token sent: prefix, session history and the new message.
+    pub fn total_prompt_tokens(&self) -> u32 {
+        let history: u32 = self
+            .session
+            .iter()
+            .flat_map(|s| s.history.iter())
+            .map(|(_, p, o)| p + o)
+            .sum();
+        self.prompt_tokens + history + self.prefix.map(|p| p.1).unwrap_or(0)
+    }
+}
+
+struct ClassDraw {
+    prompt: Sampler,
+    output: Sampler,
+    /// Prefix length of each group (drawn once per group).
+    prefix: Vec<u32>,
+    turns: Option<Sampler>,
+    parallel: u32,
+}
+
+struct OpenSession {
+    n: u64,
+    turns: u32,
+    history: Vec<(u64, u32, u32)>,
+}
+
+struct ReplayPos {
+    replay: Arc<Replay>,
+    next: usize,
+    offset_us: f64,
+    scale: f64,
+    repeat: bool,
 }
 
 /// Iterator over the schedule. Arrivals and request contents draw from separate
@@ -30,13 +98,19 @@ pub struct Schedule<'a> {
     plan: &'a Plan,
     arrivals: ChaCha8Rng,
     content: ChaCha8Rng,
-    next_at: f64,
+    gaps: arrival::Gaps,
+    /// Operational time (integral of the rate) of the next arrival, and its time.
+    next_at: Option<f64>,
+    replay: Option<ReplayPos>,
     idx: u64,
     cum_weights: Vec<f64>,
+    draws: Vec<ClassDraw>,
+    sessions: Vec<Vec<OpenSession>>,
+    session_seq: u64,
 }
 
 impl<'a> Schedule<'a> {
-    pub fn new(plan: &'a Plan) -> Self {
+    pub fn new(plan: &'a Plan) -> Result<Self, String> {
         let mut total = 0.0;
         let cum_weights = plan
             .mix
@@ -47,34 +121,126 @@ impl<'a> Schedule<'a> {
                 total
             })
             .collect();
+        let inputs = &plan.inputs;
+        let mut draws = Vec::new();
+        for (i, c) in plan.mix.classes.iter().enumerate() {
+            let prefix = match &c.shared_prefix {
+                Some(sp) => {
+                    let s = Sampler::new(&sp.tokens, MAX_PROMPT_TOKENS, inputs)?;
+                    (0..sp.groups)
+                        .map(|g| {
+                            let key = mix64(plan.seed ^ 0x9F1) ^ mix64(i as u64) ^ u64::from(g);
+                            s.draw(&mut ChaCha8Rng::seed_from_u64(key))
+                        })
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+            draws.push(ClassDraw {
+                prompt: Sampler::new(&c.prompt_tokens, MAX_PROMPT_TOKENS, inputs)?,
+                output: Sampler::new(&c.output_tokens, MAX_OUTPUT_TOKENS, inputs)?,
+                prefix,
+                turns: match &c.session {
+                    Some(s) => Some(Sampler::new(&s.turns, 10_000, inputs)?),
+                    None => None,
+                },
+                parallel: c.session.as_ref().map(|s| s.parallel.max(1)).unwrap_or(0),
+            });
+        }
+        let a = &plan.scenario.workload.arrival;
+        let gaps = arrival::Gaps::new(a).map_err(|i| format!("{}: {}", i.field, i.reason))?;
+        let replay = match (a.process, &a.trace) {
+            (ArrivalProcess::Trace, Some(t)) => Some(ReplayPos {
+                replay: inputs
+                    .replay
+                    .clone()
+                    .ok_or_else(|| format!("{} was not loaded", t.file))?,
+                next: 0,
+                offset_us: 0.0,
+                scale: t.time_scale,
+                repeat: t.repeat,
+            }),
+            _ => None,
+        };
         let mut s = Schedule {
             plan,
             arrivals: ChaCha8Rng::seed_from_u64(plan.seed),
             content: ChaCha8Rng::seed_from_u64(plan.seed ^ 0x9E37_79B9_7F4A_7C15),
-            next_at: 0.0,
+            gaps,
+            next_at: Some(0.0),
+            replay,
             idx: 0,
             cum_weights,
+            sessions: plan.mix.classes.iter().map(|_| Vec::new()).collect(),
+            draws,
+            session_seq: 0,
         };
-        s.next_at = s.gap();
-        s
+        s.next_at = s.advance(0.0);
+        Ok(s)
     }
 
-    fn gap(&mut self) -> f64 {
-        let rate = self.plan.rate;
-        match self.plan.scenario.workload.arrival.process {
-            ArrivalProcess::Constant => 1.0 / rate,
-            ArrivalProcess::Poisson => match Exp::new(rate) {
-                Ok(e) => e.sample(&mut self.arrivals),
-                Err(_) => 1.0 / rate,
-            },
-        }
+    /// The time of the arrival after one at `t` (seconds from the start of load).
+    fn advance(&mut self, t: f64) -> Option<f64> {
+        let g = self.gaps.draw(&mut self.arrivals);
+        self.plan.profile.advance(t, g)
     }
 
-    fn draw(&mut self, d: &Dist) -> u32 {
-        match d {
-            Dist::Fixed(n) => *n,
-            Dist::Uniform([lo, hi]) => self.content.random_range(*lo..=*hi),
+    /// Next replayed entry: (offset s, input, output, hash ids).
+    fn next_replayed(&mut self) -> Option<(f64, u32, u32, Arc<[u32]>)> {
+        let r = self.replay.as_mut()?;
+        if r.next >= r.replay.entries.len() {
+            if !r.repeat || r.replay.entries.is_empty() {
+                return None;
+            }
+            let n = r.replay.entries.len() as f64;
+            let gap = if n > 1.0 {
+                r.replay.span_us as f64 / (n - 1.0)
+            } else {
+                1e6
+            };
+            r.offset_us += (r.replay.span_us as f64 + gap) * r.scale;
+            r.next = 0;
         }
+        let e = &r.replay.entries[r.next];
+        r.next += 1;
+        let at = (e.at_us as f64 * r.scale + r.offset_us) / 1e6;
+        Some((at, e.input, e.output, e.hash_ids.clone()))
+    }
+
+    fn pick_class(&mut self) -> usize {
+        let total = self.cum_weights.last().copied().unwrap_or(1.0);
+        let pick = self.content.random::<f64>() * total;
+        self.cum_weights
+            .iter()
+            .position(|w| pick < *w)
+            .unwrap_or(self.cum_weights.len().saturating_sub(1))
+    }
+
+    /// Continues (or opens) a session of `class` for request `idx`.
+    fn turn(&mut self, class: usize, idx: u64, prompt: u32, output: u32) -> Option<Turn> {
+        let d = &self.draws[class];
+        let turns = d.turns.as_ref()?;
+        let pool = &mut self.sessions[class];
+        while pool.len() < d.parallel as usize {
+            self.session_seq += 1;
+            pool.push(OpenSession {
+                n: self.session_seq,
+                turns: turns.draw(&mut self.content).max(1),
+                history: Vec::new(),
+            });
+        }
+        let k = self.content.random_range(0..pool.len());
+        let s = &mut pool[k];
+        let t = Turn {
+            session: format!("s{:05}", s.n),
+            turn: s.history.len() as u32 + 1,
+            history: s.history.clone(),
+        };
+        s.history.push((idx, prompt, output));
+        if s.history.len() as u32 >= s.turns {
+            pool.swap_remove(k);
+        }
+        Some(t)
     }
 }
 
@@ -82,29 +248,46 @@ impl Iterator for Schedule<'_> {
     type Item = Planned;
 
     fn next(&mut self) -> Option<Planned> {
-        let at = Duration::from_secs_f64(self.next_at);
+        let (at_s, replayed) = if self.replay.is_some() {
+            let (at, i, o, h) = self.next_replayed()?;
+            (at, Some((i, o, h)))
+        } else {
+            let at = self.next_at?;
+            self.next_at = self.advance(at);
+            (at, None)
+        };
+        let at = Duration::from_secs_f64(at_s);
         if at >= self.plan.total {
+            self.next_at = None;
+            self.replay = None;
             return None;
         }
-        self.next_at += self.gap();
-        let total = self.cum_weights.last().copied().unwrap_or(1.0);
-        let pick = self.content.random::<f64>() * total;
-        let class = self
-            .cum_weights
-            .iter()
-            .position(|w| pick < *w)
-            .unwrap_or(self.cum_weights.len().saturating_sub(1));
-        let plan = self.plan;
-        let c = &plan.mix.classes[class];
-        let prompt_tokens = self.draw(&c.prompt_tokens);
-        let max_tokens = self.draw(&c.output_tokens);
-        let phase = plan
+        let class = self.pick_class();
+        let c = &self.plan.mix.classes[class];
+        let d = &self.draws[class];
+        let (mut prompt_tokens, mut max_tokens) = (
+            d.prompt.draw(&mut self.content),
+            d.output.draw(&mut self.content),
+        );
+        let mut hash_ids = None;
+        if let Some((i, o, h)) = replayed {
+            (prompt_tokens, max_tokens) = (i, o);
+            hash_ids = (!h.is_empty()).then_some(h);
+        }
+        let stream = c.stream.0 >= 1.0 || self.content.random::<f64>() < c.stream.0;
+        let prefix = (!d.prefix.is_empty()).then(|| {
+            let g = self.content.random_range(0..d.prefix.len());
+            (g as u32, d.prefix[g])
+        });
+        let idx = self.idx;
+        self.idx += 1;
+        let session = self.turn(class, idx, prompt_tokens, max_tokens);
+        let phase = self
+            .plan
             .phases
             .iter()
             .position(|p| at < p.end())
-            .unwrap_or(plan.phases.len().saturating_sub(1));
-        let idx = self.idx;
-        self.idx += 1;
+            .unwrap_or(self.plan.phases.len().saturating_sub(1));
         Some(Planned {
             idx,
             id: format!("r{idx:06}"),
@@ -113,126 +296,25 @@ impl Iterator for Schedule<'_> {
             prompt_tokens,
             max_tokens,
             phase,
+            stream,
+            prefix,
+            session,
+            hash_ids,
         })
-    }
-}
-
-const WORDS: &[&str] = &[
-    "the",
-    "cluster",
-    "serves",
-    "tokens",
-    "while",
-    "a",
-    "replica",
-    "fails",
-    "and",
-    "router",
-    "keeps",
-    "every",
-    "stream",
-    "honest",
-    "about",
-    "what",
-    "client",
-    "already",
-    "saw",
-    "before",
-    "retry",
-    "budget",
-    "limits",
-    "prefill",
-    "storms",
-    "when",
-    "many",
-    "gpus",
-    "drop",
-    "at",
-    "once",
-    "so",
-    "queue",
-    "grows",
-    "slowly",
-    "under",
-    "load",
-    "latency",
-    "stays",
-    "inside",
-    "agreed",
-    "envelope",
-    "of",
-    "service",
-    "level",
-    "objective",
-    "for",
-    "protected",
-    "traffic",
-    "during",
-    "degraded",
-    "capacity",
-    "window",
-    "until",
-    "replacement",
-    "becomes",
-    "ready",
-    "again",
-    "with",
-    "warm",
-    "cache",
-    "blocks",
-    "shared",
-    "prefix",
-];
-
-/// Deterministic prompt text of exactly `tokens` words for request `idx`.
-pub fn prompt_text(seed: u64, idx: u64, tokens: u32) -> String {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ idx);
-    let mut s = String::with_capacity(tokens as usize * 7);
-    for i in 0..tokens {
-        if i > 0 {
-            s.push(' ');
-        }
-        s.push_str(WORDS[rng.random_range(0..WORDS.len())]);
-    }
-    s
-}
-
-/// The JSON body of a streaming request.
-pub fn request_body(plan: &Plan, p: &Planned) -> Bytes {
-    let class = &plan.mix.classes[p.class];
-    let prompt = prompt_text(plan.seed, p.idx, p.prompt_tokens);
-    let model = &plan.scenario.target.model;
-    let body = match class.api {
-        Api::Chat => serde_json::json!({
-            "model": model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": p.max_tokens,
-            "temperature": 0,
-            "seed": plan.seed,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        }),
-        Api::Completions => serde_json::json!({
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": p.max_tokens,
-            "temperature": 0,
-            "seed": plan.seed,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        }),
-    };
-    Bytes::from(body.to_string())
-}
-
-/// The path (relative to the base URL) for a class's API.
-pub fn api_path(api: Api) -> &'static str {
-    match api {
-        Api::Chat => "/chat/completions",
-        Api::Completions => "/completions",
     }
 }
 
 pub fn is_protected(plan: &Plan, p: &Planned) -> bool {
     plan.mix.classes[p.class].priority == Priority::Protected
 }
+
+/// The value of the priority header for a request.
+pub fn priority_value(plan: &Plan, p: &Planned) -> &'static str {
+    match plan.mix.classes[p.class].priority {
+        Priority::Protected => "protected",
+        Priority::BestEffort => "best_effort",
+    }
+}
+
+#[cfg(test)]
+mod tests;

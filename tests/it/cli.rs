@@ -4,7 +4,7 @@ use std::process::Command;
 
 use crate::support::{haq_bin, root, scratch};
 
-fn haq(args: &[&str]) -> (i32, String, String) {
+pub fn haq(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(haq_bin())
         .args(args)
         .current_dir(root())

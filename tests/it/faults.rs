@@ -18,9 +18,9 @@ workload:
   seed: 5
   mix:
     classes:
-      - {name: chat, prompt_tokens: {uniform: [100, 300]}, output_tokens: {uniform: [30, 60]}}
-  arrival: {process: poisson, rate: 5/s}
-protected_load: 5/s
+      - {name: chat, prompt_tokens: {uniform: [100, 300]}, output_tokens: {uniform: [60, 100]}}
+  arrival: {process: poisson, rate: 6/s}
+protected_load: 6/s
 slo: {ttft_p95: 10s, itl_p95: 2s, e2e_p95: 60s}
 phases:
   - {name: baseline, duration: 1s}
@@ -48,7 +48,7 @@ const TRIGGERS: [(&str, &str, &str); 7] = [
     ("deltas", "when: {probe: {after_deltas: 5}}", "5200ms"),
     (
         "load",
-        "when: {in_flight: 2}\n    target: {replica: w3}",
+        "when: {in_flight: 2}\n    target: {replica: w1}",
         "6200ms",
     ),
 ];
@@ -127,7 +127,7 @@ impl Seen {
             let trigger = trigger.clone().unwrap_or_default();
             match name {
                 "time" => assert_eq!(trigger, "time"),
-                "load" => assert!(trigger.contains("in_flight >= 2 on w3"), "{trigger}"),
+                "load" => assert!(trigger.contains("in_flight >= 2 on w1"), "{trigger}"),
                 _ => {
                     let p = probe.clone().unwrap_or_else(|| panic!("{name}: no probe"));
                     assert_eq!(p, format!("probe-{name}"));

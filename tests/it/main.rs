@@ -1,6 +1,11 @@
 //! The one integration-test binary (STYLE.md habit 8): a module per area.
 
 mod cli;
+mod client;
+mod fate;
 mod faults;
 mod run;
+mod simkit;
 mod support;
+mod worker;
+mod workload;

@@ -51,20 +51,40 @@ async fn quickstart_passes_on_the_reference_gateway_and_names_the_killed_worker(
     assert!(report["faults"][0]["pid"].as_u64().is_some());
 
     // The cut streams ended with the explicit error, and only streams from w2 were cut.
+    use haq::check::fate::{Observed, Stage};
     let cut: Vec<_> = r
         .judgement
         .fate_table
         .iter()
-        .filter(|(s, _, _)| *s == haq::check::fate::Stage::Streaming)
+        .filter(|row| row.stage == Stage::Streaming && row.observed != Observed::Completed)
         .collect();
     assert!(
         !cut.is_empty(),
         "no stream was caught by the kill: {:?}",
         r.judgement.fate_table
     );
-    for (_, outcome, _) in cut {
-        assert_eq!(*outcome, haq::trace::Outcome::ExplicitError);
+    for row in cut {
+        assert_eq!(row.outcome, haq::trace::Outcome::ExplicitError, "{row:?}");
+        assert_eq!(row.declared, Some(haq::scenario::Fate::Fail));
     }
+    // The gateway journal was read: each caught request has its attempts, by id.
+    assert!(
+        r.judgement
+            .evidence
+            .iter()
+            .any(|e| e.source == "gateway journal"
+                && e.state == haq::check::evidence::SourceState::Used),
+        "{:?}",
+        r.judgement.evidence
+    );
+    assert!(
+        r.judgement
+            .fate_requests
+            .iter()
+            .all(|f| !f.attempts.is_empty() && f.workers.contains(&"w2".to_string())),
+        "{:#?}",
+        r.judgement.fate_requests
+    );
 
     // `haq check RUN_DIR` reproduces the verdicts from the stored trace alone.
     let (_, again) = haq::check::judge_dir(&r.run_dir).expect("re-judge");
@@ -130,8 +150,24 @@ async fn a_gateway_that_retries_after_the_first_delta_fails_request_fate() {
     let kinds: std::collections::BTreeSet<_> =
         r.judgement.findings.iter().map(|f| f.kind).collect();
     use haq::check::fate::FindingKind::*;
-    assert!(kinds.contains(&TwoWriters), "{kinds:?}");
-    assert!(kinds.contains(&DuplicatedOutput), "{kinds:?}");
+    for k in [
+        TwoWriters,
+        DuplicatedOutput,
+        StitchedOutput,
+        RetryAfterFirstDelta,
+    ] {
+        assert!(kinds.contains(&k), "{k:?} not in {kinds:?}");
+    }
+    // Each restart is shown with its evidence: request, chunks, attempt ids, text.
+    let d = r
+        .judgement
+        .findings
+        .iter()
+        .find(|f| f.kind == RetryAfterFirstDelta)
+        .expect("finding");
+    assert_eq!(d.chunks.len(), 2, "{d:?}");
+    assert_eq!(d.attempts.len(), 2, "{d:?}");
+    assert!(d.excerpt.is_some(), "{d:?}");
     assert_eq!(r.judgement.overall(), Status::Fail);
 }
 

@@ -4,6 +4,7 @@
 
 mod client;
 mod criteria;
+mod evidence;
 mod faults;
 mod slo;
 mod target;
@@ -11,6 +12,7 @@ mod workload;
 
 pub use client::*;
 pub use criteria::*;
+pub use evidence::*;
 pub use faults::*;
 pub use slo::*;
 pub use target::*;
@@ -47,6 +49,9 @@ pub struct Scenario {
     /// Faults to inject, each at a point of a phase.
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// Where the Request-Fate checker finds evidence beyond the chunk trace.
+    #[serde(default)]
+    pub evidence: EvidenceCfg,
     /// Bounds used by the verdicts.
     #[serde(default)]
     pub criteria: Criteria,

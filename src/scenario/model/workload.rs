@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::scenario::units::Rate;
+use crate::scenario::units::{Dur, Fraction, Rate};
 
 /// The request mix and its arrival process.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -81,24 +81,132 @@ pub struct RequestClass {
     pub weight: f64,
     #[serde(default)]
     pub api: Api,
-    /// Prompt length in tokens.
+    /// Prompt length in tokens (the new user message of a session turn).
     pub prompt_tokens: Dist,
     /// Output length in tokens (sent as `max_tokens`).
     pub output_tokens: Dist,
     #[serde(default)]
     pub priority: Priority,
+    /// Share of this class's requests sent with `stream: true` (default 100%).
+    #[serde(default = "all", skip_serializing_if = "is_all")]
+    pub stream: Fraction,
+    /// Shared prompt prefixes (system prompts) for prefix-cache effects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_prefix: Option<SharedPrefix>,
+    /// Multi-turn sessions: each request continues a conversation with its history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionSpec>,
+    /// Tool-call requests: `tools` definitions and `tool_choice` in the body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolsSpec>,
+    /// Structured output: `response_format`; the client checks the answer is JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
 }
 
 fn default_weight() -> f64 {
     1.0
 }
+fn all() -> Fraction {
+    Fraction(1.0)
+}
+fn is_all(f: &Fraction) -> bool {
+    f.0 >= 1.0
+}
 
-/// A length distribution: a number (fixed) or one of `{uniform: [min, max]}`.
+/// `groups` distinct system prompts of `tokens` tokens; each request uses one of them.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SharedPrefix {
+    #[serde(default = "one")]
+    pub groups: u32,
+    /// Prefix length (drawn once per group).
+    pub tokens: Dist,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Requests of the class continue one of `parallel` open conversations; a conversation
+/// ends after `turns` turns and a new one opens. Earlier turns are replayed as history
+/// (synthetic, deterministic assistant answers), so prompts grow turn by turn.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSpec {
+    pub turns: Dist,
+    #[serde(default = "default_parallel")]
+    pub parallel: u32,
+}
+
+fn default_parallel() -> u32 {
+    8
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    Required,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsSpec {
+    /// How many tool definitions to send (1..=8).
+    #[serde(default = "default_tools")]
+    pub count: u32,
+    #[serde(default)]
+    pub choice: ToolChoice,
+}
+
+fn default_tools() -> u32 {
+    2
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseFormat {
+    /// `{"type": "json_object"}`
+    JsonObject,
+    /// `{"type": "json_schema", ...}` with a small fixed schema.
+    JsonSchema,
+}
+
+/// A length distribution: a number (fixed) or one of `{uniform: [min, max]}`,
+/// `{normal: {mean, stddev}}`, `{lognormal: {mean, stddev}}` (of the lengths, in
+/// tokens), `{empirical: {file, column}}` (values drawn from a CSV column). Draws are
+/// clamped to `[min, max]` (default 1 and the field's limit).
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Dist {
     Fixed(u32),
     Uniform([u32; 2]),
+    Normal(Shape),
+    Lognormal(Shape),
+    Empirical(Empirical),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Shape {
+    pub mean: f64,
+    pub stddev: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Empirical {
+    /// CSV file with a header row (relative to the file that names it).
+    pub file: String,
+    /// Column to read; default the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -106,6 +214,9 @@ pub enum Dist {
 enum DistSpec {
     Fixed(u32),
     Uniform([u32; 2]),
+    Normal(Shape),
+    Lognormal(Shape),
+    Empirical(Empirical),
 }
 
 impl<'de> Deserialize<'de> for Dist {
@@ -118,12 +229,15 @@ impl<'de> Deserialize<'de> for Dist {
         }
         let spec: DistSpec = serde_json::from_value(v.clone()).map_err(|e| {
             serde::de::Error::custom(format!(
-                "expected a token count or one of {{fixed: N}}, {{uniform: [min, max]}}; got {v} ({e})"
+                "expected a token count or one of {{fixed: N}}, {{uniform: [min, max]}}, {{normal: {{mean, stddev}}}}, {{lognormal: {{mean, stddev}}}}, {{empirical: {{file, column}}}}; got {v} ({e})"
             ))
         })?;
         Ok(match spec {
             DistSpec::Fixed(n) => Dist::Fixed(n),
             DistSpec::Uniform(r) => Dist::Uniform(r),
+            DistSpec::Normal(s) => Dist::Normal(s),
+            DistSpec::Lognormal(s) => Dist::Lognormal(s),
+            DistSpec::Empirical(e) => Dist::Empirical(e),
         })
     }
 }
@@ -136,8 +250,16 @@ pub enum ArrivalProcess {
     Poisson,
     /// Evenly spaced arrivals.
     Constant,
+    /// Gamma inter-arrival times: `burstiness` is the shape (1 = Poisson, < 1 burstier,
+    /// > 1 smoother; the coefficient of variation is 1/sqrt(burstiness)).
+    Gamma,
+    /// Replay the arrival times and lengths of a recorded trace (`trace:`).
+    Trace,
 }
 
+/// The arrival process and its rate profile. The rate is `rate`, or a `ramp`, or
+/// `stages`; with none of them, `protected_load`. The schedule is computed ahead from
+/// the seed (open loop): a slow server never delays the next send.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Arrival {
@@ -146,4 +268,74 @@ pub struct Arrival {
     /// Offered rate; defaults to `protected_load`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// Gamma shape (with `process: gamma`); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burstiness: Option<f64>,
+    /// Rate rising (or falling) linearly from `from` to `to` over `over` (default: the
+    /// whole run), then held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<Ramp>,
+    /// Consecutive stages, each at a rate or ramping; the last rate holds to the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<Stage>,
+    /// The trace to replay (with `process: trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceReplay>,
+    /// Closed-loop cap: at most this many requests in flight; a request due while the
+    /// cap is reached waits for a slot (its latency still counts from its intended time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ramp {
+    pub from: Rate,
+    pub to: Rate,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Stage {
+    pub duration: Dur,
+    /// Constant rate in this stage…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    /// …or a linear ramp `[from, to]` across it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<[Rate; 2]>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormat {
+    /// Mooncake JSONL: `{"timestamp": ms, "input_length", "output_length", "hash_ids"}`.
+    #[default]
+    Mooncake,
+    /// CSV with a header: a timestamp column (`timestamp`/`TIMESTAMP`: milliseconds, or
+    /// a date-time such as `2023-11-16 18:15:46.6805900`), input length
+    /// (`input_length`/`ContextTokens`/`prompt_tokens`) and output length
+    /// (`output_length`/`GeneratedTokens`/`output_tokens`).
+    Csv,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TraceReplay {
+    /// Relative to the file that names it.
+    pub file: String,
+    #[serde(default)]
+    pub format: TraceFormat,
+    /// Trace timestamps are multiplied by this: 0.5 replays twice as fast.
+    #[serde(default = "unit_scale")]
+    pub time_scale: f64,
+    /// Start over when the trace ends before the run does.
+    #[serde(default, rename = "loop")]
+    pub repeat: bool,
+}
+
+fn unit_scale() -> f64 {
+    1.0
 }

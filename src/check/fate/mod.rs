@@ -1,0 +1,479 @@
+//! Request fate (M1–M3, M5, M7, Q8, Q9): a Jepsen-style history checker over the
+//! stored evidence of a run. Every finished request goes through each checker (one
+//! file per finding family); requests caught by a fault are also placed in the
+//! stage × outcome table and compared with the declared policy.
+//!
+//! Composition: any finding FAILs the verdict; evidence that is missing or too weak to
+//! decide gives UNKNOWN (shown as such, never PASS); a checker that panics gives
+//! UNKNOWN with its error, and the other checkers still run.
+
+mod cancel;
+mod ending;
+mod output;
+mod policy;
+mod tools;
+mod view;
+mod writers;
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use serde::Serialize;
+
+use super::evidence::{SourceReport, SourceState};
+use super::history::{FaultRec, RequestRecord};
+use super::{Status, Verdict};
+use crate::scenario::{Fate, FatePolicy, Plan};
+use crate::trace::journal::ToolExecution;
+use crate::trace::{ChunkKind, Outcome};
+
+pub use policy::{Observed, RequestFate};
+pub use view::{Seam, SeamSource, View, excerpt};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// Two attempt ids published into one stream, interleaved or overlapping in time.
+    TwoWriters,
+    /// A repeated run of deltas, or the answer starting over, in one stream.
+    DuplicatedOutput,
+    /// A second attempt's text after the first attempt's deltas (not a token-continuous
+    /// migration).
+    StitchedOutput,
+    /// Output was delivered, then the connection broke with no explicit error.
+    SilentInterruption,
+    /// A clean `[DONE]` or end of body after an interruption, with no explicit error.
+    SilentTruncation,
+    /// A new attempt started after the first delta reached the client (M2).
+    RetryAfterFirstDelta,
+    /// The policy says retry before the first delta; the request failed instead.
+    RetryNotMade,
+    /// What happened differs from the declared fate for the stage (Q8).
+    FateMismatch,
+    /// The explicit error lacks fields of the expected shape, or is not JSON (M3).
+    MalformedExplicitError,
+    /// The client went away; the upstream attempt was not cancelled (M4).
+    UpstreamNotCancelled,
+    /// One logical tool action executed twice (M7).
+    DuplicateToolEffect,
+    /// Chunks missing or out of order between what was sent and what arrived.
+    ChunkGap,
+}
+
+impl FindingKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::TwoWriters => "two_writers",
+            FindingKind::DuplicatedOutput => "duplicated_output",
+            FindingKind::StitchedOutput => "stitched_output",
+            FindingKind::SilentInterruption => "silent_interruption",
+            FindingKind::SilentTruncation => "silent_truncation",
+            FindingKind::RetryAfterFirstDelta => "retry_after_first_delta",
+            FindingKind::RetryNotMade => "retry_not_made",
+            FindingKind::FateMismatch => "fate_mismatch",
+            FindingKind::MalformedExplicitError => "malformed_explicit_error",
+            FindingKind::UpstreamNotCancelled => "upstream_not_cancelled",
+            FindingKind::DuplicateToolEffect => "duplicate_tool_effect",
+            FindingKind::ChunkGap => "chunk_gap",
+        }
+    }
+}
+
+/// One anomaly with the evidence that proves it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Finding {
+    pub kind: FindingKind,
+    /// The request id (the logical request id for tool findings).
+    pub request: String,
+    pub detail: String,
+    /// Chunk indices that prove it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<u32>,
+    /// Attempt or generation ids involved.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<String>,
+    /// The delivered text around the anomaly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub excerpt: Option<String>,
+}
+
+/// Stage of a request when a fault hit it (Q8). From the gateway journal where it
+/// says; else as the client can tell: before its first delta, or streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// At the gateway, no attempt on a replica yet.
+    New,
+    Queued,
+    Prefill,
+    /// Generating, nothing delivered to the client yet.
+    Decode,
+    /// Sent, no delta delivered yet; which of queued/prefill/decode is not known.
+    BeforeFirstDelta,
+    /// At least one delta delivered.
+    Streaming,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::New => "new",
+            Stage::Queued => "queued",
+            Stage::Prefill => "prefill",
+            Stage::Decode => "decode",
+            Stage::BeforeFirstDelta => "before_first_delta",
+            Stage::Streaming => "streaming",
+        }
+    }
+}
+
+/// One row of the stage × outcome table: requests caught by a fault.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FateRow {
+    pub stage: Stage,
+    /// The declared fate for the stage (none when the stage is ambiguous and the
+    /// policy differs across the stages it could be).
+    pub declared: Option<Fate>,
+    pub observed: Observed,
+    /// How the stream ended, as the client saw it.
+    pub outcome: Outcome,
+    pub count: u64,
+}
+
+/// What the checkers need besides the request.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub policy: FatePolicy,
+    /// A gateway journal was read: attempts are known, not guessed.
+    pub journal: bool,
+    /// µs the gateway may take to cancel upstream after the client left.
+    pub cancel_grace: u64,
+}
+
+impl Ctx {
+    pub fn new(plan: &Plan) -> Ctx {
+        let s = &plan.scenario;
+        Ctx {
+            policy: s.policy.clone(),
+            journal: false,
+            cancel_grace: s.evidence.cancel_grace.0.as_micros() as u64,
+        }
+    }
+}
+
+/// What one checker says about one request.
+#[derive(Default)]
+pub struct Out {
+    pub findings: Vec<Finding>,
+    /// Questions the evidence could not decide.
+    pub unknown: Vec<String>,
+    pub fates: Vec<RequestFate>,
+}
+
+impl Out {
+    pub fn find(&mut self, kind: FindingKind, request: &str, detail: String) -> &mut Finding {
+        self.findings.push(Finding {
+            kind,
+            request: request.to_string(),
+            detail,
+            chunks: Vec::new(),
+            attempts: Vec::new(),
+            excerpt: None,
+        });
+        let last = self.findings.len() - 1;
+        &mut self.findings[last]
+    }
+}
+
+impl Finding {
+    pub fn chunks(&mut self, c: impl IntoIterator<Item = u32>) -> &mut Self {
+        self.chunks.extend(c);
+        self
+    }
+    pub fn attempts<S: Into<String>>(&mut self, a: impl IntoIterator<Item = S>) -> &mut Self {
+        self.attempts.extend(a.into_iter().map(Into::into));
+        self
+    }
+    pub fn excerpt(&mut self, e: String) -> &mut Self {
+        if !e.is_empty() {
+            self.excerpt = Some(e);
+        }
+        self
+    }
+}
+
+/// A per-request checker.
+pub type Check = fn(&Ctx, &View, &[FaultRec], &mut Out);
+
+/// Every per-request checker, by name.
+pub const CHECKS: [(&str, Check); 9] = [
+    ("two-writers", writers::two_writers),
+    ("retry-after-first-delta", writers::retry_after_first_delta),
+    ("duplicated-output", output::duplicated),
+    ("stitched-output", output::stitched),
+    ("chunk-order", output::chunk_order),
+    ("silent-end", ending::silent_end),
+    ("error-shape", ending::error_shape),
+    ("upstream-cancel", cancel::upstream_cancel),
+    ("policy", policy::against_policy),
+];
+
+/// Findings kept per kind (the rest are counted): a broken gateway flags every
+/// request, and the report needs examples, not all of them.
+pub const KEEP_PER_KIND: usize = 500;
+/// Caught requests kept with their full fate (the table counts all).
+pub const KEEP_FATES: usize = 2000;
+
+/// A checker that panicked.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Crash {
+    pub checker: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    pub error: String,
+    /// How many times it crashed in this run.
+    pub count: u64,
+}
+
+pub struct FateAcc {
+    pub ctx: Ctx,
+    checks: Vec<(&'static str, Check)>,
+    pub findings: Vec<Finding>,
+    pub counts: BTreeMap<FindingKind, u64>,
+    /// (stage, declared, observed, outcome) → count, for requests caught by a fault.
+    pub table: BTreeMap<(Stage, Option<Fate>, Observed, Outcome), u64>,
+    pub fates: Vec<RequestFate>,
+    /// Requests caught by a fault.
+    pub hit: u64,
+    /// Requests judged.
+    pub judged: u64,
+    pub unknown: Vec<String>,
+    pub unknown_count: u64,
+    pub crashes: Vec<Crash>,
+    /// Requests whose stream carried tool-call deltas.
+    pub tool_call_requests: u64,
+    tools: tools::ToolCheck,
+}
+
+impl FateAcc {
+    pub fn new(ctx: Ctx) -> FateAcc {
+        FateAcc::with_checks(ctx, CHECKS.to_vec())
+    }
+
+    /// With another set of checkers (tests add one that panics).
+    pub fn with_checks(ctx: Ctx, checks: Vec<(&'static str, Check)>) -> FateAcc {
+        FateAcc {
+            ctx,
+            checks,
+            findings: Vec::new(),
+            counts: BTreeMap::new(),
+            table: BTreeMap::new(),
+            fates: Vec::new(),
+            hit: 0,
+            judged: 0,
+            unknown: Vec::new(),
+            unknown_count: 0,
+            crashes: Vec::new(),
+            tool_call_requests: 0,
+            tools: tools::ToolCheck::default(),
+        }
+    }
+
+    /// Judges one finished request with every checker, each isolated.
+    pub fn add(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
+        let Some(v) = View::new(r) else { return };
+        self.judged += 1;
+        if r.chunks.iter().any(|c| c.kind == ChunkKind::ToolCall) {
+            self.tool_call_requests += 1;
+        }
+        for (name, check) in self.checks.clone() {
+            let mut out = Out::default();
+            let ctx = &self.ctx;
+            match catch_unwind(AssertUnwindSafe(|| check(ctx, &v, faults, &mut out))) {
+                Ok(()) => self.merge(out),
+                Err(p) => self.crashed(name, Some(&r.id), panic_text(p.as_ref())),
+            }
+        }
+    }
+
+    /// One line of the tool log.
+    pub fn tool(&mut self, t: u64, x: &ToolExecution) {
+        let tools = &mut self.tools;
+        let mut out = Out::default();
+        match catch_unwind(AssertUnwindSafe(|| tools.add(t, x, &mut out))) {
+            Ok(()) => self.merge(out),
+            Err(p) => self.crashed("duplicate-tool-effect", None, panic_text(p.as_ref())),
+        }
+    }
+
+    fn merge(&mut self, out: Out) {
+        for f in out.findings {
+            let n = self.counts.entry(f.kind).or_default();
+            *n += 1;
+            if *n as usize <= KEEP_PER_KIND {
+                self.findings.push(f);
+            }
+        }
+        for u in out.unknown {
+            self.unknown_count += 1;
+            if self.unknown.len() < 20 {
+                self.unknown.push(u);
+            }
+        }
+        for f in out.fates {
+            self.hit += 1;
+            *self
+                .table
+                .entry((f.stage, f.declared, f.observed, f.outcome))
+                .or_default() += 1;
+            if self.fates.len() < KEEP_FATES {
+                self.fates.push(f);
+            }
+        }
+    }
+
+    fn crashed(&mut self, checker: &str, request: Option<&str>, error: String) {
+        match self.crashes.iter_mut().find(|c| c.checker == checker) {
+            Some(c) => c.count += 1,
+            None => self.crashes.push(Crash {
+                checker: checker.into(),
+                request: request.map(str::to_string),
+                error,
+                count: 1,
+            }),
+        }
+    }
+
+    pub fn table_rows(&self) -> Vec<FateRow> {
+        self.table
+            .iter()
+            .map(|(&(stage, declared, observed, outcome), &count)| FateRow {
+                stage,
+                declared,
+                observed,
+                outcome,
+                count,
+            })
+            .collect()
+    }
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic with a non-text payload".into())
+}
+
+/// The Request-Fate verdict, composed as in Jepsen: FAIL on any finding; else UNKNOWN
+/// when a checker crashed or evidence was missing; else PASS when some request was
+/// caught by a fault (NOT_EVALUATED when the scenario injects none).
+pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool) -> Verdict {
+    let name = "Request-Fate";
+    let mut evidence: Vec<String> = acc
+        .table_rows()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} (declared {}) → {} / {}: {}",
+                r.stage.as_str(),
+                r.declared.map(Fate::as_str).unwrap_or("ambiguous"),
+                r.observed.as_str(),
+                r.outcome.as_str(),
+                r.count
+            )
+        })
+        .collect();
+    evidence.extend(
+        sources
+            .iter()
+            .map(|s| format!("evidence {}: {:?} — {}", s.source, s.state, s.detail)),
+    );
+    evidence.extend(
+        acc.findings
+            .iter()
+            .take(20)
+            .map(|f| format!("{} {}: {}", f.kind.as_str(), f.request, f.detail)),
+    );
+    if !acc.counts.is_empty() {
+        let s = acc
+            .counts
+            .iter()
+            .map(|(k, n)| format!("{} ×{n}", k.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Verdict::new(name, Status::Fail, format!("findings: {s}"), evidence);
+    }
+    let mut unknown: Vec<String> = acc
+        .crashes
+        .iter()
+        .map(|c| {
+            format!(
+                "checker `{}` crashed ({}×{}): {}",
+                c.checker,
+                c.count,
+                c.request
+                    .as_deref()
+                    .map(|r| format!(", first on {r}"))
+                    .unwrap_or_default(),
+                c.error
+            )
+        })
+        .collect();
+    for s in sources {
+        if matches!(s.state, SourceState::Missing | SourceState::Unreadable) {
+            unknown.push(format!("{}: {}", s.source, s.detail));
+        }
+    }
+    let tools_used = sources
+        .iter()
+        .any(|s| s.source == "tool log" && s.state == SourceState::Used);
+    if acc.tool_call_requests > 0 && !tools_used && sim {
+        unknown.push(format!(
+            "{} requests streamed tool calls but the run has no tool log: tool side effects (M7) are unchecked",
+            acc.tool_call_requests
+        ));
+    }
+    if acc.unknown_count > 0 {
+        unknown.push(format!(
+            "{} questions the evidence could not decide, e.g. {}",
+            acc.unknown_count,
+            acc.unknown.first().map(String::as_str).unwrap_or("")
+        ));
+    }
+    if !unknown.is_empty() {
+        evidence.extend(acc.unknown.iter().cloned());
+        return Verdict::new(name, Status::Unknown, unknown.join("; "), evidence);
+    }
+    if faults == 0 {
+        return Verdict::new(
+            name,
+            Status::NotEvaluated,
+            format!(
+                "the scenario injects no fault; no request fate was tested (no findings on {} requests)",
+                acc.judged
+            ),
+            evidence,
+        );
+    }
+    if acc.hit == 0 {
+        return Verdict::new(
+            name,
+            Status::Unknown,
+            "no request was in flight on the faulted replica: the fault tested no request fate",
+            evidence,
+        );
+    }
+    Verdict::new(
+        name,
+        Status::Pass,
+        format!(
+            "{} requests caught by the fault behaved as the policy says; no finding on {} requests (no duplicate, stitched or silently truncated output)",
+            acc.hit, acc.judged
+        ),
+        evidence,
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,271 @@
+//! What the client read (M3, Q9): output repeated or restarted, a second attempt's
+//! text stitched onto the first (legal only as a token-continuous migration), and
+//! chunks missing or out of order.
+
+use super::{Ctx, FindingKind, Out, Seam, View};
+use crate::check::history::FaultRec;
+use crate::scenario::Fate;
+use crate::trace::Outcome;
+
+/// A repeat shorter than this many deltas at a seam is not evidence (real text
+/// repeats short runs).
+pub const MIN_RUN: usize = 3;
+/// Words at the head of an answer that, seen again later, mean it started over.
+pub const HEAD_WORDS: usize = 6;
+
+/// Length of the common run of delta texts starting at deltas `a` and `b`.
+fn common_run(v: &View, a: usize, b: usize, limit: usize) -> usize {
+    let n = v.deltas.len();
+    (0..)
+        .take_while(|&k| {
+            a + k < n && b + k < n && a + k < limit && v.delta_text(a + k) == v.delta_text(b + k)
+        })
+        .count()
+}
+
+/// The longest earlier run that the output after `at` repeats: (start, length).
+fn repeat_at(v: &View, at: usize) -> Option<(usize, usize)> {
+    (0..at)
+        .map(|j| (j, common_run(v, j, at, at)))
+        .max_by_key(|&(j, l)| (l, std::cmp::Reverse(j)))
+        .filter(|&(_, l)| l > 0)
+}
+
+/// Duplicated output: after a seam (hand-over or stall), a run of at least
+/// [`MIN_RUN`] deltas that were already delivered; or the answer's first words
+/// appearing again (it started over).
+pub fn duplicated(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
+    let id = &v.r.id;
+    for s in v.seams() {
+        let at = s.at as usize;
+        if let Some((j, l)) = repeat_at(v, at) {
+            let text: String = (at..at + l).map(|i| v.delta_text(i)).collect();
+            if l >= MIN_RUN && text.trim().len() >= 6 {
+                out.find(
+                    FindingKind::DuplicatedOutput,
+                    id,
+                    format!(
+                        "deltas {at}..{} repeat deltas {j}..{} already delivered ({}{})",
+                        at + l,
+                        j + l,
+                        if j == 0 {
+                            "the answer restarts"
+                        } else {
+                            "a re-sent run"
+                        },
+                        seam_words(&s)
+                    ),
+                )
+                .chunks([v.delta_n(j), v.delta_n(at)])
+                .attempts(attempt_ids(&s))
+                .excerpt(v.excerpt(at, at + l));
+                return;
+            }
+        }
+    }
+    restart(v, out);
+}
+
+fn seam_words(s: &Seam) -> String {
+    match s.source {
+        super::SeamSource::Stall => ", after a stall".into(),
+        _ => format!(", after the hand-over from `{}` to `{}`", s.from, s.to),
+    }
+}
+
+fn attempt_ids(s: &Seam) -> Vec<String> {
+    [&s.from, &s.to]
+        .into_iter()
+        .filter(|a| !a.is_empty())
+        .cloned()
+        .collect()
+}
+
+/// The first words of the answer appear again later: the answer restarted.
+fn restart(v: &View, out: &mut Out) {
+    let words: Vec<(&str, usize)> = (0..v.deltas.len())
+        .flat_map(|i| v.delta_text(i).split_whitespace().map(move |w| (w, i)))
+        .collect();
+    if words.len() < 2 * HEAD_WORDS {
+        return;
+    }
+    let head: Vec<&str> = words[..HEAD_WORDS].iter().map(|w| w.0).collect();
+    for start in 1..=words.len() - HEAD_WORDS {
+        if words[start..start + HEAD_WORDS]
+            .iter()
+            .map(|w| w.0)
+            .eq(head.iter().copied())
+        {
+            let at = words[start].1;
+            out.find(
+                FindingKind::DuplicatedOutput,
+                &v.r.id,
+                format!(
+                    "the answer starts over at chunk {}: `{}` repeats",
+                    v.delta_n(at),
+                    head.join(" ")
+                ),
+            )
+            .chunks([v.delta_n(words[0].1), v.delta_n(at)])
+            .excerpt(v.excerpt(at, at + 4));
+            return;
+        }
+    }
+}
+
+/// Stitched output: text from another attempt after the first attempt's deltas.
+/// Unless the policy declares `migrate` for streaming, any such hand-over stitches two
+/// answers; under `migrate` it must be token-continuous: the new attempt neither
+/// restarts nor re-sends what was delivered, and it starts where delivery stopped.
+pub fn stitched(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
+    let id = &v.r.id;
+    for s in v.handovers() {
+        let at = s.at as usize;
+        if v.deltas.len() <= at {
+            continue; // nothing delivered after the hand-over
+        }
+        let broken = if ctx.policy.streaming == Fate::Migrate {
+            match continuity(v, &s) {
+                Ok(()) => continue,
+                Err(why) => format!(
+                    "the migration from `{}` to `{}` after {at} deltas is not token-continuous: {why}",
+                    s.from, s.to
+                ),
+            }
+        } else {
+            format!(
+                "{at} deltas from `{}`, then {} deltas from `{}` in the same stream (the policy declares `{}` for streaming, not `migrate`)",
+                s.from,
+                v.deltas.len() - at,
+                s.to,
+                ctx.policy.streaming.as_str()
+            )
+        };
+        out.find(FindingKind::StitchedOutput, id, broken)
+            .chunks([v.delta_n(at - 1), v.delta_n(at)])
+            .attempts(attempt_ids(&s))
+            .excerpt(format!(
+                "{} ‖ {}",
+                v.excerpt(at.saturating_sub(3), at),
+                v.excerpt(at, at + 3)
+            ));
+        return;
+    }
+}
+
+/// Token continuity of a hand-over (Dynamo-style migration re-prefills prompt plus
+/// generated tokens and continues with the next one).
+pub fn continuity(v: &View, s: &Seam) -> Result<(), String> {
+    let at = s.at as usize;
+    if let Some((j, l)) = repeat_at(v, at).filter(|&(_, l)| l >= 2) {
+        return Err(if j == 0 {
+            format!("the new attempt restarts the answer ({l} deltas repeat its beginning)")
+        } else {
+            format!("the new attempt re-sends {l} deltas already delivered (from delta {j})")
+        });
+    }
+    // The attempt that took over: named by the seam, or the latest one started
+    // before the new writer's first delta.
+    let t = v.delta(at).t;
+    let taker =
+        v.r.attempts
+            .iter()
+            .find(|a| a.id == s.to)
+            .or_else(|| v.r.attempts.iter().skip(1).rfind(|a| a.start <= t));
+    if let Some(a) = taker
+        && a.delivered_at_start as usize != at
+    {
+        return Err(format!(
+            "the journal says `{}` started after {} delivered deltas, but its text begins after delta {at}",
+            a.id, a.delivered_at_start
+        ));
+    }
+    Ok(())
+}
+
+/// Gaps or reordering: chunk indices that skip or go back, chunks stamped out of
+/// order, or fewer (more) deltas than the gateway journal says it delivered.
+pub fn chunk_order(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
+    let id = &v.r.id;
+    let mut prev: Option<(u32, u64)> = None;
+    for c in &v.r.chunks {
+        match prev {
+            None if c.n != 0 => {
+                out.find(
+                    FindingKind::ChunkGap,
+                    id,
+                    format!(
+                        "the first chunk has index {} (chunks 0..{} missing)",
+                        c.n, c.n
+                    ),
+                )
+                .chunks([c.n]);
+                return;
+            }
+            Some((pn, _)) if c.n != pn + 1 => {
+                out.find(
+                    FindingKind::ChunkGap,
+                    id,
+                    if c.n <= pn {
+                        format!("chunk {} follows chunk {pn}: reordered or repeated", c.n)
+                    } else {
+                        format!(
+                            "chunk indices jump from {pn} to {}: {} chunks missing",
+                            c.n,
+                            c.n - pn - 1
+                        )
+                    },
+                )
+                .chunks([pn, c.n]);
+                return;
+            }
+            Some((pn, pt)) if c.t < pt => {
+                out.find(
+                    FindingKind::ChunkGap,
+                    id,
+                    format!(
+                        "chunk {} is stamped {} µs before chunk {pn}: reordered",
+                        c.n,
+                        pt - c.t
+                    ),
+                )
+                .chunks([pn, c.n]);
+                return;
+            }
+            _ => {}
+        }
+        prev = Some((c.n, c.t));
+    }
+    // The gateway's own count, when the client read the stream to its end.
+    let atts = &v.r.attempts;
+    if !matches!(v.end.outcome, Outcome::Completed | Outcome::ExplicitError)
+        || atts.is_empty()
+        || atts.iter().any(|a| a.end.is_none())
+    {
+        return;
+    }
+    let sent = atts
+        .iter()
+        .filter_map(|a| a.delivered_at_end)
+        .chain(
+            v.r.notes
+                .iter()
+                .filter(|n| n.ev == "explicit_error")
+                .filter_map(|n| n.delivered),
+        )
+        .max();
+    let got = v.delivered();
+    if let Some(sent) = sent
+        && sent != got
+    {
+        out.find(
+            FindingKind::ChunkGap,
+            id,
+            format!(
+                "the gateway journal says {sent} deltas were delivered, the client received {got}{}",
+                if sent > got { " (deltas lost on the way)" } else { " (deltas the gateway does not account for)" }
+            ),
+        )
+        .attempts(atts.iter().map(|a| a.id.clone()));
+    }
+}

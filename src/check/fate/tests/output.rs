@@ -1,0 +1,184 @@
+//! Duplicated, stitched and gapped output (M3, Q9).
+
+use super::*;
+
+#[test]
+fn an_answer_that_restarts_on_a_new_attempt_is_duplicated_and_stitched() {
+    let mut h = H::new();
+    let w = words("q", 8);
+    h.req("r1", 0)
+        .deltas("r1", "A", 10 * MS, &refs(&w[..4]))
+        .deltas("r1", "B", 300 * MS, &refs(&w))
+        .finish("r1", "B", 500 * MS)
+        .end("r1", 510 * MS, Outcome::Completed);
+    let j = h.judge(&plan(&[]));
+    let d = finding(&j, FindingKind::DuplicatedOutput);
+    contains(&d.detail, "deltas 4..8 repeat deltas 0..4");
+    contains(&d.detail, "the answer restarts");
+    assert_eq!(d.chunks, vec![0, 4]);
+    assert_eq!(d.excerpt.as_deref(), Some("q0ka q1ka q2ka q3ka"));
+    let s = finding(&j, FindingKind::StitchedOutput);
+    contains(&s.detail, "4 deltas from `A`, then 8 deltas from `B`");
+    assert_eq!(s.chunks, vec![3, 4]);
+    assert_eq!(
+        s.excerpt.as_deref(),
+        Some("q1ka q2ka q3ka ‖ q0ka q1ka q2ka")
+    );
+}
+
+#[test]
+fn a_run_re_sent_after_a_stall_is_duplicated() {
+    // One writer id throughout: the repeat is found at the stall.
+    let mut h = H::new();
+    let w = words("s", 10);
+    let mut text: Vec<&str> = refs(&w);
+    text.extend(refs(&w[5..8]));
+    h.req("r1", 0)
+        .deltas("r1", "A", 10 * MS, &text[..10])
+        .deltas("r1", "A", 2000 * MS, &text[10..])
+        .finish("r1", "A", 2100 * MS)
+        .end("r1", 2110 * MS, Outcome::Completed);
+    let j = h.judge(&plan(&[]));
+    let d = finding(&j, FindingKind::DuplicatedOutput);
+    contains(&d.detail, "deltas 10..13 repeat deltas 5..8");
+    contains(&d.detail, "after a stall");
+    assert_eq!(kinds(&j), vec![FindingKind::DuplicatedOutput]);
+}
+
+#[test]
+fn a_short_repeat_or_a_repeat_without_a_seam_is_not_evidence() {
+    let mut h = H::new();
+    let w = words("p", 6);
+    // Two deltas repeat right after a stall: too short to mean anything.
+    let text = [
+        &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[2], &w[3], &w[0],
+    ];
+    let text: Vec<&str> = text.iter().map(|s| s.as_str()).collect();
+    h.req("r1", 0)
+        .deltas("r1", "A", 10 * MS, &text[..6])
+        .deltas("r1", "A", 2000 * MS, &text[6..])
+        .finish("r1", "A", 2100 * MS)
+        .end("r1", 2110 * MS, Outcome::Completed);
+    // Three deltas repeat, but no seam (no id change, no stall): a model may repeat.
+    let text2: Vec<&str> = [&w[0], &w[1], &w[2], &w[3], &w[1], &w[2], &w[3], &w[4]]
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    h.req("r2", 0)
+        .deltas("r2", "B", 10 * MS, &text2)
+        .finish("r2", "B", 300 * MS)
+        .end("r2", 310 * MS, Outcome::Completed);
+    let j = h.judge(&plan(&[]));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+}
+
+#[test]
+fn the_head_of_the_answer_appearing_again_is_a_restart() {
+    let mut h = H::new();
+    let w = words("h", 8);
+    let mut text = refs(&w);
+    text.extend(refs(&w[..7]));
+    h.req("r1", 0)
+        .deltas("r1", "A", 10 * MS, &text)
+        .finish("r1", "A", 400 * MS)
+        .end("r1", 410 * MS, Outcome::Completed);
+    let j = h.judge(&plan(&[]));
+    let d = finding(&j, FindingKind::DuplicatedOutput);
+    contains(&d.detail, "starts over at chunk 8");
+}
+
+/// r1: four deltas from a1 on w2 (killed at 90 ms), then `second` from a2 on w1,
+/// which the journal says started after `from` delivered deltas.
+fn migrated(second: &[&str], from: u32) -> H {
+    let w = words("m", 4);
+    let mut h = H::journaled();
+    h.req("r1", 0)
+        .deltas("r1", "A", 10 * MS, &refs(&w))
+        .deltas("r1", "B", 300 * MS, second)
+        .finish("r1", "B", 500 * MS)
+        .end("r1", 510 * MS, Outcome::Completed)
+        .attempt("r1", 1, "w2", (MS, 0), (100 * MS, "failed", 4))
+        .attempt(
+            "r1",
+            2,
+            "w1",
+            (101 * MS, from),
+            (500 * MS, "finished", 4 + second.len() as u32),
+        )
+        .kill(90 * MS, "w2");
+    h
+}
+
+#[test]
+fn a_migration_must_be_token_continuous() {
+    use crate::check::fate::Observed;
+    let migrate = plan(&["policy.streaming=migrate"]);
+    let w = words("m", 8);
+    // Continuous: a2 starts after 4 delivered deltas and goes on with the 5th.
+    let j = migrated(&refs(&w[4..]), 4).judge(&migrate);
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
+    let row = &j.fate_table[0];
+    assert_eq!(
+        (row.stage, row.declared, row.observed),
+        (
+            Stage::Streaming,
+            Some(crate::scenario::Fate::Migrate),
+            Observed::Migrated
+        )
+    );
+    // Not continuous: a2 re-sends the last two delivered deltas.
+    let j = migrated(&refs(&w[2..]), 4).judge(&migrate);
+    let s = finding(&j, FindingKind::StitchedOutput);
+    contains(&s.detail, "not token-continuous");
+    contains(&s.detail, "re-sends 2 deltas");
+    assert_eq!(j.fate_table[0].observed, Observed::Stitched);
+    // Not continuous: the journal says a2 was told to continue from token 2.
+    let j = migrated(&refs(&w[4..]), 2).judge(&migrate);
+    let s = finding(&j, FindingKind::StitchedOutput);
+    contains(&s.detail, "started after 2 delivered deltas");
+}
+
+#[test]
+fn missing_or_reordered_chunks_are_gaps() {
+    let mut h = H::new();
+    h.req("r1", 0).deltas("r1", "A", 10 * MS, &[" a1", " a2"]);
+    // Skip index 2: a chunk the trace never got.
+    *h.n.get_mut("r1").expect("n") += 1;
+    h.deltas("r1", "A", 60 * MS, &[" a3"])
+        .finish("r1", "A", 80 * MS)
+        .end("r1", 90 * MS, Outcome::Completed);
+    h.req("r2", 0)
+        .deltas("r2", "B", 50 * MS, &[" b1"])
+        .deltas("r2", "B", 40 * MS, &[" b2"])
+        .finish("r2", "B", 80 * MS)
+        .end("r2", 90 * MS, Outcome::Completed);
+    let j = h.judge(&plan(&[]));
+    let gaps: Vec<_> = j
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::ChunkGap)
+        .collect();
+    assert_eq!(gaps.len(), 2, "{gaps:#?}");
+    assert!(
+        gaps[0].detail.contains("jump from 1 to 3"),
+        "{}",
+        gaps[0].detail
+    );
+    assert_eq!(gaps[0].chunks, vec![1, 3]);
+    assert!(gaps[1].detail.contains("reordered"), "{}", gaps[1].detail);
+}
+
+#[test]
+fn fewer_deltas_than_the_gateway_delivered_is_a_gap() {
+    let mut h = H::journaled();
+    super::clean(&mut h, "r1", "w1", 0, 6);
+    h.attempt("r1", 1, "w1", (MS, 0), (300 * MS, "finished", 8));
+    super::clean(&mut h, "r2", "w1", 0, 6);
+    h.attempt("r2", 1, "w1", (MS, 0), (300 * MS, "finished", 6));
+    let j = h.judge(&plan(&[]));
+    let f = finding(&j, FindingKind::ChunkGap);
+    assert_eq!(f.request, "r1");
+    contains(&f.detail, "8 deltas were delivered, the client received 6");
+    assert_eq!(j.findings.len(), 1, "{:#?}", j.findings);
+}

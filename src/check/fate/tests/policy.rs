@@ -1,0 +1,223 @@
+//! The declared policy per stage against what happened (Q8), and the table.
+
+use super::*;
+use crate::check::fate::Observed;
+use crate::scenario::Fate;
+
+/// r1 caught before its first delta by the kill of w2; ends as `outcome`.
+fn failed_before_first_delta(h: &mut H, outcome: Outcome) {
+    h.req("r1", 0)
+        .kill(20 * MS, "w2")
+        .end("r1", 100 * MS, outcome);
+}
+
+#[test]
+fn a_failure_before_the_first_delta_where_the_policy_says_retry_is_retry_not_made() {
+    let mut h = H::new();
+    failed_before_first_delta(&mut h, Outcome::Rejected);
+    let j = h.judge(&plan(&[]));
+    let f = finding(&j, FindingKind::RetryNotMade);
+    contains(&f.detail, "before its first delta by kill-w2 on w2");
+    contains(&f.detail, "the policy says");
+    let row = &j.fate_table[0];
+    assert_eq!(
+        (row.stage, row.observed, row.outcome),
+        (Stage::BeforeFirstDelta, Observed::Failed, Outcome::Rejected)
+    );
+    assert_eq!(status(&j), Status::Fail);
+}
+
+#[test]
+fn a_retry_that_was_made_or_impossible_is_not_retry_not_made() {
+    // Two attempts, both failed: the retry was made (M2 within budget).
+    let mut h = H::journaled();
+    failed_before_first_delta(&mut h, Outcome::Rejected);
+    h.attempt("r1", 1, "w2", (MS, 0), (25 * MS, "failed", 0))
+        .attempt("r1", 2, "w3", (26 * MS, 0), (90 * MS, "failed", 0));
+    let j = h.judge(&plan(&[]));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    // One attempt, then no other replica was ready.
+    let mut h = H::journaled();
+    failed_before_first_delta(&mut h, Outcome::Rejected);
+    h.attempt("r1", 1, "w2", (MS, 0), (25 * MS, "failed", 0))
+        .gw(
+            26 * MS,
+            crate::trace::journal::GatewayEntry::NoUpstream {
+                req: "r1".into(),
+                attempts: 1,
+            },
+        );
+    let j = h.judge(&plan(&[]));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    // One attempt and nothing else: the gateway just gave up.
+    let mut h = H::journaled();
+    failed_before_first_delta(&mut h, Outcome::Rejected);
+    h.attempt("r1", 1, "w2", (MS, 0), (25 * MS, "failed", 0));
+    let j = h.judge(&plan(&[]));
+    assert_eq!(kinds(&j), vec![FindingKind::RetryNotMade]);
+}
+
+#[test]
+fn the_stage_comes_from_the_journal_phases_where_it_has_them() {
+    let mut h = H::journaled();
+    super::clean(&mut h, "r1", "w1", 0, 4);
+    h.attempt("r1", 1, "w2", (MS, 0), (30 * MS, "failed", 0))
+        .gw_other(
+            5 * MS,
+            serde_json::json!({"ev": "phase", "req": "r1", "attempt": "r1/a1", "phase": "queued"}),
+        )
+        .gw_other(
+            15 * MS,
+            serde_json::json!({"ev": "phase", "req": "r1", "attempt": "r1/a1", "phase": "prefill"}),
+        )
+        .attempt("r1", 2, "w1", (31 * MS, 0), (200 * MS, "finished", 4))
+        .kill(20 * MS, "w2");
+    let j = h.judge(&plan(&[]));
+    assert_eq!(stages(&j), vec![Stage::Prefill]);
+    let row = &j.fate_table[0];
+    assert_eq!(
+        (row.declared, row.observed),
+        (Some(Fate::Retry), Observed::Retried)
+    );
+    assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
+    let r = &j.fate_requests[0];
+    assert_eq!(r.attempts, vec!["r1/a1", "r1/a2"]);
+    assert_eq!(r.workers, vec!["w2", "w1"]);
+    assert_eq!(r.delivered, 4);
+}
+
+#[test]
+fn a_request_not_yet_sent_when_the_fault_hit_is_new() {
+    let mut h = H::journaled();
+    super::clean(&mut h, "r1", "w1", 0, 4);
+    h.kill(2 * MS, "w2")
+        .attempt("r1", 1, "w2", (5 * MS, 0), (8 * MS, "failed", 0))
+        .attempt("r1", 2, "w1", (9 * MS, 0), (200 * MS, "finished", 4));
+    let j = h.judge(&plan(&[]));
+    assert_eq!(stages(&j), vec![Stage::New]);
+    assert_eq!(j.fate_table[0].declared, Some(Fate::Reroute));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+}
+
+#[test]
+fn requests_elsewhere_or_already_done_are_not_caught() {
+    let mut h = H::journaled();
+    // r1 streams from w1 the whole time; r2 finished on w2 just before the kill.
+    super::clean(&mut h, "r1", "w1", 0, 8);
+    h.attempt("r1", 1, "w1", (MS, 0), (300 * MS, "finished", 8));
+    super::clean(&mut h, "r2", "w2", 0, 4);
+    h.attempt("r2", 1, "w2", (MS, 0), (100 * MS, "finished", 4))
+        .kill(120 * MS, "w2");
+    let j = h.judge(&plan(&[]));
+    assert!(j.fate_table.is_empty(), "{:?}", j.fate_table);
+    // The fault tested nothing: UNKNOWN, never PASS.
+    assert_eq!(status(&j), Status::Unknown);
+}
+
+#[test]
+fn a_stream_cut_with_the_explicit_error_passes_the_default_policy() {
+    let mut h = H::journaled();
+    cut_properly(&mut h)
+        .attempt("r1", 1, "w2", (MS, 0), (95 * MS, "failed", 3))
+        .gw(
+            96 * MS,
+            crate::trace::journal::GatewayEntry::ExplicitError {
+                req: "r1".into(),
+                delivered: 3,
+                why: "stream: reset".into(),
+            },
+        );
+    let j = h.judge(&plan(&[]));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
+    let row = &j.fate_table[0];
+    assert_eq!(
+        (
+            row.stage,
+            row.declared,
+            row.observed,
+            row.outcome,
+            row.count
+        ),
+        (
+            Stage::Streaming,
+            Some(Fate::Fail),
+            Observed::Failed,
+            Outcome::ExplicitError,
+            1
+        )
+    );
+    // Where the policy declares migrate, the same explicit error is a mismatch.
+    let j = h.judge(&plan(&["policy.streaming=migrate"]));
+    let f = finding(&j, FindingKind::FateMismatch);
+    contains(&f.detail, "the policy says migrate, it was failed");
+}
+
+#[test]
+fn a_retry_where_the_policy_says_fail_is_a_mismatch() {
+    let fail = plan(&[
+        "policy.queued=fail",
+        "policy.prefill=fail",
+        "policy.decode=fail",
+    ]);
+    let mut h = H::journaled();
+    super::clean(&mut h, "r1", "w1", 0, 4);
+    h.attempt("r1", 1, "w2", (MS, 0), (30 * MS, "failed", 0))
+        .attempt("r1", 2, "w1", (31 * MS, 0), (200 * MS, "finished", 4))
+        .kill(20 * MS, "w2");
+    let j = h.judge(&fail);
+    let f = finding(&j, FindingKind::FateMismatch);
+    contains(&f.detail, "the policy says fail, it was retried");
+    // A 503 instead: what the policy says.
+    let mut h = H::journaled();
+    h.req("r1", 0)
+        .end("r1", 40 * MS, Outcome::Rejected)
+        .attempt("r1", 1, "w2", (MS, 0), (30 * MS, "failed", 0))
+        .kill(20 * MS, "w2");
+    let j = h.judge(&fail);
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    assert_eq!(status(&j), Status::Pass);
+}
+
+#[test]
+fn an_unknown_stage_under_a_policy_that_differs_by_stage_is_unknown() {
+    // Client-side only: before the first delta, it could be new (reroute) or queued /
+    // prefill / decode (fail) — and it was retried. Not decidable: UNKNOWN.
+    let p = plan(&[
+        "policy.queued=fail",
+        "policy.prefill=fail",
+        "policy.decode=fail",
+    ]);
+    let mut h = H::new();
+    let w = words("u", 4);
+    h.req("r1", 0)
+        .head("r1", 60 * MS, "w1", "r1/a2")
+        .deltas("r1", "A", 60 * MS, &refs(&w))
+        .finish("r1", "A", 200 * MS)
+        .end("r1", 210 * MS, Outcome::Completed)
+        .kill(20 * MS, "w2");
+    let j = h.judge(&p);
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    let v = fate(&j);
+    assert_eq!(v.status, Status::Unknown, "{v:?}");
+    contains(&v.summary, "its stage is not known");
+    assert_eq!(j.fate_table[0].declared, None);
+    // Under the default policy every candidate says retry or reroute: decidable.
+    let j = h.judge(&plan(&[]));
+    assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
+    assert_eq!(j.fate_table[0].observed, Observed::Retried);
+}
+
+#[test]
+fn a_planned_drain_is_not_judged_as_a_request_fate_fault() {
+    let mut h = H::new();
+    failed_before_first_delta(&mut h, Outcome::Rejected);
+    for e in &mut h.events {
+        if let Event::Fault { action, .. } = e {
+            *action = "drain".into();
+        }
+    }
+    let j = h.judge(&plan(&[]));
+    assert!(j.fate_table.is_empty());
+    assert!(!has(&j, FindingKind::RetryNotMade));
+}

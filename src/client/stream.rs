@@ -1,0 +1,278 @@
+//! One response stream as a pure state machine: fed SSE items stamped on arrival,
+//! it yields the trace's chunk events and, at the end, the stream's classification.
+//! No I/O here, so every wire shape and every split of its bytes is testable offline.
+
+use crate::trace::{ChunkKind, Event, InBandError, Outcome, ToolCall, Usage};
+
+use super::chunk::{self, ChunkInfo};
+use super::sse::{SseItem, SseParser};
+
+/// How the bytes stopped coming (decided by the network loop).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cut {
+    /// The body ended cleanly (chunked terminator or connection close as framed).
+    Eof,
+    /// The read failed or timed out: the outcome it implies and a description.
+    Failed(Outcome, String),
+}
+
+/// How the stream ended, with the evidence for the `end` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ending {
+    pub outcome: Outcome,
+    pub detail: Option<String>,
+    pub tokens: u32,
+    pub counted: u32,
+    pub usage: Option<Usage>,
+    pub error: Option<InBandError>,
+    pub tool_calls: Vec<ToolCall>,
+    pub done: bool,
+    pub finish: Option<String>,
+    pub json_valid: Option<bool>,
+}
+
+/// The state of one stream while it is read.
+#[derive(Debug, Default)]
+pub struct StreamState {
+    parser: SseParser,
+    items: Vec<SseItem>,
+    /// Events (and comments) seen so far: the next chunk's index.
+    pub n: u32,
+    /// Output deltas (content, reasoning, tool-call).
+    pub deltas: u32,
+    pub first_delta_us: Option<u64>,
+    /// Last data event (not comment) arrival.
+    pub last_event_us: Option<u64>,
+    usage: Option<Usage>,
+    done: bool,
+    finish: Option<String>,
+    error: Option<InBandError>,
+    /// Index of the first event whose data could not be read, with why.
+    malformed: Option<(u32, &'static str)>,
+    /// The stream ended inside an event.
+    unterminated: bool,
+    tools: Vec<ToolCall>,
+    /// Collect the answer text (structured-output requests check it parses as JSON).
+    keep_text: bool,
+    text: String,
+}
+
+impl StreamState {
+    pub fn new(keep_text: bool) -> Self {
+        StreamState {
+            keep_text,
+            ..Default::default()
+        }
+    }
+
+    /// Bytes that arrived at `t`: parses them and hands each chunk event to `emit`.
+    pub fn on_bytes(&mut self, t: u64, id: &str, bytes: &[u8], emit: &mut impl FnMut(Event)) {
+        let mut items = std::mem::take(&mut self.items);
+        self.parser.push(bytes, &mut items);
+        for it in items.drain(..) {
+            self.on_item(t, id, it, emit);
+        }
+        self.items = items;
+    }
+
+    /// The body ended at `t`: flushes an unfinished last event.
+    pub fn on_eof(&mut self, t: u64, id: &str, emit: &mut impl FnMut(Event)) {
+        let mut items = std::mem::take(&mut self.items);
+        self.parser.finish(&mut items);
+        for it in items.drain(..) {
+            self.on_item(t, id, it, emit);
+        }
+    }
+
+    /// A whole (non-streaming) JSON answer arrived at `t`.
+    pub fn on_whole(&mut self, t: u64, id: &str, body: &str, emit: &mut impl FnMut(Event)) {
+        self.on_data(t, id, body, false, emit);
+    }
+
+    /// Anything that settles the stream: output, an error, a terminator.
+    pub fn settled(&self) -> bool {
+        self.first_delta_us.is_some() || self.error.is_some() || self.done
+    }
+
+    fn on_item(&mut self, t: u64, id: &str, item: SseItem, emit: &mut impl FnMut(Event)) {
+        match item {
+            SseItem::Comment(c) => {
+                emit(Event::Chunk {
+                    t,
+                    id: id.to_string(),
+                    n: self.n,
+                    kind: ChunkKind::Comment,
+                    text: (!c.is_empty()).then_some(c),
+                    cid: None,
+                    finish: None,
+                    raw: None,
+                });
+                self.n += 1;
+            }
+            SseItem::Event(ev) => {
+                if ev.unterminated {
+                    self.unterminated = true;
+                }
+                let is_error_event = ev.event.as_deref() == Some("error");
+                self.on_data(t, id, &ev.data, is_error_event, emit);
+            }
+        }
+    }
+
+    fn on_data(
+        &mut self,
+        t: u64,
+        id: &str,
+        data: &str,
+        error_event: bool,
+        emit: &mut impl FnMut(Event),
+    ) {
+        let mut info: ChunkInfo = chunk::classify(data);
+        if error_event && info.kind != Some(ChunkKind::Error) {
+            // `event: error` with a payload that is not an error object.
+            info.kind = Some(ChunkKind::Error);
+            info.error = Some(InBandError {
+                message: Some(data.to_string()),
+                ..Default::default()
+            });
+            info.keep_raw = true;
+        }
+        let kind = info.kind.unwrap_or(ChunkKind::Other);
+        self.last_event_us = Some(t);
+        match kind {
+            ChunkKind::Done => self.done = true,
+            ChunkKind::Error if self.error.is_none() => {
+                let mut e = info.error.take().unwrap_or_default();
+                e.n = self.n;
+                self.error = Some(e);
+            }
+            k if k.is_delta() => {
+                self.deltas += 1;
+                self.first_delta_us.get_or_insert(t);
+            }
+            _ => {}
+        }
+        if info.unparsable && !self.unterminated && self.malformed.is_none() {
+            self.malformed = Some((self.n, "not JSON"));
+        }
+        if info.finish.is_some() {
+            self.finish.clone_from(&info.finish);
+        }
+        if info.usage.is_some() {
+            self.usage = info.usage;
+        }
+        for f in info.tools.drain(..) {
+            self.tool_fragment(f);
+        }
+        if let (true, ChunkKind::Content, Some(t)) = (self.keep_text, kind, &info.text) {
+            self.text.push_str(t);
+        }
+        let raw = info.keep_raw.then(|| data.to_string());
+        emit(Event::Chunk {
+            t,
+            id: id.to_string(),
+            n: self.n,
+            kind,
+            text: info.text,
+            cid: info.cid,
+            finish: info.finish,
+            raw,
+        });
+        self.n += 1;
+    }
+
+    fn tool_fragment(&mut self, f: chunk::ToolFragment) {
+        let tc = match self.tools.iter_mut().find(|t| t.index == f.index) {
+            Some(tc) => tc,
+            None => {
+                self.tools.push(ToolCall {
+                    index: f.index,
+                    ..Default::default()
+                });
+                let last = self.tools.len() - 1;
+                &mut self.tools[last]
+            }
+        };
+        if f.id.is_some() && tc.id.is_none() {
+            tc.id = f.id;
+        }
+        if let Some(n) = f.name {
+            tc.name.push_str(&n);
+        }
+        if let Some(a) = f.arguments {
+            tc.arguments.push_str(&a);
+        }
+    }
+
+    /// Classifies the stream once no more bytes will come (SPEC M3, M10: every end is
+    /// named; a clean end is never assumed).
+    pub fn conclude(mut self, cut: Cut) -> Ending {
+        let cut_detail = match &cut {
+            Cut::Eof => None,
+            Cut::Failed(_, d) => Some(d.clone()),
+        };
+        let (outcome, detail) = if let Some(e) = &self.error {
+            let what = e
+                .message
+                .clone()
+                .or(e.code.clone())
+                .unwrap_or_else(|| "in-band error".into());
+            (Outcome::ExplicitError, Some(what))
+        } else if let Some((n, why)) = self.malformed {
+            (
+                Outcome::Malformed,
+                Some(format!("event {n} could not be read ({why})")),
+            )
+        } else if self.done || self.finish.is_some() {
+            (Outcome::Completed, cut_detail)
+        } else {
+            match cut {
+                Cut::Failed(o, d) => (o, Some(d)),
+                Cut::Eof if self.unterminated => (
+                    Outcome::Truncated,
+                    Some(
+                        "end of body inside an event, with no [DONE], finish_reason or error"
+                            .into(),
+                    ),
+                ),
+                Cut::Eof => (
+                    Outcome::Truncated,
+                    Some("end of body without [DONE], finish_reason or error".into()),
+                ),
+            }
+        };
+        for tc in &mut self.tools {
+            tc.arguments_valid =
+                serde_json::from_str::<serde::de::IgnoredAny>(&tc.arguments).is_ok();
+        }
+        let json_valid = self
+            .keep_text
+            .then(|| serde_json::from_str::<serde::de::IgnoredAny>(self.text.trim()).is_ok());
+        Ending {
+            outcome,
+            detail,
+            tokens: self.usage.and_then(|u| u.completion).unwrap_or(self.deltas),
+            counted: self.deltas,
+            usage: self.usage,
+            error: self.error,
+            tool_calls: self.tools,
+            done: self.done,
+            finish: self.finish,
+            json_valid,
+        }
+    }
+}
+
+/// Replays a whole body through the state machine in the given pieces (tests, tools).
+pub fn replay<'a>(pieces: impl IntoIterator<Item = &'a [u8]>, cut: Cut) -> (Vec<Event>, Ending) {
+    let mut s = StreamState::new(false);
+    let mut events = Vec::new();
+    let mut emit = |e| events.push(e);
+    let mut t = 0;
+    for p in pieces {
+        s.on_bytes(t, "r", p, &mut emit);
+        t += 1;
+    }
+    s.on_eof(t, "r", &mut emit);
+    (events, s.conclude(cut))
+}

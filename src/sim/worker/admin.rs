@@ -1,0 +1,372 @@
+//! The worker's control surface: fault hooks, `slow`, `hang` and state (`/admin/*`,
+//! used by fault backends), publication leases (`/haq/leases/*`, used by the gateway,
+//! M5) and `/metrics` in Prometheus text with vLLM's metric names.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::Worker;
+use super::api::ApiError;
+use super::faults::ArmRequest;
+use crate::trace::journal::WorkerEntry;
+
+fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body)
+        .map_err(|e| Box::new(ApiError::bad("body", format!("invalid body: {e}")).into_response()))
+}
+
+/// `POST /admin/faults` → `{"armed": "<id>"}`.
+pub async fn arm(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
+    let spec: ArmRequest = match json_body(&body) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let id = w.faults.arm(spec);
+    axum::Json(json!({"armed": id})).into_response()
+}
+
+/// `DELETE /admin/faults` → `{"disarmed": n}`.
+pub async fn disarm(State(w): State<Arc<Worker>>) -> Response {
+    axum::Json(json!({"disarmed": w.faults.disarm_all()})).into_response()
+}
+
+fn degraded(w: &Worker) {
+    w.journal.write(WorkerEntry::Degraded {
+        worker: w.name.clone(),
+        slow_factor: w.engine.controls.slow(),
+        hang: w.engine.controls.hang.load(Ordering::Relaxed),
+    });
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Slow {
+    factor: f64,
+}
+
+/// `POST /admin/slow {"factor": f}`: every step takes f times as long.
+pub async fn slow(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
+    let s: Slow = match json_body(&body) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    if !(s.factor.is_finite() && s.factor > 0.0 && s.factor <= 10_000.0) {
+        return ApiError::bad(
+            "factor",
+            format!("factor must be in (0, 10000], got {}", s.factor),
+        )
+        .into_response();
+    }
+    w.engine.controls.set_slow(s.factor);
+    degraded(&w);
+    axum::Json(json!({"slow_factor": s.factor})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Hang {
+    on: bool,
+}
+
+/// `POST /admin/hang {"on": bool}`: the engine stops stepping (no stream is written),
+/// sockets stay open, the HTTP server keeps answering.
+pub async fn hang(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
+    let h: Hang = match json_body(&body) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    w.engine.controls.hang.store(h.on, Ordering::Relaxed);
+    degraded(&w);
+    axum::Json(json!({"hang": h.on})).into_response()
+}
+
+/// `GET /admin/state`.
+pub async fn state(State(w): State<Arc<Worker>>) -> Response {
+    let c = &w.engine.stats.c;
+    let state = w.state_name();
+    axum::Json(json!({
+        "worker": w.name,
+        "pid": std::process::id(),
+        "state": state,
+        "ready": state == "ready",
+        "draining": state == "draining",
+        "armed": w.faults.list(),
+        "slow_factor": w.engine.controls.slow(),
+        "hang": w.engine.controls.hang.load(Ordering::Relaxed),
+        "running": c.running.load(Ordering::Relaxed),
+        "waiting": c.waiting.load(Ordering::Relaxed),
+        "open_responses": w.open.load(Ordering::SeqCst),
+        "kv_cache_usage": w.engine.stats.kv_usage(),
+        "kv_cache_blocks": c.kv_total_blocks.load(Ordering::Relaxed),
+        "prefix_cache_queries": c.prefix_queries.load(Ordering::Relaxed),
+        "prefix_cache_hits": c.prefix_hits.load(Ordering::Relaxed),
+        "preemptions": c.preemptions.load(Ordering::Relaxed),
+        "steps": c.steps.load(Ordering::Relaxed),
+        "model": w.model,
+        "revision": w.cfg.revision,
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Renew {
+    deadline_ns: u64,
+    attempts: Vec<String>,
+}
+
+/// `POST /haq/leases/renew {"deadline_ns", "attempts": [...]}` →
+/// `{"renewed": [...], "refused": [...]}`. A lease that already ended is never renewed.
+pub async fn renew(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
+    let r: Renew = match json_body(&body) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let (mut renewed, mut refused) = (Vec::new(), Vec::new());
+    for a in r.attempts {
+        let ok =
+            !w.leases.is_revoked(&a) && w.leases.get(&a).is_some_and(|o| o.renew(r.deadline_ns));
+        if ok {
+            renewed.push(a);
+        } else {
+            refused.push(a);
+        }
+    }
+    axum::Json(json!({"renewed": renewed, "refused": refused})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Revoke {
+    attempt: String,
+    #[serde(default)]
+    why: Option<String>,
+}
+
+fn do_revoke(w: &Worker, attempt: &str) -> Response {
+    w.leases.mark_revoked(attempt);
+    let out = w.leases.get(attempt);
+    let was_live = out.as_ref().is_some_and(|o| o.revoke());
+    if let (true, Some(o)) = (was_live, out) {
+        w.journal.write(WorkerEntry::LeaseRevoked {
+            req: o.rid.clone(),
+            attempt: attempt.to_string(),
+        });
+    }
+    // The gate is shut under its lock: from here on the attempt publishes nothing, so
+    // this answer is the confirmation the gateway fences on.
+    axum::Json(json!({"revoked": attempt, "was_live": was_live})).into_response()
+}
+
+/// `POST /haq/leases/revoke {"attempt", "why"}` → 200 `{"revoked", "was_live"}`.
+pub async fn revoke(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
+    let r: Revoke = match json_body(&body) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let _ = r.why;
+    do_revoke(&w, &r.attempt)
+}
+
+/// `DELETE /haq/leases/{attempt}`: the same as revoke.
+pub async fn revoke_path(State(w): State<Arc<Worker>>, Path(attempt): Path<String>) -> Response {
+    do_revoke(&w, &attempt)
+}
+
+/// Prometheus buckets (seconds) of the latency histograms, as vLLM uses for TTFT.
+const BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+];
+
+fn histogram(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    labels: &str,
+    h: &hdrhistogram::Histogram<u64>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for le in BUCKETS {
+        let us = (le * 1e6) as u64;
+        let n = if h.is_empty() {
+            0
+        } else {
+            h.count_between(0, us)
+        };
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.len());
+    let sum: f64 = h
+        .iter_recorded()
+        .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
+        .sum::<f64>()
+        / 1e6;
+    let _ = writeln!(
+        out,
+        "{name}_sum{{{labels}}} {sum}\n{name}_count{{{labels}}} {}",
+        h.len()
+    );
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(w): State<Arc<Worker>>) -> Response {
+    let s = &w.engine.stats;
+    let c = &s.c;
+    let labels = format!("model_name=\"{}\",worker=\"{}\"", w.model, w.name);
+    let mut o = String::with_capacity(8192);
+    let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
+    let l32 = |a: &std::sync::atomic::AtomicU32| a.load(Ordering::Relaxed).to_string();
+    let state = w.state_name();
+    let rows: [(&str, &str, &str, String); 13] = [
+        (
+            "vllm:num_requests_running",
+            "gauge",
+            "Requests in the running batch.",
+            l32(&c.running),
+        ),
+        (
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Requests waiting to be scheduled.",
+            l32(&c.waiting),
+        ),
+        (
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV cache usage (1 = full).",
+            s.kv_usage().to_string(),
+        ),
+        (
+            "vllm:gpu_cache_usage_perc",
+            "gauge",
+            "KV cache usage, pre-V1 name.",
+            s.kv_usage().to_string(),
+        ),
+        (
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prompt tokens looked up in the prefix cache.",
+            ld(&c.prefix_queries),
+        ),
+        (
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prompt tokens found in the prefix cache.",
+            ld(&c.prefix_hits),
+        ),
+        (
+            "vllm:num_preemptions_total",
+            "counter",
+            "Preemptions (recompute).",
+            ld(&c.preemptions),
+        ),
+        (
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Prompt tokens received.",
+            ld(&c.prompt_tokens),
+        ),
+        (
+            "vllm:generation_tokens_total",
+            "counter",
+            "Tokens generated.",
+            ld(&c.generation_tokens),
+        ),
+        (
+            "haq_sim_ready",
+            "gauge",
+            "1 when /ready answers 200.",
+            u8::from(state == "ready").to_string(),
+        ),
+        (
+            "haq_sim_draining",
+            "gauge",
+            "1 while draining after SIGTERM.",
+            u8::from(state == "draining").to_string(),
+        ),
+        (
+            "haq_sim_slow_factor",
+            "gauge",
+            "Step time multiplier (/admin/slow).",
+            w.engine.controls.slow().to_string(),
+        ),
+        (
+            "haq_sim_engine_steps_total",
+            "counter",
+            "Engine steps run.",
+            ld(&c.steps),
+        ),
+    ];
+    for (name, kind, help, v) in rows {
+        let _ = writeln!(
+            o,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {v}"
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP vllm:request_success_total Finished requests by reason.\n# TYPE vllm:request_success_total counter"
+    );
+    for (reason, a) in [
+        ("length", &c.finished_length),
+        ("stop", &c.finished_stop),
+        ("tool_calls", &c.finished_tool_calls),
+        ("abort", &c.finished_abort),
+    ] {
+        let _ = writeln!(
+            o,
+            "vllm:request_success_total{{{labels},finished_reason=\"{reason}\"}} {}",
+            a.load(Ordering::Relaxed)
+        );
+    }
+    histogram(
+        &mut o,
+        "vllm:time_to_first_token_seconds",
+        "Time to first token (engine side).",
+        &labels,
+        &s.ttft.snapshot(),
+    );
+    histogram(
+        &mut o,
+        "vllm:inter_token_latency_seconds",
+        "Time between tokens of one request.",
+        &labels,
+        &s.itl.snapshot(),
+    );
+    histogram(
+        &mut o,
+        "vllm:e2e_request_latency_seconds",
+        "Arrival to finish.",
+        &labels,
+        &s.e2e.snapshot(),
+    );
+    histogram(
+        &mut o,
+        "vllm:request_queue_time_seconds",
+        "Time in the waiting queue.",
+        &labels,
+        &s.queue.snapshot(),
+    );
+    histogram(
+        &mut o,
+        "haq_sim_step_lateness_seconds",
+        "How late each engine step published against the model (sim timing error).",
+        &labels,
+        &s.step_lateness.snapshot(),
+    );
+    (
+        StatusCode::OK,
+        [("content-type", "text/plain; version=0.0.4")],
+        o,
+    )
+        .into_response()
+}

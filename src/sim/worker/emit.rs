@@ -1,0 +1,260 @@
+//! The worker's side of the engine: turns sampled tokens into SSE events or whole
+//! answers, runs the token-loop fault hooks (M9) at their exact points, hands finished
+//! tool calls to the tool executor, and journals what happened to each request.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::api::{Fmt, GenRequest};
+use super::faults::{Faults, Point};
+use super::out::{Ended, Out};
+use super::tool_call::ToolWork;
+use crate::sim::engine::Publisher;
+use crate::sim::engine::sched::{Seq, Verdict};
+use crate::sim::engine::stats::Stats;
+use crate::sim::journal::Journal;
+use crate::sim::text;
+use crate::trace::journal::WorkerEntry;
+
+/// One request inside the engine.
+pub struct Job {
+    pub out: Arc<Out>,
+    pub fmt: Fmt,
+    pub req: GenRequest,
+    /// Prefix of tool idempotency keys (`x-haq-tool-key`; default: the request id).
+    pub tool_key: Option<String>,
+    /// Argument tokens of the tool call, when the request calls a tool.
+    pub tool_tokens: u32,
+    /// Output events published so far (the `k` of the event hooks).
+    pub events: u32,
+    /// Output text kept for whole answers, stop matching and tool arguments.
+    pub text: String,
+}
+
+impl Job {
+    pub fn rid(&self) -> &str {
+        &self.out.rid
+    }
+    pub fn attempt(&self) -> Option<&str> {
+        self.out.attempt.as_deref()
+    }
+}
+
+/// Publishes output event `k` of `out` through the event hooks: `before_event` fires
+/// instead of writing it, `after_event` right after the connection flushed it.
+pub fn publish_event(faults: &Arc<Faults>, out: &Out, k: u32, bytes: Bytes) -> Result<(), Ended> {
+    if let Some(a) = faults.take(Point::BeforeEvent, k, &out.rid) {
+        faults.fire(&a, &out.rid, out.attempt.as_deref());
+    }
+    let after = faults.take(Point::AfterEvent, k, &out.rid).map(|a| {
+        let (f, rid, attempt) = (faults.clone(), out.rid.clone(), out.attempt.clone());
+        let cb: super::out::AfterWrite = Box::new(move || f.fire(&a, &rid, attempt.as_deref()));
+        cb
+    });
+    out.push(bytes, after)
+}
+
+pub struct WorkerPublisher {
+    pub worker: String,
+    pub faults: Arc<Faults>,
+    pub journal: Journal,
+    pub stats: Arc<Stats>,
+    pub tools: tokio::sync::mpsc::UnboundedSender<ToolWork>,
+}
+
+impl WorkerPublisher {
+    fn record_finish(&self, j: &Job, reason: &str, why: Option<String>, generated: u32) {
+        let c = &self.stats.c;
+        match reason {
+            "length" => c.finished_length.fetch_add(1, Ordering::Relaxed),
+            "stop" => c.finished_stop.fetch_add(1, Ordering::Relaxed),
+            "tool_calls" => c.finished_tool_calls.fetch_add(1, Ordering::Relaxed),
+            _ => c.finished_abort.fetch_add(1, Ordering::Relaxed),
+        };
+        self.journal.write(WorkerEntry::Finished {
+            req: j.rid().into(),
+            attempt: j.attempt().map(str::to_string),
+            reason: reason.into(),
+            why,
+            events: j.events,
+            generated,
+        });
+    }
+
+    fn abort(&self, j: &Job, e: Ended, generated: u32) -> Verdict {
+        self.lease_ended(j, e);
+        self.record_finish(j, "aborted", Some(e.as_str().into()), generated);
+        Verdict::Finish
+    }
+
+    /// Journals an expiry (revocations are journaled where they are confirmed).
+    fn lease_ended(&self, j: &Job, e: Ended) {
+        if e == Ended::LeaseExpired {
+            self.journal.write(WorkerEntry::LeaseExpired {
+                req: j.rid().to_string(),
+                attempt: j.attempt().unwrap_or_default().to_string(),
+            });
+        }
+    }
+
+    /// A tool-calling request finished decoding its arguments.
+    fn tool_ready(&self, j: &mut Job, generated: u32) -> Verdict {
+        let name = j.req.tool.clone().unwrap_or_default();
+        let call_id = text::tool_call_id(j.req.prompt_hash, j.req.seed, 0);
+        let args = serde_json::json!({"query": j.text.trim()}).to_string();
+        let work = ToolWork {
+            out: j.out.clone(),
+            fmt: j.fmt.clone(),
+            stream: j.req.stream,
+            key_prefix: j.tool_key.clone(),
+            call_id,
+            name,
+            args,
+            completion: generated,
+        };
+        if self.tools.send(work).is_err() {
+            j.out.close();
+            self.record_finish(j, "aborted", Some("tool executor gone".into()), generated);
+            return Verdict::Finish;
+        }
+        self.record_finish(j, "tool_calls", None, generated);
+        Verdict::Finish
+    }
+}
+
+/// Earliest stop string in `text` at or after byte `from`.
+fn find_stop(text: &str, stops: &[String], from: usize) -> Option<usize> {
+    stops
+        .iter()
+        .filter_map(|s| {
+            let start = from.saturating_sub(s.len());
+            let start = (start..=from)
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(from);
+            text[start..].find(s.as_str()).map(|p| start + p)
+        })
+        .min()
+}
+
+impl Publisher for WorkerPublisher {
+    type Job = Job;
+
+    fn live(&self, j: &Job) -> bool {
+        j.out.live()
+    }
+
+    fn submitted(&mut self, seq: &Seq<Job>) {
+        self.journal.write(WorkerEntry::Admitted {
+            req: seq.job.rid().into(),
+            attempt: seq.job.attempt().map(str::to_string),
+            prompt_tokens: seq.prompt_tokens,
+        });
+    }
+
+    fn scheduled(&mut self, seq: &Seq<Job>, cached: u32, recompute: bool) {
+        if let Some(a) = (!recompute)
+            .then(|| self.faults.take(Point::Prefill, 0, seq.job.rid()))
+            .flatten()
+        {
+            self.faults.fire(&a, seq.job.rid(), seq.job.attempt());
+        }
+        self.journal.write(WorkerEntry::Scheduled {
+            req: seq.job.rid().into(),
+            attempt: seq.job.attempt().map(str::to_string),
+            cached_tokens: cached,
+            recompute,
+        });
+    }
+
+    fn preempted(&mut self, seq: &Seq<Job>) {
+        self.journal.write(WorkerEntry::Preempted {
+            req: seq.job.rid().into(),
+            attempt: seq.job.attempt().map(str::to_string),
+            generated: seq.generated,
+        });
+    }
+
+    fn token(&mut self, seq: &mut Seq<Job>, i: u32, _now: Instant) -> Verdict {
+        let generated = i + 1;
+        let j = &mut seq.job;
+        let tok = text::token(j.req.prompt_hash, j.req.seed, i);
+        if j.req.tool.is_some() {
+            j.text.push_str(&tok);
+            if generated >= j.tool_tokens.min(j.req.max_tokens) {
+                return self.tool_ready(j, generated);
+            }
+            return Verdict::Continue;
+        }
+        let mut visible: &str = &tok;
+        let mut finish = None;
+        let keep_text = !j.req.stream || !j.req.stop.is_empty();
+        if keep_text {
+            let before = j.text.len();
+            j.text.push_str(&tok);
+            if let Some(p) = find_stop(&j.text, &j.req.stop, before) {
+                j.text.truncate(p);
+                finish = Some("stop");
+            }
+            visible = &j.text[before.min(j.text.len())..];
+        }
+        if finish.is_none() && generated >= j.req.max_tokens {
+            finish = Some("length");
+        }
+        if j.req.stream {
+            if !visible.is_empty() {
+                let bytes = j.fmt.token(visible, j.events == 0);
+                if let Err(e) = publish_event(&self.faults, &j.out, j.events, bytes) {
+                    return self.abort(j, e, generated);
+                }
+                j.events += 1;
+            }
+            if let Some(f) = finish {
+                for b in j.fmt.tail(f, generated) {
+                    if let Err(e) = j.out.push(b, None) {
+                        return self.abort(j, e, generated);
+                    }
+                }
+                j.out.close();
+                self.record_finish(j, f, None, generated);
+                return Verdict::Finish;
+            }
+        } else if let Some(f) = finish {
+            let body = j.fmt.whole(&j.text, f, generated);
+            if let Err(e) = j.out.push(body, None) {
+                return self.abort(j, e, generated);
+            }
+            j.out.close();
+            self.record_finish(j, f, None, generated);
+            return Verdict::Finish;
+        }
+        Verdict::Continue
+    }
+
+    fn dropped(&mut self, seq: Seq<Job>) {
+        let e = seq.job.out.ended().unwrap_or(Ended::ClientGone);
+        self.lease_ended(&seq.job, e);
+        self.journal.write(WorkerEntry::Finished {
+            req: seq.job.rid().into(),
+            attempt: seq.job.attempt().map(str::to_string),
+            reason: "aborted".into(),
+            why: Some(e.as_str().into()),
+            events: seq.job.events,
+            generated: seq.generated,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_stop;
+
+    #[test]
+    fn stop_strings_are_found_across_token_boundaries() {
+        let stops = vec!["lo w".to_string()];
+        assert_eq!(find_stop("hello world", &stops, 6), Some(3));
+        assert_eq!(find_stop("hello", &stops, 3), None);
+    }
+}

@@ -1,0 +1,405 @@
+//! A simulated engine replica (`haq sim worker`): one OS process serving the OpenAI API
+//! in front of a continuous-batching engine model (`crate::sim::engine`). Killed,
+//! frozen and drained with real signals; fault hooks, `slow` and `hang` through its
+//! admin API; publication leases from the gateway (M5). docs/sim.md describes it.
+//!
+//! Threads: the HTTP server runs on a current-thread tokio runtime (`main.rs`), the
+//! engine loop on its own thread (precise step timing), the journal writer on a third.
+//! The `after_event` hook relies on the current-thread runtime: see [`out::OutBody`].
+
+pub mod admin;
+pub mod api;
+pub mod emit;
+pub mod faults;
+pub mod out;
+pub mod tool_call;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use futures_util::StreamExt;
+
+use super::engine::{self, EngineHandle, Submit};
+use super::journal::Journal;
+use crate::client::{ATTEMPT_HEADER, WORKER_HEADER};
+use crate::scenario::EngineCfg;
+use crate::trace::journal::WorkerEntry;
+use crate::trace::mono_ns;
+pub use api::openai_error;
+use api::{ApiError, Fmt};
+use emit::{Job, WorkerPublisher};
+use faults::Faults;
+use out::{OpenGuard, Out, OutBody};
+
+/// Request header: CLOCK_MONOTONIC deadline (ns) of the attempt's publication lease.
+pub const LEASE_HEADER: &str = "x-haq-lease-deadline-ns";
+/// Request header: prefix of tool-call idempotency keys (default: the request id).
+pub const TOOL_KEY_HEADER: &str = "x-haq-tool-key";
+/// Response header: the weights revision that serves (M1, M6).
+pub const REVISION_HEADER: &str = "x-haq-model-revision";
+
+pub struct WorkerConfig {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub engine: EngineCfg,
+    /// Served model name.
+    pub model: String,
+    /// Base URL of the tool service.
+    pub tools_url: Option<String>,
+    /// `worker-<name>.jsonl`.
+    pub journal: Option<PathBuf>,
+}
+
+const STARTING: u8 = 0;
+const READY: u8 = 1;
+const DRAINING: u8 = 2;
+
+/// Attempts with a lease, and attempts revoked before (or after) they arrived.
+#[derive(Default)]
+struct Leases {
+    live: Mutex<std::collections::HashMap<String, Weak<Out>>>,
+    revoked: Mutex<(
+        std::collections::VecDeque<String>,
+        std::collections::HashSet<String>,
+    )>,
+}
+
+impl Leases {
+    fn register(&self, out: &Arc<Out>) {
+        if let Some(a) = &out.attempt {
+            let mut g = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            if g.len() > 4096 {
+                g.retain(|_, w| w.strong_count() > 0);
+            }
+            g.insert(a.clone(), Arc::downgrade(out));
+        }
+    }
+
+    fn get(&self, attempt: &str) -> Option<Arc<Out>> {
+        let g = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(attempt).and_then(Weak::upgrade)
+    }
+
+    fn mark_revoked(&self, attempt: &str) {
+        let mut g = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+        if g.1.insert(attempt.to_string()) {
+            g.0.push_back(attempt.to_string());
+            if g.0.len() > 8192
+                && let Some(old) = g.0.pop_front()
+            {
+                g.1.remove(&old);
+            }
+        }
+    }
+
+    fn is_revoked(&self, attempt: &str) -> bool {
+        let g = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+        g.1.contains(attempt)
+    }
+}
+
+pub struct Worker {
+    name: String,
+    model: String,
+    cfg: EngineCfg,
+    state: AtomicU8,
+    engine: EngineHandle<Job>,
+    faults: Arc<Faults>,
+    leases: Leases,
+    journal: Journal,
+    open: Arc<AtomicU32>,
+    seq: AtomicU64,
+}
+
+impl Worker {
+    fn state_name(&self) -> &'static str {
+        match self.state.load(Ordering::SeqCst) {
+            STARTING => "starting",
+            READY => "ready",
+            _ => "draining",
+        }
+    }
+}
+
+pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
+    crate::install_crypto_provider();
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+    let addr = listener.local_addr()?;
+    let journal = Journal::open(cfg.journal.as_deref())?;
+    let faults = Arc::new(Faults::new(cfg.name.clone(), journal.clone()));
+    let stats = Arc::new(engine::stats::Stats::default());
+    let (tool_tx, tool_rx) = tokio::sync::mpsc::unbounded_channel();
+    let publisher = WorkerPublisher {
+        worker: cfg.name.clone(),
+        faults: faults.clone(),
+        journal: journal.clone(),
+        stats: stats.clone(),
+        tools: tool_tx,
+    };
+    let engine = engine::spawn(&cfg.engine, publisher, stats)?;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(2))
+        .build()?;
+    let exec = Arc::new(tool_call::ToolExec {
+        worker: cfg.name.clone(),
+        url: cfg.tools_url.map(|u| u.trim_end_matches('/').to_string()),
+        http,
+        faults: faults.clone(),
+    });
+    tokio::spawn(exec.serve(tool_rx));
+    let w = Arc::new(Worker {
+        name: cfg.name,
+        model: cfg.model,
+        cfg: cfg.engine,
+        state: AtomicU8::new(STARTING),
+        engine,
+        faults,
+        leases: Leases::default(),
+        journal,
+        open: Arc::new(AtomicU32::new(0)),
+        seq: AtomicU64::new(0),
+    });
+    w.journal.write(WorkerEntry::Started {
+        worker: w.name.clone(),
+        pid: std::process::id(),
+    });
+    super::announce(addr);
+    {
+        let w = w.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(w.cfg.startup.0).await;
+            if w.state
+                .compare_exchange(STARTING, READY, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                w.journal.write(WorkerEntry::Ready {
+                    worker: w.name.clone(),
+                });
+            }
+        });
+    }
+    tokio::spawn(drain_on_sigterm(w.clone())?);
+    let app = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/ready", get(ready))
+        .route("/metrics", get(admin::metrics))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/admin/faults", post(admin::arm).delete(admin::disarm))
+        .route("/admin/slow", post(admin::slow))
+        .route("/admin/hang", post(admin::hang))
+        .route("/admin/state", get(admin::state))
+        .route("/haq/leases/renew", post(admin::renew))
+        .route("/haq/leases/revoke", post(admin::revoke))
+        .route("/haq/leases/{attempt}", delete(admin::revoke_path))
+        .with_state(w);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// SIGTERM is a planned drain (Q7): not ready at once, new requests get 503, in-flight
+/// ones finish, then the process exits (or after `drain_timeout`).
+fn drain_on_sigterm(
+    w: Arc<Worker>,
+) -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    Ok(async move {
+        term.recv().await;
+        w.state.store(DRAINING, Ordering::SeqCst);
+        let c = &w.engine.stats.c;
+        w.journal.write(WorkerEntry::Draining {
+            worker: w.name.clone(),
+            running: c.running.load(Ordering::Relaxed),
+            waiting: c.waiting.load(Ordering::Relaxed),
+        });
+        let deadline = Instant::now() + w.cfg.drain_timeout.0;
+        let timed_out = loop {
+            if w.open.load(Ordering::SeqCst) == 0 {
+                break false;
+            }
+            if Instant::now() >= deadline {
+                break true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        // Let the last bytes reach the sockets.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        w.journal.write(WorkerEntry::Drained {
+            worker: w.name.clone(),
+            timed_out,
+        });
+        w.journal.flush();
+        eprintln!(
+            "haq sim worker {}: drained (timed out: {timed_out}); exiting",
+            w.name
+        );
+        std::process::exit(0);
+    })
+}
+
+async fn ready(State(w): State<Arc<Worker>>) -> Response {
+    let s = w.state_name();
+    let body = axum::Json(serde_json::json!({"status": s, "worker": w.name}));
+    if s == "ready" {
+        body.into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    }
+}
+
+async fn models(State(w): State<Arc<Worker>>) -> Response {
+    let body = serde_json::json!({"object": "list", "data": [{
+        "id": w.model, "object": "model", "created": 0, "owned_by": "haq",
+        "root": w.model, "max_model_len": w.cfg.max_model_len, "revision": w.cfg.revision}]});
+    axum::Json(body).into_response()
+}
+
+async fn chat(State(w): State<Arc<Worker>>, headers: HeaderMap, body: Bytes) -> Response {
+    generate(w, headers, body, true).await
+}
+
+async fn completions(State(w): State<Arc<Worker>>, headers: HeaderMap, body: Bytes) -> Response {
+    generate(w, headers, body, false).await
+}
+
+fn header(h: &HeaderMap, name: &str) -> Option<String> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn lease_refused(w: &Worker, attempt: &str, why: &str) -> Response {
+    w.journal.write(WorkerEntry::LeaseRefused {
+        attempt: attempt.into(),
+        why: why.into(),
+    });
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "lease_error",
+        format!("attempt {attempt}: {why}"),
+    )
+    .code("lease_refused")
+    .into_response()
+}
+
+async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -> Response {
+    match w.state.load(Ordering::SeqCst) {
+        STARTING => {
+            return openai_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "worker is starting (model loading)",
+            );
+        }
+        DRAINING => {
+            return openai_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "worker is draining",
+            );
+        }
+        _ => {}
+    }
+    let mut req = match api::parse(&body, chat, &w.model, w.cfg.max_model_len) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let n = w.seq.fetch_add(1, Ordering::Relaxed);
+    let rid = header(&headers, "x-request-id").unwrap_or_else(|| format!("{}-{n}", w.name));
+    let attempt = header(&headers, ATTEMPT_HEADER);
+    let lease = header(&headers, LEASE_HEADER).and_then(|v| v.parse::<u64>().ok());
+    if let Some(a) = &attempt {
+        if w.leases.is_revoked(a) {
+            return lease_refused(&w, a, "the attempt was revoked");
+        }
+        if lease.is_some_and(|d| d <= mono_ns()) {
+            return lease_refused(&w, a, "the lease expired before the request arrived");
+        }
+    }
+    let out = Out::new(rid.clone(), attempt.clone(), lease);
+    w.leases.register(&out);
+    let guard = OpenGuard::new(w.open.clone());
+    let hashes = if w.cfg.prefix_caching {
+        super::text::block_hashes(&req.prompt, w.cfg.block_size)
+    } else {
+        Vec::new()
+    };
+    req.prompt = String::new();
+    let prompt_tokens = req.prompt_tokens;
+    let cid = format!("{}-{}-{n}", if chat { "chatcmpl" } else { "cmpl" }, w.name);
+    let fmt = Fmt::new(
+        chat,
+        cid,
+        req.model.clone(),
+        req.include_usage,
+        prompt_tokens,
+    );
+    let stream = req.stream;
+    let job = Job {
+        out: out.clone(),
+        fmt,
+        req,
+        tool_key: header(&headers, TOOL_KEY_HEADER),
+        tool_tokens: w.cfg.tool_call_tokens,
+        events: 0,
+        text: String::new(),
+    };
+    let submitted = w.engine.submit(Submit {
+        job,
+        prompt_tokens,
+        hashes,
+        arrived: Instant::now(),
+    });
+    if !submitted {
+        return openai_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "the engine stopped",
+        );
+    }
+    let mut resp = if stream {
+        Response::builder()
+            .header("content-type", "text/event-stream")
+            .header("cache-control", "no-cache")
+            .body(Body::from_stream(OutBody::new(out, Some(guard))))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    } else {
+        let mut body = OutBody::new(out.clone(), Some(guard));
+        let mut buf = Vec::new();
+        while let Some(Ok(b)) = body.next().await {
+            buf.extend_from_slice(&b);
+        }
+        if buf.is_empty() {
+            let why = out.ended().map(|e| e.as_str()).unwrap_or("no answer");
+            return openai_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                &format!("the request was aborted: {why}"),
+            );
+        }
+        ([("content-type", "application/json")], buf).into_response()
+    };
+    let h = resp.headers_mut();
+    for (k, v) in [
+        ("x-request-id", Some(rid)),
+        (WORKER_HEADER, Some(w.name.clone())),
+        (ATTEMPT_HEADER, attempt),
+        (REVISION_HEADER, Some(w.cfg.revision.clone())),
+    ] {
+        if let Some(v) = v.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            h.insert(k, v);
+        }
+    }
+    resp
+}

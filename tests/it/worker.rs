@@ -1,0 +1,583 @@
+//! The sim worker as a real process: OpenAI surface, lifecycle and signals, fault hooks
+//! at the token-loop points (M9), leases (M5), prefix cache (M6).
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use haq::trace::journal::{Stamped, ToolExecution, WorkerEntry};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use crate::simkit::*;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_surface_answers_like_vllm() {
+    let w = worker("api", json!({"max_num_seqs": 2}), None).await;
+    let u = w.url();
+    let (s, models) = get_json(&format!("{u}/v1/models")).await;
+    assert_eq!(
+        (s, models["data"][0]["id"].as_str()),
+        (200, Some("haq-sim-8b"))
+    );
+
+    // Streaming chat with usage, deterministic text, x-request-id echoed.
+    let mut body = chat("tell me about failover", 6);
+    body["stream_options"] = json!({"include_usage": true});
+    let a = stream(
+        &format!("{u}/v1/chat/completions"),
+        &body,
+        &[("x-request-id", "r-1")],
+        LIMIT,
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.headers["x-request-id"], "r-1");
+    assert_eq!(a.headers["x-haq-worker"], "api");
+    assert!(a.headers.contains_key("x-haq-model-revision"));
+    assert_eq!(a.content().len(), 6);
+    let data = a.data();
+    let usage = data
+        .iter()
+        .find(|v| v["usage"].is_object())
+        .expect("usage chunk");
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 6);
+    assert!(
+        data.iter()
+            .any(|v| v["choices"][0]["finish_reason"] == "length")
+    );
+    assert!(a.done() && a.broken.is_none());
+    let b = stream(&format!("{u}/v1/chat/completions"), &body, &[], LIMIT).await;
+    assert_eq!(
+        a.content(),
+        b.content(),
+        "temperature 0: same prompt, same text"
+    );
+
+    // Completions, non-streaming, and a stop string cut at the right place.
+    let (s, whole) = post_json(
+        &format!("{u}/v1/completions"),
+        json!({"model": "haq-sim-8b", "prompt": "tell me about failover", "max_tokens": 6, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(whole["object"], "text_completion");
+    let text = whole["choices"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_string();
+    assert_eq!(
+        text,
+        a.content().concat(),
+        "same tokens for /v1/completions"
+    );
+    let third = a.content()[2].clone();
+    let (_, stopped) = post_json(
+        &format!("{u}/v1/chat/completions"),
+        json!({"model": "haq-sim-8b", "messages": [{"role": "user", "content": "tell me about failover"}],
+               "max_tokens": 6, "temperature": 0, "stop": [third.trim()]}),
+    )
+    .await;
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+    let got = stopped["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content");
+    assert!(
+        !got.contains(third.trim()) && text.starts_with(got),
+        "{got:?} vs {text:?}"
+    );
+
+    // Errors in OpenAI's shape.
+    let (s, e) = post_json(
+        &format!("{u}/v1/chat/completions"),
+        json!({"model": "gpt-x", "messages": []}),
+    )
+    .await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (404, Some("model_not_found"))
+    );
+    let (s, e) = post_json(
+        &format!("{u}/v1/completions"),
+        json!({"prompt": "a", "max_tokens": 0}),
+    )
+    .await;
+    assert_eq!((s, e["error"]["param"].as_str()), (400, Some("max_tokens")));
+    assert!(e["error"]["message"].is_string() && e["error"]["type"].is_string());
+
+    // Saturation: two slots, five long requests: a queue forms, visible in /metrics.
+    let long = chat("a queue forms", 200);
+    let mut hs = Vec::new();
+    for _ in 0..5 {
+        let (u, b) = (format!("{u}/v1/chat/completions"), long.clone());
+        hs.push(tokio::spawn(
+            async move { stream(&u, &b, &[], LIMIT).await },
+        ));
+    }
+    let murl = format!("{u}/metrics");
+    eventually("waiting requests in /metrics", LIMIT, async || {
+        let m = http()
+            .get(&murl)
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .unwrap_or_default();
+        m.contains("vllm:num_requests_running{model_name=\"haq-sim-8b\",worker=\"api\"} 2")
+            && m.lines()
+                .any(|l| l.starts_with("vllm:num_requests_waiting{") && l.ends_with(" 3"))
+    })
+    .await;
+    for h in hs {
+        h.abort();
+    }
+    let m = http()
+        .get(&murl)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for name in [
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:request_success_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:num_preemptions_total",
+    ] {
+        assert!(m.contains(name), "{name} missing from /metrics");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_readiness_and_sigterm_drain() {
+    let dir = crate::support::scratch("drain");
+    let w = worker_in(
+        &dir,
+        "d1",
+        json!({"startup": "50ms", "decode_step": "15ms"}),
+        None,
+        "127.0.0.1:0",
+    )
+    .await;
+    let u = w.url().to_string();
+    // A slow starter: alive at once, ready only after model load.
+    let slow = spawn_worker(
+        &dir,
+        "s1",
+        json!({"startup": "1500ms"}),
+        None,
+        "127.0.0.1:0",
+    )
+    .await;
+    let (s, r) = get_json(&format!("{}/ready", slow.url())).await;
+    assert_eq!((s, r["status"].as_str()), (503, Some("starting")));
+    assert_eq!(
+        http()
+            .get(format!("{}/health", slow.url()))
+            .send()
+            .await
+            .expect("health")
+            .status(),
+        200
+    );
+    let (s, _) = post_json(&format!("{}/v1/chat/completions", slow.url()), chat("x", 2)).await;
+    assert_eq!(s, 503, "not ready: refused");
+    wait_ready(slow.url()).await;
+
+    // A stream in flight when SIGTERM arrives finishes; new requests get 503.
+    let body = chat("drain me", 60);
+    let su = format!("{u}/v1/chat/completions");
+    let inflight = tokio::spawn(async move { stream(&su, &body, &[], LIMIT).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    w.p.signal(Signal::SIGTERM).expect("SIGTERM");
+    eventually("draining", LIMIT, async || {
+        get_json(&format!("{u}/ready")).await.1["status"] == "draining"
+    })
+    .await;
+    let (s, e) = post_json(&format!("{u}/v1/chat/completions"), chat("late", 2)).await;
+    assert_eq!(s, 503, "{e}");
+    let seen = inflight.await.expect("stream task");
+    assert!(
+        seen.done() && seen.broken.is_none(),
+        "in-flight stream finished: {:?}",
+        seen.broken
+    );
+    assert_eq!(seen.content().len(), 60);
+    let mut p = w.p;
+    let st = p.wait_exit(LIMIT).await.expect("exits after the drain");
+    assert!(st.success(), "{st}");
+    let j: Vec<Stamped<WorkerEntry>> = journal(&dir.join("worker-d1.jsonl"));
+    assert!(
+        j.iter()
+            .any(|e| matches!(e.entry, WorkerEntry::Ready { .. }))
+    );
+    assert!(
+        j.iter()
+            .any(|e| matches!(e.entry, WorkerEntry::Draining { running: 1, .. }))
+    );
+    assert!(j.iter().any(|e| matches!(
+        e.entry,
+        WorkerEntry::Drained {
+            timed_out: false,
+            ..
+        }
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_freezes_and_sigkill_crashes() {
+    let w = worker("f1", json!({"decode_step": "10ms"}), None).await;
+    let su = format!("{}/v1/chat/completions", w.url());
+    let body = chat("freeze", 80);
+    let h = tokio::spawn(async move { stream(&su, &body, &[], LIMIT).await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    w.p.signal(Signal::SIGSTOP).expect("SIGSTOP");
+    let hc = http()
+        .get(format!("{}/health", w.url()))
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(hc.is_err(), "a frozen worker does not answer health checks");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    w.p.signal(Signal::SIGCONT).expect("SIGCONT");
+    let seen = h.await.expect("task");
+    assert!(seen.done(), "resumed and finished");
+    let gaps: Vec<Duration> = seen.events.windows(2).map(|p| p[1].0 - p[0].0).collect();
+    assert!(
+        gaps.iter().any(|g| *g >= Duration::from_millis(400)),
+        "the freeze shows as one long gap"
+    );
+
+    let su = format!("{}/v1/chat/completions", w.url());
+    let body = chat("crash", 200);
+    let h = tokio::spawn(async move { stream(&su, &body, &[], LIMIT).await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut p = w.p;
+    p.signal(Signal::SIGKILL).expect("SIGKILL");
+    let seen = h.await.expect("task");
+    assert!(
+        !seen.done() && seen.broken.is_some(),
+        "cut mid-stream: {:?}",
+        seen.broken
+    );
+    assert_eq!(p.wait_exit(LIMIT).await.and_then(|s| s.signal()), Some(9));
+    assert!(
+        http()
+            .get(format!("{}/health", p.url))
+            .send()
+            .await
+            .is_err(),
+        "refused after death"
+    );
+}
+
+/// Arms `spec` on a fresh worker, streams request `rid`, returns what the client saw
+/// and the worker's exit signal.
+async fn fire(
+    spec: serde_json::Value,
+    body: serde_json::Value,
+    tools_url: Option<&str>,
+) -> (Seen, Option<i32>, Vec<Stamped<WorkerEntry>>) {
+    let targeted = spec["request_id"].is_string();
+    let w = worker("h1", json!({"decode_step": "10ms"}), tools_url).await;
+    let (s, armed) = post_json(&format!("{}/admin/faults", w.url()), spec).await;
+    assert_eq!(s, 200, "{armed}");
+    assert!(armed["armed"].is_string());
+    let (_, st) = get_json(&format!("{}/admin/state", w.url())).await;
+    assert_eq!(st["armed"].as_array().map(Vec::len), Some(1), "{st}");
+    // A request that does not match runs to the end (a hook without request_id
+    // takes the next request that reaches its point: no bystander then).
+    if targeted {
+        let other = stream(
+            &format!("{}/v1/chat/completions", w.url()),
+            &chat("other", 12),
+            &[("x-request-id", "other")],
+            LIMIT,
+        )
+        .await;
+        assert!(other.done(), "non-matching request unaffected");
+    }
+    let seen = stream(
+        &format!("{}/v1/chat/completions", w.url()),
+        &body,
+        &[("x-request-id", "victim"), ("x-haq-attempt", "victim/a1")],
+        LIMIT,
+    )
+    .await;
+    let mut p = w.p;
+    let sig = p.wait_exit(LIMIT).await.and_then(|s| s.signal());
+    let j = journal(&w.dir.join("worker-h1.jsonl"));
+    (seen, sig, j)
+}
+
+fn fired(j: &[Stamped<WorkerEntry>], point: &str) -> bool {
+    j.iter().any(|e| {
+        matches!(&e.entry, WorkerEntry::FaultFired { point: p, req, attempt, .. }
+        if p == point && req == "victim" && attempt.as_deref() == Some("victim/a1"))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_hooks_kill_at_the_exact_token_loop_point() {
+    // M9 case 1: during prefill, before any byte of the stream.
+    let (seen, sig, j) = fire(
+        json!({"point": "prefill", "request_id": "victim"}),
+        chat("victim prompt", 20),
+        None,
+    )
+    .await;
+    assert_eq!(sig, Some(9));
+    assert_eq!(seen.status, 200);
+    assert!(
+        seen.events.is_empty() && seen.broken.is_some(),
+        "{:?}",
+        seen.events
+    );
+    assert!(fired(&j, "prefill"));
+
+    // M9 case 2: token 3 computed, its event not written: events 0..2 arrive.
+    // M9 case 3: right after event 3 was written: events 0..3 arrive.
+    for (spec, point, n) in [
+        (
+            json!({"point": "before_event", "k": 3, "request_id": "victim"}),
+            "before_event",
+            3,
+        ),
+        (json!({"point": "after_event", "k": 3}), "after_event", 4),
+    ] {
+        let (seen, sig, j) = fire(spec, chat("victim prompt", 20), None).await;
+        assert_eq!(sig, Some(9));
+        assert_eq!(seen.content().len(), n, "{point}: {:?}", seen.events);
+        assert!(seen.broken.is_some() && !seen.done());
+        assert!(fired(&j, point));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_is_executed_then_streamed_and_the_hook_fires_between() {
+    let dir = crate::support::scratch("tools");
+    let mut t = tools(&dir, true).await;
+    let mut body = chat("find the runbook", 50);
+    body["tools"] = json!([{"type": "function", "function": {"name": "lookup", "parameters": {}}}]);
+
+    // Without a fault: id, name, argument fragments, finish_reason tool_calls.
+    let w = worker("t1", json!({}), Some(&t.url)).await;
+    let ok = stream(
+        &format!("{}/v1/chat/completions", w.url()),
+        &body,
+        &[("x-request-id", "tool-ok")],
+        LIMIT,
+    )
+    .await;
+    let data = ok.data();
+    let first = &data[0]["choices"][0]["delta"]["tool_calls"][0];
+    assert_eq!(first["function"]["name"], "lookup");
+    let call_id = first["id"].as_str().expect("id").to_string();
+    assert!(call_id.starts_with("call_"));
+    let args: String = data
+        .iter()
+        .filter_map(|v| v["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str())
+        .collect();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&args).is_ok(),
+        "arguments are JSON: {args}"
+    );
+    assert!(
+        data.iter()
+            .any(|v| v["choices"][0]["finish_reason"] == "tool_calls")
+    );
+
+    // M9 case 5: killed right after the execution, before the delta.
+    let (seen, sig, j) = fire(
+        json!({"point": "after_tool_call"}),
+        body.clone(),
+        Some(&t.url),
+    )
+    .await;
+    assert_eq!(sig, Some(9));
+    assert!(
+        seen.events.is_empty(),
+        "no tool-call delta escaped: {:?}",
+        seen.events
+    );
+    assert!(fired(&j, "after_tool_call"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log: Vec<Stamped<ToolExecution>> = journal(&dir.join("tools.jsonl"));
+    let victim: Vec<_> = log
+        .iter()
+        .filter(|e| e.entry.logical_request_id == "victim")
+        .collect();
+    assert_eq!(victim.len(), 1, "executed once before the crash: {log:?}");
+    assert_eq!(
+        victim[0].entry.idempotency_key,
+        format!("victim:{}", victim[0].entry.tool_call_id)
+    );
+    assert_eq!(
+        victim[0].entry.tool_call_id, call_id,
+        "same prompt, same tool_call_id (M7)"
+    );
+    assert!(!victim[0].entry.deduplicated);
+    t.kill_and_reap().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_refuse_expire_renew_and_revoke() {
+    let w = worker("l1", json!({"decode_step": "10ms"}), None).await;
+    let u = format!("{}/v1/chat/completions", w.url());
+    let now = haq::trace::mono_ns();
+    let past = (now - 1).to_string();
+    // Refused: the lease is over before the request arrives.
+    let r = http()
+        .post(&u)
+        .json(&chat("late", 4))
+        .header("x-haq-attempt", "r1/a1")
+        .header("x-haq-lease-deadline-ns", &past)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 409);
+    let e: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(e["error"]["code"], "lease_refused");
+
+    // Expiry: nothing is published after the deadline.
+    let deadline = haq::trace::mono_ns() + 300_000_000;
+    let d = deadline.to_string();
+    let seen = stream(
+        &u,
+        &chat("expire", 200),
+        &[("x-haq-attempt", "r2/a1"), ("x-haq-lease-deadline-ns", &d)],
+        LIMIT,
+    )
+    .await;
+    let n = seen.content().len();
+    assert!(n > 3 && n < 200 && !seen.done(), "{n} events");
+    let grace = std::time::Instant::now()
+        - Duration::from_nanos(haq::trace::mono_ns().saturating_sub(deadline));
+    let late = seen
+        .events
+        .iter()
+        .filter(|(t, _)| *t > grace + Duration::from_millis(30))
+        .count();
+    assert_eq!(late, 0, "events after the lease deadline");
+
+    // Renewal keeps it going; revocation stops it at once and is refused afterwards.
+    let d = (haq::trace::mono_ns() + 300_000_000).to_string();
+    let (u2, base) = (u.clone(), w.url().to_string());
+    let h = tokio::spawn(async move {
+        stream(
+            &u2,
+            &chat("renew", 400),
+            &[("x-haq-attempt", "r3/a1"), ("x-haq-lease-deadline-ns", &d)],
+            LIMIT,
+        )
+        .await
+    });
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (s, r) = post_json(&format!("{base}/haq/leases/renew"),
+            json!({"deadline_ns": haq::trace::mono_ns() + 300_000_000, "attempts": ["r3/a1", "nope/a1"]})).await;
+        assert_eq!(s, 200);
+        assert_eq!(r["refused"], json!(["nope/a1"]));
+    }
+    let (s, r) = post_json(
+        &format!("{base}/haq/leases/revoke"),
+        json!({"attempt": "r3/a1"}),
+    )
+    .await;
+    assert_eq!((s, r["was_live"].as_bool()), (200, Some(true)));
+    let seen = h.await.expect("task");
+    assert!(
+        !seen.done() && seen.content().len() < 400,
+        "revoked mid-stream"
+    );
+    assert!(
+        seen.content().len() >= 40,
+        "renewed past the first deadline: {}",
+        seen.content().len()
+    );
+    let (_, r) = post_json(
+        &format!("{base}/haq/leases/renew"),
+        json!({"deadline_ns": haq::trace::mono_ns() + 300_000_000, "attempts": ["r3/a1"]}),
+    )
+    .await;
+    assert_eq!(
+        r["refused"],
+        json!(["r3/a1"]),
+        "no renewal after revocation"
+    );
+    let r = http()
+        .post(&u)
+        .json(&chat("again", 4))
+        .header("x-haq-attempt", "r3/a1")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 409, "a revoked attempt cannot start again");
+    let jp = w.journal();
+    eventually("lease entries in the worker journal", LIMIT, async || {
+        let j: Vec<Stamped<WorkerEntry>> = journal(&jp);
+        j.iter().any(
+            |e| matches!(&e.entry, WorkerEntry::LeaseExpired { attempt, .. } if attempt == "r2/a1"),
+        ) && j.iter().any(
+            |e| matches!(&e.entry, WorkerEntry::LeaseRevoked { attempt, .. } if attempt == "r3/a1"),
+        )
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_long_prefix_is_served_from_the_prefix_cache_until_a_restart() {
+    let dir = crate::support::scratch("prefix");
+    // 2000 prompt tokens at 4000 tok/s: 500 ms of prefill when cold.
+    let engine = json!({"prefill_tokens_per_s": 4000.0, "decode_step": "5ms"});
+    let prompt = (0..2000)
+        .map(|i| format!("w{}", i % 97))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let body = chat(&prompt, 3);
+    let w = worker_in(&dir, "p1", engine.clone(), None, "127.0.0.1:0").await;
+    let listen = w.url().trim_start_matches("http://").to_string();
+    let u = format!("{}/v1/chat/completions", w.url());
+    let cold = stream(&u, &body, &[], LIMIT).await.ttft().expect("ttft");
+    let warm = stream(&u, &body, &[], LIMIT).await.ttft().expect("ttft");
+    assert!(cold > Duration::from_millis(400), "cold {cold:?}");
+    assert!(warm * 4 < cold, "warm {warm:?} vs cold {cold:?}");
+    let m = http()
+        .get(format!("{}/metrics", w.url()))
+        .send()
+        .await
+        .expect("m")
+        .text()
+        .await
+        .expect("t");
+    let hits: f64 = m
+        .lines()
+        .find(|l| l.starts_with("vllm:prefix_cache_hits_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .expect("hits");
+    assert!(hits >= 1984.0, "{hits}");
+    // A restart (same address) starts with an empty cache.
+    let mut p = w.p;
+    p.kill_and_reap().await;
+    let w2 = worker_in(&dir, "p1", engine, None, &listen).await;
+    let again = stream(
+        &format!("{}/v1/chat/completions", w2.url()),
+        &body,
+        &[],
+        LIMIT,
+    )
+    .await
+    .ttft()
+    .expect("ttft");
+    assert!(
+        again > Duration::from_millis(400),
+        "cold again after restart: {again:?}"
+    );
+}
