@@ -19,7 +19,9 @@ use crate::scenario::{self, GatewayPolicy};
 /// loop, and judges eight verdicts from what the client measured.
 ///
 /// Exit codes: 0 every verdict PASS · 1 any FAIL (or UNKNOWN) · 2 unusable scenario or
-/// environment (nothing was qualified) · 3 interrupted (partial report written).
+/// environment (nothing was qualified), including an INVALID run (haq's own client fell
+/// behind its schedule; the report is written and marked INVALID) · 3 interrupted
+/// (partial report written).
 #[derive(Debug, Parser)]
 #[command(name = "haq", version, max_term_width = 100)]
 pub struct Cli {
@@ -206,6 +208,17 @@ fn exit_for(status: Status) -> Exit {
     }
 }
 
+/// Exit code of a judged run: interrupted (3) beats INVALID (2) beats the verdicts.
+pub fn exit_for_run(j: &crate::check::Judgement, interrupted: bool) -> Exit {
+    if interrupted {
+        Exit::Interrupted
+    } else if j.invalid() {
+        Exit::Unusable
+    } else {
+        exit_for(j.overall())
+    }
+}
+
 /// Cancels `token` on SIGINT or SIGTERM.
 pub fn cancel_on_signals(token: CancellationToken) {
     tokio::spawn(async move {
@@ -251,11 +264,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
         Command::Check(a) => match crate::check::judge_dir(&a.run_dir) {
             Ok((plan, j)) => {
                 print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
-                if j.run.interrupted {
-                    Exit::Interrupted
-                } else {
-                    exit_for(j.overall())
-                }
+                exit_for_run(&j, j.run.interrupted)
             }
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -294,11 +303,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
                 "{}",
                 crate::report::terminal(&r.plan, &r.judgement, &r.run_dir)
             );
-            if r.interrupted {
-                Exit::Interrupted
-            } else {
-                exit_for(r.judgement.overall())
-            }
+            exit_for_run(&r.judgement, r.interrupted)
         }
         Err(e) if e.downcast_ref::<EnvironmentError>().is_some() => {
             eprintln!("error: {e:#}");

@@ -21,5 +21,6 @@ pub mod check;
 pub mod cli;
 pub mod engine;
 pub mod faults;
+pub mod metrics;
 pub mod proxy;
 pub mod report;

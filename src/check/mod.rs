@@ -4,10 +4,21 @@
 //! Verdicts compose as in Jepsen: a finding FAILs; missing evidence is UNKNOWN, never
 //! PASS; a verdict this version does not judge is NOT_EVALUATED with the reason.
 
+pub mod capacity;
 pub mod evidence;
+pub mod facts;
+pub mod failure_domain;
 pub mod fate;
 pub mod history;
 pub mod latency;
+pub mod maintenance;
+pub mod overload;
+pub mod recovery;
+pub mod routing;
+pub mod run;
+#[cfg(test)]
+pub mod testkit;
+pub mod timeline;
 
 use std::path::Path;
 
@@ -99,6 +110,17 @@ pub struct Judgement {
     pub checker_crashes: Vec<fate::Crash>,
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub unfinished: usize,
+    /// The failure timeline (Q11).
+    pub timeline: timeline::Timeline,
+    /// Protected traffic of the degraded interval (Capacity), when a fault made one.
+    pub degraded: Option<capacity::Window>,
+    /// What the run-level verdicts read (per-request summaries for the CSV).
+    #[serde(skip)]
+    pub facts: facts::Evidence,
+    /// Per second of the run (latencies by dispatch second, from intended time).
+    pub seconds: Vec<crate::metrics::SecondStats>,
+    /// The load client's own schedule slip; `valid: false` makes the run INVALID.
+    pub client: crate::metrics::ClientHealth,
 }
 
 impl Judgement {
@@ -115,19 +137,42 @@ impl Judgement {
             Status::Unknown
         }
     }
+
+    /// The client fell behind its schedule: the measurements are not evidence and the
+    /// run qualifies nothing, whatever the verdicts say.
+    pub fn invalid(&self) -> bool {
+        !self.client.valid
+    }
+
+    /// `INVALID` for an invalid run, else the overall status.
+    pub fn result_label(&self) -> &'static str {
+        if self.invalid() {
+            "INVALID"
+        } else {
+            self.overall().as_str()
+        }
+    }
 }
 
 struct Acc {
     phases: Vec<PhaseAcc>,
     fate: fate::FateAcc,
+    run: run::RunAcc,
+    slo: crate::scenario::Slo,
+    series: crate::metrics::SeriesAcc,
+    slip: crate::metrics::SlipAcc,
 }
 
 impl RequestSink for Acc {
     fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
+        let m = crate::metrics::Measured::of(r, &self.slo);
         if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
-            p.add(r);
+            p.add_measured(r, &m);
         }
+        self.series.add(r, &m);
+        self.slip.add(m.slip);
         self.fate.add(r, faults);
+        self.run.request(r, faults);
     }
 }
 
@@ -143,7 +188,18 @@ pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I)
 pub fn judge_with<I: IntoIterator<Item = Event>>(
     plan: &Plan,
     events: impl Fn() -> I,
+    src: evidence::Sources,
+) -> Judgement {
+    judge_full(plan, events, src, None)
+}
+
+/// As [`judge_with`]; each closed second's histograms also go to `intervals` (the
+/// interval log, `latency.hlog`).
+pub fn judge_full<I: IntoIterator<Item = Event>>(
+    plan: &Plan,
+    events: impl Fn() -> I,
     mut src: evidence::Sources,
+    mut intervals: Option<crate::metrics::series::IntervalSink>,
 ) -> Judgement {
     let mut folder = Folder::default();
     let mut mono_ns = 0;
@@ -165,9 +221,16 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         phases: plan
             .phases
             .iter()
-            .map(|p| PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase()))
+            .map(|p| {
+                PhaseAcc::new(&p.name, &format!("{:?}", p.kind).to_lowercase())
+                    .with_duration(p.duration)
+            })
             .collect(),
         fate: fate::FateAcc::new(ctx),
+        run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
+        slo: plan.scenario.slo.clone(),
+        series: crate::metrics::SeriesAcc::default(),
+        slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
     };
     let mut gw_error = None;
     let trace = events()
@@ -175,8 +238,15 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         .filter(|e| !matches!(e, Event::Fault { .. }));
     for item in evidence::merge(trace, src.gateway.take(), mono_ns, |e| gw_error = Some(e)) {
         match item {
-            evidence::Item::Trace(ev) => folder.push(ev, &mut acc),
-            evidence::Item::Gateway(t, it) => folder.push_gateway(t, it, &mut acc),
+            evidence::Item::Trace(ev) => {
+                acc.run.see(&ev);
+                acc.series.observe(&ev, &mut intervals);
+                folder.push(ev, &mut acc)
+            }
+            evidence::Item::Gateway(t, it) => {
+                acc.run.gateway(t, &it);
+                folder.push_gateway(t, it, &mut acc)
+            }
             evidence::Item::GatewayEnd => folder.gateway_ended(),
         }
     }
@@ -198,24 +268,19 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         }
     }
     let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
+    let seconds = acc.series.finish(&mut intervals);
+    let level = acc
+        .run
+        .finish(plan, &folder.faults, &phases, &acc.fate.findings, &seconds);
     let sim = plan.scenario.target.kind == crate::scenario::TargetKind::Sim;
     let mut verdicts = Vec::new();
     for name in VERDICTS {
         verdicts.push(match name {
             "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len(), &src.reports, sim),
             "Latency" => latency::verdict(plan, &phases),
-            "Failure-Domain" => Verdict::new(
-                name,
-                Status::NotEvaluated,
-                "not judged in this version: faults are verified and recorded (see faults) but not yet compared with the declared domain",
-                folder.faults.iter().map(|f| format!("{} on {} verified={}", f.name, f.replica, f.verified)).collect(),
-            ),
-            "Routing" => not_evaluated(name, "traffic-removal time from attribution headers is not judged in this version"),
-            "Capacity" => not_evaluated(name, "the degraded capacity search and protected-load gate are not judged in this version"),
-            "Overload" => not_evaluated(name, "the scenario has no overload phase"),
-            "Recovery" => not_evaluated(name, "the scenario has no replacement (restart) step"),
-            "Maintenance" => not_evaluated(name, "the scenario has no planned drain"),
-            _ => not_evaluated(name, "unknown verdict"),
+            other => level
+                .verdict(other)
+                .unwrap_or_else(|| not_evaluated(name, "not judged in this version")),
         });
     }
     if !folder.info.complete {
@@ -230,6 +295,7 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         }
     }
     let unfinished = folder.unfinished();
+    let client = acc.slip.finish(&plan.scenario.client);
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     Judgement {
@@ -244,7 +310,30 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
         evidence: src.reports,
         checker_crashes: fate.crashes,
         unfinished,
+        timeline: level.timeline,
+        degraded: level.degraded,
+        facts: level.evidence,
+        seconds,
+        client,
     }
+}
+
+/// Wall-clock time of the start of load: the run's start plus the first phase's offset.
+fn load_start_wall(events: impl Iterator<Item = Event>) -> std::time::SystemTime {
+    let mut wall = std::time::UNIX_EPOCH;
+    for ev in events {
+        match ev {
+            Event::RunStart { wall: w, .. } => {
+                if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&w) {
+                    let us = t.timestamp_micros().max(0) as u64;
+                    wall = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+                }
+            }
+            Event::Phase { t, .. } => return wall + std::time::Duration::from_micros(t),
+            _ => {}
+        }
+    }
+    wall
 }
 
 struct NoSink;
@@ -266,16 +355,21 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     for e in crate::trace::read(&tp).with_context(|| format!("reading {}", tp.display()))? {
         e.map_err(|msg| anyhow::anyhow!("{}: {msg}", tp.display()))?;
     }
+    let events = || {
+        crate::trace::read(&tp)
+            .into_iter()
+            .flatten()
+            .map_while(Result::ok)
+    };
     let sources = evidence::open(dir, &plan);
-    let j = judge_with(
-        &plan,
-        || {
-            crate::trace::read(&tp)
-                .into_iter()
-                .flatten()
-                .map_while(Result::ok)
-        },
-        sources,
-    );
+    // The interval log is rebuilt from the trace each time the run is judged.
+    let hp = dir.join(crate::metrics::hlog::HLOG_FILE);
+    let file = std::fs::File::create(&hp).with_context(|| format!("writing {}", hp.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let j = crate::metrics::hlog::write(&mut out, load_start_wall(events()), |sink| {
+        judge_full(&plan, events, sources, Some(sink))
+    })
+    .with_context(|| format!("writing {}", hp.display()))?;
+    std::io::Write::flush(&mut out).with_context(|| format!("writing {}", hp.display()))?;
     Ok((plan, j))
 }

@@ -1,19 +1,56 @@
-//! The load loop: one timeline of phase edges and requests, each fired at its
-//! absolute deadline from the start of load (open loop: a slow server never delays
-//! the next send), then the drain. Faults fire on the same clock in their own task
-//! (`faults::schedule`), so this loop only dispatches.
+//! The load loop. A dedicated dispatcher thread walks one timeline of phase edges and
+//! requests, each at its absolute deadline from the start of load (open loop: a slow
+//! server never delays the next send; SPEC Q12). It sleeps on the OS timer with 1 ns
+//! slack (tokio's timer wheel has 1 ms granularity), builds each request body *before*
+//! its deadline, and at the deadline only spawns the request onto the runtime, which
+//! stamps the dispatch. Faults fire on the same clock in their own task
+//! (`faults::schedule`), so this loop only dispatches. Then in-flight requests drain.
+//!
+//! With `workload.arrival.max_concurrency`, a request due while the cap is reached
+//! waits for a slot (closed loop); `admitted` records when it got one, its latency
+//! still counts from its intended time, and schedule slip is measured from
+//! `max(intended, admitted)`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinSet;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::Target;
 use super::progress::Progress;
 use crate::client::{self, Call, Timeouts};
 use crate::scenario::Plan;
 use crate::trace::{Clock, Edge, Event, Outcome, TraceWriter};
-use crate::workload::{self, Schedule};
+use crate::workload::{self, Planned, Schedule};
+
+/// What the dispatcher thread owns.
+struct Dispatcher {
+    plan: Plan,
+    api_url: String,
+    http: reqwest::Client,
+    timeouts: Timeouts,
+    clock: Clock,
+    tw: TraceWriter,
+    cancel: CancellationToken,
+    stop: CancellationToken,
+    progress: Progress,
+    tracker: TaskTracker,
+    handle: tokio::runtime::Handle,
+    cap: Option<Arc<Semaphore>>,
+    load_start: Instant,
+    /// Attribution headers other than the sim's, as the scenario names them.
+    attribution: Option<Arc<client::Attribution>>,
+}
+
+/// A request ready to go: body built, event filled but for the dispatch stamp.
+struct Ready {
+    call: Call,
+    event: Event,
+    at: Duration,
+    intended: u64,
+}
 
 /// Offers the schedule and fires phase edges on time from `load_start`, then drains.
 pub(super) async fn drive(
@@ -27,126 +64,269 @@ pub(super) async fn drive(
 ) -> anyhow::Result<()> {
     let c = &plan.scenario.client;
     let http = client::http_client(c.connect_timeout.0, &super::request_headers(plan)?)?;
-    let timeouts = Timeouts {
-        first_token: c.first_token_timeout.0,
-        idle: c.idle_timeout.0,
-    };
-    // Attribution headers other than the sim's, as the scenario names them.
+    // Fail before any load if the schedule cannot be built (input data missing).
+    Schedule::new(plan).map_err(anyhow::Error::msg)?;
     let ev = &plan.scenario.evidence;
     let attribution = (ev.worker_header != client::WORKER_HEADER
         || ev.attempt_header != client::ATTEMPT_HEADER)
         .then(|| {
-            std::sync::Arc::new(client::Attribution {
+            Arc::new(client::Attribution {
                 worker: ev.worker_header.to_ascii_lowercase(),
                 attempt: ev.attempt_header.to_ascii_lowercase(),
             })
         });
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
-    let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut schedule = Schedule::new(plan).map_err(anyhow::Error::msg)?.peekable();
-    let mut edges: Vec<(Duration, usize, Edge)> = Vec::new();
-    for (i, p) in plan.phases.iter().enumerate() {
-        edges.push((p.start, i, Edge::Start));
-        edges.push((p.end(), i, Edge::End));
-    }
-    let mut edges = edges.into_iter().peekable();
-    let stats = progress.stats();
-
-    loop {
-        // The next thing due: phase edge first, then requests at a tie.
-        let next_edge = edges.peek().map(|e| e.0);
-        let next_req = schedule.peek().map(|p| p.at);
-        let Some(due) = [next_edge, next_req].into_iter().flatten().min() else {
-            break;
-        };
-        tokio::select! {
-            _ = tokio::time::sleep_until((load_start + due).into()) => {}
-            _ = cancel.cancelled() => break,
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-        }
-        if next_edge == Some(due) {
-            let Some((_, i, edge)) = edges.next() else {
-                continue;
-            };
-            let p = &plan.phases[i];
-            tw.emit(Event::Phase {
-                t: clock.now_us(),
-                name: p.name.clone(),
-                edge,
-            });
-            if edge == Edge::Start {
-                progress.phase(p);
-            }
-        } else if let Some(p) = schedule.next() {
-            let class = &plan.mix.classes[p.class];
-            let mut call = Call::new(
-                p.id.clone(),
-                format!("{}{}", target.api_url, workload::api_path(class.api)),
-                workload::request_body(plan, &p),
-            );
-            call.expect_json = class.response_format.is_some();
-            call.attribution.clone_from(&attribution);
-            call.headers.push((
-                reqwest::header::HeaderName::from_static(client::PRIORITY_HEADER),
-                reqwest::header::HeaderValue::from_static(workload::priority_value(plan, &p)),
-            ));
-            let ev = Event::Request {
-                t: 0,
-                id: p.id.clone(),
-                class: class.name.clone(),
-                phase: plan.phases[p.phase].name.clone(),
-                intended: clock.us_of(load_start + p.at),
-                prompt_tokens: p.total_prompt_tokens(),
-                max_tokens: p.max_tokens,
-                protected: workload::is_protected(plan, &p),
-                stream: p.stream,
-                admitted: None,
-                session: p.session.as_ref().map(|s| s.session.clone()),
-                turn: p.session.as_ref().map(|s| s.turn),
-                probe: None,
-            };
-            let (http, tw, clock, stop, stats) = (
-                http.clone(),
-                tw.clone(),
-                *clock,
-                stop.clone(),
-                stats.clone(),
-            );
-            tasks.spawn(async move {
-                let mut ev = ev;
-                if let Event::Request { t, .. } = &mut ev {
-                    *t = clock.now_us();
-                }
-                tw.emit(ev);
-                stats.sent();
-                let r = client::execute_until(&http, &call, timeouts, &clock, &tw, &stop).await;
-                stats.done(r.map_or(Outcome::Cancelled, |r| r.outcome));
-            });
-        }
-    }
+    let tracker = TaskTracker::new();
+    let d = Dispatcher {
+        plan: plan.clone(),
+        api_url: target.api_url.clone(),
+        http,
+        timeouts: Timeouts {
+            first_token: c.first_token_timeout.0,
+            idle: c.idle_timeout.0,
+        },
+        clock: *clock,
+        tw: tw.clone(),
+        cancel: cancel.clone(),
+        stop: stop.clone(),
+        progress: progress.clone(),
+        tracker: tracker.clone(),
+        handle: tokio::runtime::Handle::current(),
+        cap: plan
+            .scenario
+            .workload
+            .arrival
+            .max_concurrency
+            .map(|n| Arc::new(Semaphore::new(n as usize))),
+        load_start,
+        attribution,
+    };
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("haq-dispatch".into())
+        .spawn(move || {
+            let r = d.run();
+            let _ = done_tx.send(r);
+        })?;
+    let dispatched = done_rx
+        .await
+        .unwrap_or_else(|_| Err("the dispatcher thread panicked".into()));
 
     // Drain: let in-flight requests finish, within the drain timeout.
-    if !cancel.is_cancelled() && !tasks.is_empty() {
+    tracker.close();
+    if !cancel.is_cancelled() && !tracker.is_empty() {
         progress.line(&format!(
             "load done; waiting for {} in-flight requests",
-            tasks.len()
+            tracker.len()
         ));
         let drain = c.drain_timeout.0;
         let drained = tokio::select! {
-            _ = async { while tasks.join_next().await.is_some() {} } => true,
+            _ = tracker.wait() => true,
             _ = tokio::time::sleep(drain) => false,
             _ = cancel.cancelled() => false,
         };
         if !drained && !cancel.is_cancelled() {
             progress.line(&format!(
                 "drain timeout ({drain:?}): cancelling {} requests",
-                tasks.len()
+                tracker.len()
             ));
         }
     }
     stop.cancel();
-    while tasks.join_next().await.is_some() {}
+    tracker.wait().await;
     progress.finish();
-    Ok(())
+    dispatched.map_err(anyhow::Error::msg)
+}
+
+/// Sleeps on the OS timer until `deadline`; false when cancelled first.
+fn sleep_until(deadline: Instant, cancel: &CancellationToken) -> bool {
+    loop {
+        if cancel.is_cancelled() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
+    }
+}
+
+/// Asks the kernel to wake this thread on time (default timer slack is 50 µs).
+fn tight_timer_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+impl Dispatcher {
+    fn prepare(&self, p: Planned) -> Ready {
+        let plan = &self.plan;
+        let class = &plan.mix.classes[p.class];
+        let mut call = Call::new(
+            p.id.clone(),
+            format!("{}{}", self.api_url, workload::api_path(class.api)),
+            workload::request_body(plan, &p),
+        );
+        call.expect_json = class.response_format.is_some();
+        call.attribution.clone_from(&self.attribution);
+        call.headers.push((
+            reqwest::header::HeaderName::from_static(client::PRIORITY_HEADER),
+            reqwest::header::HeaderValue::from_static(workload::priority_value(plan, &p)),
+        ));
+        let intended = self.clock.us_of(self.load_start + p.at);
+        let event = Event::Request {
+            t: 0,
+            id: p.id.clone(),
+            class: class.name.clone(),
+            phase: plan.phases[p.phase].name.clone(),
+            intended,
+            prompt_tokens: p.total_prompt_tokens(),
+            max_tokens: p.max_tokens,
+            protected: workload::is_protected(plan, &p),
+            stream: p.stream,
+            admitted: None,
+            session: p.session.as_ref().map(|s| s.session.clone()),
+            turn: p.session.as_ref().map(|s| s.turn),
+            probe: None,
+        };
+        Ready {
+            call,
+            event,
+            at: p.at,
+            intended,
+        }
+    }
+
+    fn edge(&self, (i, edge): (usize, Edge)) {
+        let p = &self.plan.phases[i];
+        self.tw.emit(Event::Phase {
+            t: self.clock.now_us(),
+            name: p.name.clone(),
+            edge,
+        });
+        match edge {
+            Edge::Start => self.progress.phase(p),
+            Edge::End => self.progress.phase_end(),
+        }
+    }
+
+    /// The dispatcher thread: the merged timeline of phase edges and requests.
+    fn run(self) -> Result<(), String> {
+        tight_timer_slack();
+        let mut schedule = Schedule::new(&self.plan)?;
+        let mut edges: Vec<(Duration, (usize, Edge))> = Vec::new();
+        for (i, p) in self.plan.phases.iter().enumerate() {
+            edges.push((p.start, (i, Edge::Start)));
+            edges.push((p.end(), (i, Edge::End)));
+        }
+        let mut edges = edges.into_iter().peekable();
+        let mut next = schedule.next().map(|p| self.prepare(p));
+        loop {
+            let edge_at = edges.peek().map(|e| e.0);
+            let req_at = next.as_ref().map(|r| r.at);
+            let edge_first = match (edge_at, req_at) {
+                (None, None) => return Ok(()),
+                (Some(e), Some(r)) => e <= r,
+                (e, _) => e.is_some(),
+            };
+            if edge_first {
+                let Some((at, e)) = edges.next() else {
+                    continue;
+                };
+                if !sleep_until(self.load_start + at, &self.cancel) {
+                    return Ok(());
+                }
+                self.edge(e);
+                continue;
+            }
+            let Some(r) = next.take() else { continue };
+            if !sleep_until(self.load_start + r.at, &self.cancel) {
+                return Ok(());
+            }
+            self.progress.offered();
+            let Some((permit, admitted)) = self.admit(&mut edges) else {
+                return Ok(());
+            };
+            self.spawn(r, permit, admitted);
+            // Build the next request while waiting for its deadline.
+            next = schedule.next().map(|p| self.prepare(p));
+        }
+    }
+
+    /// Takes a slot under the concurrency cap, emitting phase edges that fall due
+    /// while waiting. `None` when cancelled.
+    fn admit(
+        &self,
+        edges: &mut std::iter::Peekable<impl Iterator<Item = (Duration, (usize, Edge))>>,
+    ) -> Option<(Option<OwnedSemaphorePermit>, Option<u64>)> {
+        let Some(cap) = &self.cap else {
+            return Some((None, None));
+        };
+        if let Ok(p) = cap.clone().try_acquire_owned() {
+            return Some((Some(p), None));
+        }
+        loop {
+            let edge_at = edges.peek().map(|e| self.load_start + e.0);
+            let got = self.handle.block_on(async {
+                let edge = async {
+                    match edge_at {
+                        Some(t) => tokio::time::sleep_until(t.into()).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    p = cap.clone().acquire_owned() => p.ok().map(Some),
+                    _ = edge => Some(None),
+                    _ = self.cancel.cancelled() => None,
+                }
+            })?;
+            match got {
+                Some(p) => return Some((Some(p), Some(self.clock.now_us()))),
+                None => {
+                    if let Some((_, e)) = edges.next() {
+                        self.edge(e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn spawn(&self, r: Ready, permit: Option<OwnedSemaphorePermit>, admitted: Option<u64>) {
+        let Ready {
+            call,
+            mut event,
+            intended,
+            ..
+        } = r;
+        let (http, tw, clock, stop, progress, timeouts) = (
+            self.http.clone(),
+            self.tw.clone(),
+            self.clock,
+            self.stop.clone(),
+            self.progress.clone(),
+            self.timeouts,
+        );
+        let task = async move {
+            let _slot = permit;
+            if let Event::Request { t, admitted: a, .. } = &mut event {
+                *t = clock.now_us();
+                *a = admitted;
+            }
+            tw.emit(event);
+            progress.sent();
+            match client::execute_until(&http, &call, timeouts, &clock, &tw, &stop).await {
+                Some(r) => {
+                    progress.done(
+                        r.outcome,
+                        r.first_delta_us.map(|f| f.saturating_sub(intended)),
+                    );
+                }
+                None => progress.done(Outcome::Cancelled, None),
+            }
+        };
+        self.tracker.spawn_on(task, &self.handle);
+    }
 }

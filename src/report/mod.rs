@@ -32,6 +32,17 @@ pub struct Report<'a> {
     pub findings: &'a [Finding],
     pub request_fate: &'a [FateRow],
     pub unfinished_requests: usize,
+    /// The failure timeline (Q11).
+    pub timeline: &'a crate::check::timeline::Timeline,
+    /// Protected traffic of the degraded interval (Capacity).
+    pub degraded: Option<&'a crate::check::capacity::Window>,
+    /// False when haq's own client fell behind its schedule: the run is INVALID (exit
+    /// code 2) and its measurements are not evidence.
+    pub valid: bool,
+    /// Schedule slip of the load client, with the reasons for INVALID.
+    pub client: &'a crate::metrics::ClientHealth,
+    /// Per second of the run.
+    pub seconds: &'a [crate::metrics::SecondStats],
 }
 
 pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
@@ -50,6 +61,11 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         findings: &j.findings,
         request_fate: &j.fate_table,
         unfinished_requests: j.unfinished,
+        timeline: &j.timeline,
+        degraded: j.degraded.as_ref(),
+        valid: !j.invalid(),
+        client: &j.client,
+        seconds: &j.seconds,
     }
 }
 
@@ -133,6 +149,27 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
             f.detail
         ));
     }
+    let tl: Vec<_> = j
+        .timeline
+        .entries
+        .iter()
+        .filter(|e| e.after_fault_ms.is_some())
+        .collect();
+    if !tl.is_empty() {
+        out.push_str("timeline (Q11):\n");
+        for e in tl {
+            out.push_str(&format!(
+                "  +{:>8.3}s {:>10}  {} — {}: {}\n",
+                e.at_s,
+                e.after_fault_ms
+                    .map(|m| format!("(+{m:.0} ms)"))
+                    .unwrap_or_default(),
+                e.event,
+                e.source,
+                e.detail
+            ));
+        }
+    }
     for f in j.findings.iter().take(5) {
         out.push_str(&format!(
             "finding {:?} {}: {}\n",
@@ -147,9 +184,21 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
     }
     out.push_str(&v.to_string());
     out.push('\n');
+    let c = &j.client;
+    out.push_str(&format!(
+        "client: schedule slip p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
+        c.slip_p50_ms, c.slip_p99_ms, c.slip_max_ms, c.requests
+    ));
+    if j.invalid() {
+        out.push_str(&format!(
+            "INVALID: {} — the verdicts above (would be {}) are not evidence\n",
+            c.invalid_reasons.join("; "),
+            j.overall().as_str()
+        ));
+    }
     out.push_str(&format!(
         "result: {} · {}\n",
-        j.overall().as_str(),
+        j.result_label(),
         run_dir.display()
     ));
     out

@@ -130,16 +130,24 @@ fn whole(v: &str, at: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{at}: `{v}` is not a non-negative whole number"))
 }
 
-/// Values of one column of a CSV with a header row (the first column by default).
-pub fn read_column(p: &Path, column: Option<&str>) -> Result<Vec<u32>, String> {
+type Csv = csv::Reader<std::io::Cursor<Vec<u8>>>;
+
+/// A CSV reader over the whole file and its header row.
+fn csv_reader(p: &Path) -> Result<(Csv, csv::StringRecord), String> {
     let text = open(p)?;
     let mut r = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
-        .from_reader(text.as_bytes());
+        .from_reader(std::io::Cursor::new(text.into_bytes()));
     let headers = r
         .headers()
         .map_err(|e| format!("{}: {e}", p.display()))?
         .clone();
+    Ok((r, headers))
+}
+
+/// Values of one column of a CSV with a header row (the first column by default).
+pub fn read_column(p: &Path, column: Option<&str>) -> Result<Vec<u32>, String> {
+    let (mut r, headers) = csv_reader(p)?;
     let col = match column {
         None => 0,
         Some(c) => headers.iter().position(|h| h == c).ok_or_else(|| {
@@ -241,14 +249,7 @@ fn timestamp_us(v: &str, at: &str) -> Result<u64, String> {
 
 /// A CSV trace: timestamp, input and output length columns (names in the docs).
 pub fn read_trace_csv(p: &Path) -> Result<Replay, String> {
-    let text = open(p)?;
-    let mut r = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_reader(text.as_bytes());
-    let headers = r
-        .headers()
-        .map_err(|e| format!("{}: {e}", p.display()))?
-        .clone();
+    let (mut r, headers) = csv_reader(p)?;
     let find = |names: &[&str]| {
         headers
             .iter()

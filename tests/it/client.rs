@@ -133,7 +133,7 @@ async fn respond(mut s: TcpStream, path: &str) -> std::io::Result<()> {
         "/first-token" => {
             s.write_all(SSE_HEAD).await?;
             // keep-alives do not count as a first token
-            for _ in 0..20 {
+            for _ in 0..50 {
                 write_chunk(&mut s, b": keep-alive\n\n").await?;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -214,7 +214,26 @@ impl Got {
     }
 }
 
+/// Generous timeouts (a busy CI machine), short ones for the timeout cases.
+fn timeouts(short: bool) -> Timeouts {
+    if short {
+        Timeouts {
+            first_token: Duration::from_millis(700),
+            idle: Duration::from_millis(400),
+        }
+    } else {
+        Timeouts {
+            first_token: Duration::from_secs(20),
+            idle: Duration::from_secs(10),
+        }
+    }
+}
+
 async fn call(url: &str, expect_json: bool) -> Got {
+    call_with(url, expect_json, timeouts(false)).await
+}
+
+async fn call_with(url: &str, expect_json: bool, timeouts: Timeouts) -> Got {
     haq::install_crypto_provider();
     let dir = scratch("client");
     let path = dir.join("t.jsonl");
@@ -223,12 +242,6 @@ async fn call(url: &str, expect_json: bool) -> Got {
         client::http_client(Duration::from_millis(300), &Default::default()).expect("client");
     let mut c = Call::new("r1", url, bytes::Bytes::from_static(b"{}"));
     c.expect_json = expect_json;
-    // Generous for a loaded 2-core CI machine (sim runs in parallel tests): every
-    // stall the server makes on purpose is longer (2 s keep-alives, 3 s idle).
-    let timeouts = Timeouts {
-        first_token: Duration::from_millis(1200),
-        idle: Duration::from_millis(1000),
-    };
     let r = client::execute(&http, &c, timeouts, &Clock::start(), &tw).await;
     drop(tw);
     th.finish().expect("trace written");
@@ -265,7 +278,14 @@ async fn every_stream_end_is_classified() {
     ];
     let runs = cases.map(|(p, want)| {
         let url = format!("{base}{p}");
-        async move { (p, want, call(&url, p == "/whole").await) }
+        let short = matches!(p, "/first-token" | "/idle");
+        async move {
+            (
+                p,
+                want,
+                call_with(&url, p == "/whole", timeouts(short)).await,
+            )
+        }
     });
     for (path, want, got) in futures_util::future::join_all(runs).await {
         assert_eq!(got.outcome, want, "{path}: {:?}", got.end());

@@ -4,6 +4,7 @@ mod cli;
 mod client;
 mod fate;
 mod faults;
+mod load;
 mod run;
 mod simkit;
 mod support;

@@ -19,6 +19,12 @@ pub struct ClientCfg {
     /// After the last phase, how long in-flight requests may take to finish.
     #[serde(default = "default_drain")]
     pub drain_timeout: Dur,
+    /// The run is INVALID when haq's own schedule slip p99 exceeds this.
+    #[serde(default = "default_max_slip_p99")]
+    pub max_slip_p99: Dur,
+    /// The run is INVALID when any request is sent later than this.
+    #[serde(default = "default_max_late")]
+    pub max_late: Dur,
 }
 
 fn default_connect_timeout() -> Dur {
@@ -33,6 +39,12 @@ fn default_idle_timeout() -> Dur {
 fn default_drain() -> Dur {
     Dur::secs(60)
 }
+fn default_max_slip_p99() -> Dur {
+    Dur::millis(5)
+}
+fn default_max_late() -> Dur {
+    Dur::millis(50)
+}
 
 impl Default for ClientCfg {
     fn default() -> Self {
@@ -41,6 +53,8 @@ impl Default for ClientCfg {
             first_token_timeout: default_first_token_timeout(),
             idle_timeout: default_idle_timeout(),
             drain_timeout: default_drain(),
+            max_slip_p99: default_max_slip_p99(),
+            max_late: default_max_late(),
         }
     }
 }

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::units::Dur;
+use crate::scenario::units::{Dur, Rate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -16,6 +16,13 @@ pub enum PhaseKind {
     Degraded,
     /// Replacement coming back.
     Recovery,
+    /// Load beyond the protected envelope (`rate` or `load` above `protected_load`):
+    /// judged by the Overload verdict (Q10).
+    Overload,
+    /// The window in which a planned drain fires (Q7).
+    Drain,
+    /// After recovery: the healthy latency envelope must be back (Q11).
+    Recovered,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -26,6 +33,13 @@ pub struct Phase {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<PhaseKind>,
     pub duration: Dur,
+    /// Offered rate in this phase (default: `workload.arrival.rate`). Below
+    /// `protected_load` only in no phase (Q12); above it in an `overload` phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    /// Offered rate as a multiple of `protected_load` (e.g. `2.5`), instead of `rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
 }
 
 /// The failure domains of Q3: what one fault stands for.

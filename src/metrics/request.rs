@@ -1,0 +1,97 @@
+//! What one finished request measured, in µs, read from its trace record.
+//!
+//! Definitions (SPEC Q2; each from the *intended* send time unless named "dispatch",
+//! so a client or server stall is charged to the requests scheduled during it —
+//! coordinated-omission free):
+//! - TTFT: first content, reasoning or tool-call delta (streamed requests only);
+//! - TTFB: response headers, from dispatch;
+//! - ITL: every gap between consecutive output deltas; per token: each gap divided by
+//!   the tokens a delta carries on average (usage / counted deltas), weighted by them;
+//! - TPOT: (last delta − first delta) / (output tokens − 1);
+//! - E2E: end of the stream;
+//! - slip: dispatch − max(intended, admitted): how late haq itself sent the request.
+
+use crate::check::history::RequestRecord;
+use crate::scenario::Slo;
+use crate::trace::Outcome;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Measured {
+    pub ok: bool,
+    /// Counts in error-adjusted percentiles as +inf (failed, timed out, rejected).
+    pub failed: bool,
+    pub ttft: Option<u64>,
+    pub ttft_dispatch: Option<u64>,
+    pub ttfb: Option<u64>,
+    pub itl: Vec<u64>,
+    /// Tokens per delta, for per-token ITL.
+    pub tokens_per_delta: f64,
+    pub tpot: Option<u64>,
+    pub e2e: Option<u64>,
+    pub e2e_dispatch: Option<u64>,
+    pub queue: Option<u64>,
+    pub slip: u64,
+    pub tokens: u64,
+    /// usage.completion_tokens and the counted deltas disagree.
+    pub token_mismatch: bool,
+    pub slo_met: bool,
+}
+
+impl Measured {
+    pub fn of(r: &RequestRecord, slo: &Slo) -> Measured {
+        let slip = r
+            .dispatch
+            .saturating_sub(r.intended.max(r.admitted.unwrap_or(0)));
+        let Some(end) = &r.end else {
+            return Measured {
+                slip,
+                ..Default::default()
+            };
+        };
+        let ok = end.outcome == Outcome::Completed;
+        let mut m = Measured {
+            ok,
+            failed: !ok && end.outcome != Outcome::Cancelled,
+            ttfb: r.response_t.map(|t| t.saturating_sub(r.dispatch)),
+            queue: r.queue_us,
+            slip,
+            tokens: u64::from(end.tokens),
+            tokens_per_delta: 1.0,
+            ..Default::default()
+        };
+        if let (Some(u), Some(c)) = (end.usage.and_then(|u| u.completion), end.counted) {
+            m.token_mismatch = u != c;
+            if c > 0 && u > 0 {
+                m.tokens_per_delta = f64::from(u) / f64::from(c);
+            }
+        }
+        if !ok {
+            return m;
+        }
+        m.e2e = Some(end.t.saturating_sub(r.intended));
+        m.e2e_dispatch = Some(end.t.saturating_sub(r.dispatch));
+        if r.stream {
+            let mut first = None;
+            let mut prev: Option<u64> = None;
+            for c in r.deltas() {
+                first.get_or_insert(c.t);
+                if let Some(p) = prev {
+                    m.itl.push(c.t.saturating_sub(p));
+                }
+                prev = Some(c.t);
+            }
+            if let Some(f) = first {
+                m.ttft = Some(f.saturating_sub(r.intended));
+                m.ttft_dispatch = Some(f.saturating_sub(r.dispatch));
+                if let (Some(l), true) = (prev, m.tokens > 1) {
+                    m.tpot = Some(l.saturating_sub(f) / (m.tokens - 1));
+                }
+            }
+        }
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        m.slo_met = m.ttft.is_none_or(|t| t <= us(slo.ttft_p95.0))
+            && m.tpot.is_none_or(|t| t <= us(slo.itl_p95.0))
+            && m.e2e.is_some_and(|t| t <= us(slo.e2e_p95.0));
+        m
+    }
+}

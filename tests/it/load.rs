@@ -1,0 +1,235 @@
+//! The load engine against a server that stalls: coordinated-omission correction
+//! (latency from the intended time includes the stall for every request scheduled
+//! during it, while a closed-loop measurement from dispatch hides it), the concurrency
+//! cap, per-second metrics and the interval log; and an INVALID run (the client fell
+//! behind its own schedule) exits 2.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use haq::check::history::{Folder, RequestRecord, RequestSink};
+use haq::metrics::Measured;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::support::{haq_bin, run, scratch};
+
+/// A tiny OpenAI-style SSE server: 3 tokens per answer. When the 10th request arrives
+/// it stalls for 1 s: every request that arrives until then is held to its end.
+async fn stalling_server() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let n = Arc::new(AtomicU64::new(0));
+    let stall_until: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let (n, stall_until) = (n.clone(), stall_until.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut have = Vec::new();
+                loop {
+                    // one request per loop (keep-alive)
+                    let head_end = loop {
+                        if let Some(i) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => have.extend_from_slice(&buf[..k]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&have[..head_end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while have.len() < head_end + len {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => have.extend_from_slice(&buf[..k]),
+                        }
+                    }
+                    have.drain(..head_end + len);
+                    if head.starts_with("get") {
+                        let b = r#"{"data":[]}"#;
+                        let r = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{b}",
+                            b.len()
+                        );
+                        if s.write_all(r.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    let k = n.fetch_add(1, Ordering::SeqCst) + 1;
+                    let hold = {
+                        let mut g = stall_until.lock().expect("lock");
+                        if k == 10 {
+                            *g = Some(Instant::now() + Duration::from_secs(1));
+                        }
+                        g.filter(|t| *t > Instant::now())
+                    };
+                    if let Some(t) = hold {
+                        tokio::time::sleep_until(t.into()).await;
+                    }
+                    let mut body = String::new();
+                    for w in ["a", " b", " c"] {
+                        body.push_str(&format!("data: {{\"id\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{w}\"}}}}]}}\n\n"));
+                    }
+                    body.push_str("data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n");
+                    let r = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if s.write_all(r.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+fn scenario(url: &str, extra: &str) -> haq::scenario::Plan {
+    let text = format!(
+        "name: stall\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 3\n  mix: {{classes: [{{name: c, prompt_tokens: 5, output_tokens: 3}}]}}\n  arrival: {{process: constant, rate: 20/s{extra}}}\nprotected_load: 20/s\nslo: {{ttft_p95: 10s, itl_p95: 10s, e2e_p95: 20s}}\nphases: [{{name: baseline, duration: 3s}}]\nclient: {{max_slip_p99: 200ms, max_late: 2s}}\n"
+    );
+    haq::scenario::load_str(&text, "stall.yaml", std::path::Path::new("."), &[], None)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+struct Collect(Vec<(RequestRecord, Measured)>, haq::scenario::Slo);
+impl RequestSink for Collect {
+    fn request(&mut self, r: &RequestRecord, _: &[haq::check::history::FaultRec]) {
+        self.0.push((r.clone(), Measured::of(r, &self.1)));
+    }
+}
+
+fn measured(r: &haq::engine::RunResult) -> Vec<(RequestRecord, Measured)> {
+    let mut sink = Collect(Vec::new(), r.plan.scenario.slo.clone());
+    let mut f = Folder::default();
+    for ev in haq::trace::read(&r.run_dir.join("trace.jsonl")).expect("trace") {
+        f.push(ev.expect("event"), &mut sink);
+    }
+    sink.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_from_intended_time_includes_a_stall_a_closed_loop_would_hide() {
+    let ms = |v: Option<u64>| v.unwrap_or(0) / 1000;
+    // Closed loop (one request at a time): requests scheduled during the stall wait
+    // for the slot. From dispatch, only the stalled request looks slow.
+    let closed = run(
+        scenario(&stalling_server().await, ", max_concurrency: 1"),
+        "closed",
+    )
+    .await;
+    let m = measured(&closed);
+    assert!((55..=61).contains(&m.len()), "{} requests", m.len());
+    let slow_from_dispatch = m.iter().filter(|(_, x)| ms(x.ttft_dispatch) > 300).count();
+    let slow_from_intended = m.iter().filter(|(_, x)| ms(x.ttft) > 300).count();
+    assert_eq!(
+        slow_from_dispatch, 1,
+        "only the stalled request, from dispatch"
+    );
+    assert!(
+        slow_from_intended >= 12,
+        "{slow_from_intended}: every request scheduled in the stall"
+    );
+    assert!(
+        m.iter().any(|(r, _)| r.admitted.is_some()),
+        "the cap held requests back"
+    );
+    assert!(
+        closed.judgement.client.valid,
+        "waiting for a slot is not client slip: {:?}",
+        closed.judgement.client
+    );
+
+    // Open loop: sent on schedule through the stall; each waits server-side, so even
+    // the dispatch-based latency shows it — and the client kept its schedule.
+    let open = run(scenario(&stalling_server().await, ""), "open").await;
+    let m = measured(&open);
+    let slow_from_dispatch = m.iter().filter(|(_, x)| ms(x.ttft_dispatch) > 300).count();
+    assert!(slow_from_dispatch >= 12, "{slow_from_dispatch}");
+    assert!(m.iter().all(|(r, _)| r.admitted.is_none()));
+    let worst_slip = m.iter().map(|(_, x)| x.slip).max().unwrap_or(0);
+    assert!(
+        worst_slip < 500_000,
+        "open loop sent on time through the stall: {worst_slip} µs"
+    );
+    assert!(open.judgement.client.valid);
+
+    // Per second: the stall shows in the seconds its requests were sent; the interval
+    // log has the same intervals, readable back.
+    let secs = &open.judgement.seconds;
+    assert!(secs.len() >= 3, "{secs:?}");
+    let worst = secs.iter().filter_map(|s| s.ttft_p95).fold(0.0, f64::max);
+    assert!(worst > 300.0, "{secs:?}");
+    assert_eq!(
+        secs.iter().map(|s| s.dispatched).sum::<u64>(),
+        m.len() as u64
+    );
+    let hlog = std::fs::read(open.run_dir.join("latency.hlog")).expect("hlog");
+    let intervals = haq::metrics::hlog::read(&hlog).expect("parse hlog");
+    let ttft: u64 = intervals
+        .iter()
+        .filter(|(_, tag, _)| tag == "ttft")
+        .map(|(_, _, h)| h.len())
+        .sum();
+    assert_eq!(
+        ttft,
+        m.iter().filter(|(_, x)| x.ttft.is_some()).count() as u64
+    );
+    let phase = &open.judgement.phases[0];
+    assert!(
+        phase.offered_rps > 15.0 && phase.achieved_rps > 15.0,
+        "{phase:?}"
+    );
+}
+
+#[test]
+fn a_run_whose_client_fell_behind_is_invalid_and_exits_2() {
+    let dir = scratch("invalid");
+    let plan = scenario("http://127.0.0.1:9/v1", "");
+    std::fs::write(
+        dir.join("scenario.json"),
+        serde_json::to_string(&plan.scenario).expect("json"),
+    )
+    .expect("write");
+    let mut lines = vec![
+        serde_json::json!({"ev":"run_start","t":0,"name":"stall","seed":3,"wall":"2026-11-29T12:00:00Z","mono_ns":1,"version":"x"}),
+        serde_json::json!({"ev":"phase","t":0,"name":"baseline","edge":"start"}),
+    ];
+    for i in 0..20u64 {
+        let intended = i * 50_000;
+        // every request sent 300 ms late
+        lines.push(serde_json::json!({"ev":"request","t":intended + 300_000,"id":format!("r{i}"),"class":"c","phase":"baseline","intended":intended,"prompt_tokens":5,"max_tokens":3,"protected":true}));
+        lines.push(serde_json::json!({"ev":"end","t":intended + 310_000,"id":format!("r{i}"),"outcome":"completed","tokens":3,"done":true,"finish":"length"}));
+    }
+    lines.push(serde_json::json!({"ev":"phase","t":3_000_000,"name":"baseline","edge":"end"}));
+    lines.push(serde_json::json!({"ev":"run_end","t":3_100_000,"interrupted":false}));
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("trace.jsonl"), text).expect("write");
+    let (_, j) = haq::check::judge_dir(&dir).expect("judge");
+    assert!(j.invalid());
+    assert_eq!(
+        j.client.late, 0,
+        "300 ms is under this scenario's max_late of 2 s"
+    );
+    assert!(
+        j.client.invalid_reasons.iter().any(|r| r.contains("p99")),
+        "{:?}",
+        j.client
+    );
+    let out = std::process::Command::new(haq_bin())
+        .args(["check", dir.to_str().expect("utf8")])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("result: INVALID"), "{stdout}");
+}
