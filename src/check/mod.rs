@@ -232,11 +232,13 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
         series: crate::metrics::SeriesAcc::default(),
         slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
     };
-    let mut gw_error = None;
+    let mut read_errors = Vec::new();
     let trace = events()
         .into_iter()
         .filter(|e| !matches!(e, Event::Fault { .. }));
-    for item in evidence::merge(trace, src.gateway.take(), mono_ns, |e| gw_error = Some(e)) {
+    let workers = std::mem::take(&mut src.workers);
+    let on_error = |source, e| read_errors.push((source, e));
+    for item in evidence::merge(trace, src.gateway.take(), workers, mono_ns, on_error) {
         match item {
             evidence::Item::Trace(ev) => {
                 acc.run.see(&ev);
@@ -247,12 +249,13 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
                 acc.run.gateway(t, &it);
                 folder.push_gateway(t, it, &mut acc)
             }
+            evidence::Item::Worker(t, w, e) => folder.push_worker(t, &w, e, &mut acc),
             evidence::Item::GatewayEnd => folder.gateway_ended(),
         }
     }
     folder.finish(&mut acc);
-    if let Some(e) = gw_error {
-        src.report("gateway journal", evidence::SourceState::Unreadable, e);
+    for (source, e) in read_errors {
+        src.report(source, evidence::SourceState::Unreadable, e);
     }
     if let Some(tools) = src.tools.take() {
         for line in tools {
