@@ -36,14 +36,14 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
             d.replicas.join(", ")
         };
         let declared = format!(
-            "{}: declared {} {} of {} ({:?} domain)",
+            "{}: declared {} of {} at +{:.1}s, in phase {} ({} domain)",
             d.name,
             format!("{:?}", d.action).to_lowercase(),
             target,
+            d.at.as_secs_f64(),
             d.phase,
-            d.domain
-        )
-        .replace("Domain", "domain");
+            format!("{:?}", d.domain).to_lowercase()
+        );
         let recs: Vec<_> = ev.faults.iter().filter(|f| f.name == d.name).collect();
         if recs.is_empty() {
             let due = ev.load_start + d.at.as_micros() as u64;

@@ -508,7 +508,7 @@ pub async fn run(
     driven?;
 
     let (plan, judgement) = check::judge_dir(&dir)?;
-    crate::report::write_json(&dir, &plan, &judgement).context("writing report.json")?;
+    crate::report::write_all(&dir, &plan, &judgement).context("writing the reports")?;
     Ok(RunResult {
         run_dir: dir,
         plan,

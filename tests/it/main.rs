@@ -5,6 +5,7 @@ mod client;
 mod fate;
 mod faults;
 mod load;
+mod report;
 mod run;
 mod simkit;
 mod support;
