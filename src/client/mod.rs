@@ -144,7 +144,8 @@ pub fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKi
     None
 }
 
-fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its sources on one line.
+pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![e.to_string()];
     let mut cur = e.source();
     while let Some(s) = cur {

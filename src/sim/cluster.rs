@@ -299,12 +299,28 @@ impl SimCluster {
         &self.tools.url
     }
 
-    /// Polls the gateway until it routes to every worker.
+    /// Polls every worker's `/ready` and the gateway until it routes to every worker.
     pub async fn wait_all_ready(&self, timeout: Duration) -> anyhow::Result<()> {
         crate::install_crypto_provider();
         let http = reqwest::Client::builder().no_proxy().build()?;
         let url = format!("{}/haq/status", self.gateway.url);
         let deadline = Instant::now() + timeout;
+        for w in &self.info {
+            loop {
+                let ok = http
+                    .get(format!("{}/ready", w.url))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("sim worker {} not ready after {timeout:?}", w.name);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         loop {
             let status: Option<serde_json::Value> = match http.get(&url).send().await {
                 Ok(r) => r.json().await.ok(),

@@ -4,6 +4,7 @@ mod cli;
 mod client;
 mod fate;
 mod faults;
+mod gateway;
 mod load;
 mod report;
 mod run;
