@@ -478,7 +478,7 @@ async fn sim_up(
         None => serde_json::from_value(serde_json::json!({"kind": "sim"}))?,
     };
     if scenario_path.is_none() || replicas != 3 {
-        target.replicas = replicas;
+        target.replicas = Some(scenario::Replicas::Count(replicas));
     }
     if scenario_path.is_none() || policy != GatewayPolicy::Reference {
         target.gateway.policy = policy;

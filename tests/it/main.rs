@@ -3,6 +3,7 @@
 mod cli;
 mod client;
 mod fate;
+mod faults;
 mod gateway;
 mod load;
 mod report;
