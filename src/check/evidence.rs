@@ -1,6 +1,7 @@
 //! Every evidence source of a run directory, read as streams and placed on the trace's
 //! timeline (M10): the client's `trace.jsonl` (always), the sim gateway's journal
-//! `gateway.jsonl`, and the tool service's execution log `tools.jsonl`. Response
+//! `gateway.jsonl`, each sim worker's journal `worker-<name>.jsonl` (engine phases,
+//! fault hooks, leases), and the tool service's execution log `tools.jsonl`. Response
 //! headers named in the scenario (`evidence.attempt_header`, `evidence.worker_header`)
 //! and proxy observations arrive inside the trace itself.
 //!
@@ -15,7 +16,7 @@ use serde::Serialize;
 
 use crate::scenario::{Plan, TargetKind};
 use crate::trace::Event;
-use crate::trace::journal::{GatewayEntry, Stamped, ToolExecution};
+use crate::trace::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 
 pub const GATEWAY_FILE: &str = "gateway.jsonl";
 pub const TOOLS_FILE: &str = "tools.jsonl";
@@ -35,14 +36,7 @@ impl GwItem {
     /// The request the entry is about, if any.
     pub fn req(&self) -> Option<&str> {
         match self {
-            GwItem::Known(e) => match e {
-                GatewayEntry::AttemptStart { req, .. }
-                | GatewayEntry::AttemptEnd { req, .. }
-                | GatewayEntry::ExplicitError { req, .. }
-                | GatewayEntry::RetryAfterDelta { req, .. }
-                | GatewayEntry::NoUpstream { req, .. } => Some(req),
-                _ => None,
-            },
+            GwItem::Known(e) => e.req(),
             GwItem::Other { fields, .. } => fields["req"].as_str(),
         }
     }
@@ -58,35 +52,62 @@ pub struct GwLine {
 impl GwLine {
     /// Parses one journal line; an unknown `ev` is kept as [`GwItem::Other`].
     pub fn parse(line: &str) -> Result<GwLine, String> {
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
-        let t_ns = v["t_ns"].as_u64().ok_or("no `t_ns` stamp")?;
-        let ev = v["ev"].as_str().ok_or("no `ev` kind")?.to_string();
-        let item = match serde_json::from_value::<Stamped<GatewayEntry>>(v.clone()) {
-            Ok(s) => GwItem::Known(s.entry),
-            Err(e) if KNOWN_KINDS.contains(&ev.as_str()) => {
-                return Err(format!("`{ev}` entry: {e}"));
-            }
-            Err(_) => GwItem::Other { ev, fields: v },
+        let (t_ns, ev, v) = stamp(line)?;
+        let item = match typed::<GatewayEntry>(&ev, v.clone())? {
+            Some(e) => GwItem::Known(e),
+            None => GwItem::Other { ev, fields: v },
         };
         Ok(GwLine { t_ns, item })
     }
 
     /// Trace time (µs) of this line, given the trace's `run_start.mono_ns`.
     pub fn trace_t(&self, mono_ns: u64) -> u64 {
-        self.t_ns.saturating_sub(mono_ns) / 1000
+        trace_t(self.t_ns, mono_ns)
     }
 }
 
-/// Entry kinds typed in [`GatewayEntry`]: a malformed one is an error, not "unknown".
-const KNOWN_KINDS: [&str; 7] = [
-    "attempt_start",
-    "attempt_end",
-    "explicit_error",
-    "retry_after_delta",
-    "no_upstream",
-    "upstream_ready",
-    "upstream_removed",
-];
+/// A sim worker's journal line; kinds this version does not type are skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WkLine {
+    pub t_ns: u64,
+    pub entry: Option<WorkerEntry>,
+}
+
+impl WkLine {
+    pub fn parse(line: &str) -> Result<WkLine, String> {
+        let (t_ns, ev, v) = stamp(line)?;
+        Ok(WkLine {
+            t_ns,
+            entry: typed::<WorkerEntry>(&ev, v)?,
+        })
+    }
+}
+
+/// Trace time (µs) of a CLOCK_MONOTONIC stamp.
+pub fn trace_t(t_ns: u64, mono_ns: u64) -> u64 {
+    t_ns.saturating_sub(mono_ns) / 1000
+}
+
+/// `t_ns`, `ev` and the whole object of one journal line.
+fn stamp(line: &str) -> Result<(u64, String, serde_json::Value), String> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let t_ns = v["t_ns"].as_u64().ok_or("no `t_ns` stamp")?;
+    let ev = v["ev"].as_str().ok_or("no `ev` kind")?.to_string();
+    Ok((t_ns, ev, v))
+}
+
+/// The typed entry, `None` for a kind this version does not know (a newer writer's),
+/// an error for a known kind with bad fields.
+fn typed<T: serde::de::DeserializeOwned>(
+    ev: &str,
+    v: serde_json::Value,
+) -> Result<Option<T>, String> {
+    match serde_json::from_value::<Stamped<T>>(v) {
+        Ok(s) => Ok(Some(s.entry)),
+        Err(e) if e.to_string().starts_with("unknown variant") => Ok(None),
+        Err(e) => Err(format!("`{ev}` entry: {e}")),
+    }
+}
 
 /// How an evidence source stood when the run was judged (shown with Request-Fate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -114,6 +135,8 @@ pub type Lines<T> = Box<dyn Iterator<Item = Result<T, String>>>;
 /// The evidence besides the trace, as line streams (each read once).
 pub struct Sources {
     pub gateway: Option<Lines<GwLine>>,
+    /// Each sim worker's journal, by worker name.
+    pub workers: Vec<(String, Lines<WkLine>)>,
     pub tools: Option<Lines<Stamped<ToolExecution>>>,
     pub reports: Vec<SourceReport>,
 }
@@ -123,6 +146,7 @@ impl Sources {
     pub fn none() -> Sources {
         Sources {
             gateway: None,
+            workers: Vec::new(),
             tools: None,
             reports: Vec::new(),
         }
@@ -184,6 +208,42 @@ pub fn open(dir: &Path, plan: &Plan) -> Sources {
             "a url target has no gateway journal: attempts are read from response headers and chunk ids",
         ),
     }
+    let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let w = name
+                .strip_prefix("worker-")?
+                .strip_suffix(".jsonl")?
+                .to_string();
+            Some((w, e.path()))
+        })
+        .collect();
+    names.sort();
+    for (w, p) in &names {
+        match stream(p, WkLine::parse) {
+            Ok(lines) => s.workers.push((w.clone(), lines)),
+            Err(e) => s.report("worker journals", SourceState::Unreadable, e),
+        }
+    }
+    if s.state("worker journals").is_none() {
+        let found: Vec<&str> = names.iter().map(|(w, _)| w.as_str()).collect();
+        if !found.is_empty() {
+            s.report(
+                "worker journals",
+                SourceState::Used,
+                format!("worker-{{{}}}.jsonl", found.join(",")),
+            );
+        } else if plan.scenario.target.kind == TargetKind::Sim {
+            s.report(
+                "worker journals",
+                SourceState::NotExpected,
+                "no worker journal in the run: stages before the first delta come from the gateway only",
+            );
+        }
+    }
     let tools = dir.join(TOOLS_FILE);
     match stream(&tools, |l| {
         serde_json::from_str::<Stamped<ToolExecution>>(l).map_err(|e| e.to_string())
@@ -240,48 +300,101 @@ pub fn stream<T: 'static>(
 pub enum Item {
     Trace(Event),
     Gateway(u64, GwItem),
-    /// The journal has no more lines (it was read to its end or stopped on an error).
+    /// A worker journal entry: (time, worker, entry).
+    Worker(u64, String, WorkerEntry),
+    /// The gateway journal has no more lines (read to its end or stopped on an error).
     GatewayEnd,
 }
 
-/// Merges the trace (fault lines excluded: they are known up front) with the gateway
-/// journal by time. Both are written as things happen, so each is nearly in time
-/// order; the fold tolerates what little disorder remains. A journal line that cannot
-/// be read stops the journal and is reported through `on_error`.
+/// One journal being merged, with the line read ahead.
+struct Journal {
+    worker: Option<String>,
+    lines: Option<Lines<Item>>,
+    head: Option<(u64, Item)>,
+}
+
+/// Merges the trace (fault lines excluded: they are known up front) with the journals
+/// by time. Each is written as things happen, so each is nearly in time order; the
+/// fold tolerates what little disorder remains. A journal line that cannot be read
+/// stops that journal and is reported through `on_error` (source, message).
 pub fn merge<'a, I: Iterator<Item = Event> + 'a>(
     trace: I,
     gateway: Option<Lines<GwLine>>,
+    workers: Vec<(String, Lines<WkLine>)>,
     mono_ns: u64,
-    mut on_error: impl FnMut(String) + 'a,
+    mut on_error: impl FnMut(&'static str, String) + 'a,
 ) -> impl Iterator<Item = Item> + 'a {
     let mut trace = trace.peekable();
-    let mut gw = gateway;
-    let mut gw_head: Option<(u64, GwItem)> = None;
+    let mut journals: Vec<Journal> = Vec::new();
+    if let Some(g) = gateway {
+        journals.push(Journal {
+            worker: None,
+            lines: Some(Box::new(
+                g.map(move |l| l.map(|l| Item::Gateway(l.trace_t(mono_ns), l.item))),
+            )),
+            head: None,
+        });
+    }
+    for (w, lines) in workers {
+        let name = w.clone();
+        journals.push(Journal {
+            worker: Some(w),
+            lines: Some(Box::new(lines.filter_map(move |l| match l {
+                Ok(WkLine {
+                    t_ns,
+                    entry: Some(e),
+                }) => Some(Ok(Item::Worker(trace_t(t_ns, mono_ns), name.clone(), e))),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            }))),
+            head: None,
+        });
+    }
+    let mut pending_end = false;
     std::iter::from_fn(move || {
-        if gw_head.is_none()
-            && let Some(g) = gw.as_mut()
-        {
-            match g.next() {
-                Some(Ok(l)) => gw_head = Some((l.trace_t(mono_ns), l.item)),
-                Some(Err(e)) => {
-                    on_error(e);
-                    gw = None;
-                }
-                None => gw = None,
+        for j in &mut journals {
+            if j.head.is_some() {
+                continue;
             }
-            if gw.is_none() {
-                return Some(Item::GatewayEnd);
+            let Some(lines) = j.lines.as_mut() else {
+                continue;
+            };
+            match lines.next() {
+                Some(Ok(item)) => {
+                    let t = match &item {
+                        Item::Gateway(t, _) | Item::Worker(t, _, _) => *t,
+                        _ => 0,
+                    };
+                    j.head = Some((t, item));
+                }
+                end => {
+                    if let Some(Err(e)) = end {
+                        on_error(
+                            if j.worker.is_some() {
+                                "worker journals"
+                            } else {
+                                "gateway journal"
+                            },
+                            e,
+                        );
+                    }
+                    j.lines = None;
+                    pending_end |= j.worker.is_none();
+                }
             }
         }
-        let take_gw = match (&gw_head, trace.peek()) {
-            (Some((gt, _)), Some(ev)) => *gt < ev.t(),
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if take_gw {
-            gw_head.take().map(|(t, it)| Item::Gateway(t, it))
-        } else {
-            trace.next().map(Item::Trace)
+        if std::mem::take(&mut pending_end) {
+            return Some(Item::GatewayEnd);
+        }
+        let first = journals
+            .iter()
+            .enumerate()
+            .filter_map(|(i, j)| j.head.as_ref().map(|h| (h.0, i)))
+            .min();
+        match (first, trace.peek()) {
+            (Some((t, i)), Some(ev)) if t < ev.t() => journals[i].head.take().map(|h| h.1),
+            (Some((_, i)), None) => journals[i].head.take().map(|h| h.1),
+            _ => trace.next().map(Item::Trace),
         }
     })
 }

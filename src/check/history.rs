@@ -11,7 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::evidence::GwItem;
-use crate::trace::journal::GatewayEntry;
+use crate::trace::journal::{FenceHow, GatewayEntry, WorkerEntry};
 use crate::trace::{ChunkKind, Event, Outcome};
 
 #[derive(Debug, Clone)]
@@ -72,8 +72,15 @@ pub struct AttemptRec {
     pub delivered_at_end: Option<u32>,
     /// Engine phases the journal reported: (time, `queued` / `prefill` / `decode`).
     pub phases: Vec<(u64, String)>,
-    /// When the attempt was fenced: lease revoked or expired, cancel confirmed.
+    /// When the attempt was fenced: lease revoked or expired, cancel confirmed,
+    /// confirmed dead.
     pub fenced: Option<u64>,
+    /// When the gateway handed its first delta to the client (the commit, M1).
+    pub first_delta: Option<u64>,
+    /// When the gateway cancelled it because the client went away (M4).
+    pub cancelled: Option<u64>,
+    /// The engine preempted it and recomputed (worker journal).
+    pub recomputed: bool,
 }
 
 impl AttemptRec {
@@ -133,6 +140,11 @@ impl RequestRecord {
     pub fn first_delta_t(&self) -> Option<u64> {
         self.deltas().next().map(|c| c.t)
     }
+    /// Inter-token gaps: (arrival of the later delta, gap), µs.
+    pub fn itl_gaps(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let d: Vec<u64> = self.deltas().map(|c| c.t).collect();
+        (1..d.len()).map(move |i| (d[i], d[i].saturating_sub(d[i - 1])))
+    }
     pub fn end_t(&self) -> Option<u64> {
         self.end.as_ref().map(|e| e.t)
     }
@@ -160,6 +172,16 @@ pub struct FaultRec {
     pub pid: Option<u32>,
     pub verified: bool,
     pub detail: String,
+    /// `process`, `proxy` or `command` (absent in traces before it was recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// What fired it (`time`, a probe point, a load condition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -202,7 +224,7 @@ pub struct Folder {
     /// Ended requests waiting out the linger window: (deadline, id) in end order.
     closing: VecDeque<(u64, String)>,
     /// Journal lines that came before their request's first trace line.
-    early: HashMap<String, Vec<(u64, GwItem)>>,
+    early: HashMap<String, Vec<(u64, Jot)>>,
     early_q: VecDeque<(u64, String)>,
     /// How long (µs of trace time) an ended request waits for late journal lines.
     pub linger: u64,
@@ -345,6 +367,11 @@ impl Folder {
                 pid,
                 verified,
                 detail,
+                backend,
+                node,
+                trigger,
+                probe,
+                ..
             } => self.faults.push(FaultRec {
                 t,
                 name,
@@ -354,6 +381,10 @@ impl Folder {
                 pid,
                 verified,
                 detail,
+                backend,
+                node,
+                trigger,
+                probe,
             }),
             Event::RunEnd {
                 interrupted,
@@ -364,7 +395,13 @@ impl Folder {
                 self.info.interrupted = interrupted;
                 self.info.reason = reason;
             }
-            Event::Target { .. } | Event::Heal { .. } | Event::Observation { .. } => {}
+            Event::Target { .. }
+            | Event::Heal { .. }
+            | Event::Observation { .. }
+            | Event::Replacement { .. }
+            | Event::Exited { .. }
+            | Event::ProxyRequest { .. }
+            | Event::ProxyEnd { .. } => {}
         }
     }
 
@@ -373,15 +410,32 @@ impl Folder {
         self.journal.last_t = self.journal.last_t.max(t);
         self.advance(t, sink);
         self.journal.lines += 1;
-        let Some(req) = item.req().map(str::to_string) else {
-            return;
-        };
+        if let Some(req) = item.req().map(str::to_string) {
+            self.file(req, t, Jot::Gateway(item));
+        }
+    }
+
+    /// One worker journal line, already on the trace's timeline.
+    pub fn push_worker(
+        &mut self,
+        t: u64,
+        worker: &str,
+        e: WorkerEntry,
+        sink: &mut dyn RequestSink,
+    ) {
+        self.advance(t, sink);
+        if let Some(req) = worker_req(&e).map(str::to_string) {
+            self.file(req, t, Jot::Worker(worker.to_string(), e));
+        }
+    }
+
+    fn file(&mut self, req: String, t: u64, jot: Jot) {
         if let Some(r) = self.in_flight.get_mut(&req) {
             self.journal.attached += 1;
-            attach(r, t, item);
+            attach(r, t, jot);
         } else {
             self.early_q.push_back((t, req.clone()));
-            self.early.entry(req).or_default().push((t, item));
+            self.early.entry(req).or_default().push((t, jot));
         }
     }
 
@@ -442,30 +496,97 @@ impl Folder {
     }
 }
 
+/// A journal line about one request, from the gateway or a worker.
+#[derive(Debug, Clone)]
+pub enum Jot {
+    Gateway(GwItem),
+    Worker(String, WorkerEntry),
+}
+
+fn worker_req(e: &WorkerEntry) -> Option<&str> {
+    use WorkerEntry::*;
+    match e {
+        Admitted { req, .. }
+        | Scheduled { req, .. }
+        | Preempted { req, .. }
+        | LeaseExpired { req, .. }
+        | LeaseRevoked { req, .. }
+        | FaultFired { req, .. }
+        | Finished { req, .. } => Some(req),
+        _ => None,
+    }
+}
+
 /// Files one journal line into its request's record.
-fn attach(r: &mut RequestRecord, t: u64, item: GwItem) {
-    match item {
-        GwItem::Known(GatewayEntry::AttemptStart {
+fn attach(r: &mut RequestRecord, t: u64, jot: Jot) {
+    match jot {
+        Jot::Gateway(GwItem::Known(e)) => attach_gateway(r, t, e),
+        Jot::Gateway(GwItem::Other { ev, fields }) => {
+            let attempt = fields["attempt"].as_str().map(str::to_string);
+            let a = attempt.as_deref().and_then(|id| find(r, id));
+            match (a, fields["phase"].as_str()) {
+                (Some(a), Some(phase)) if ev == "phase" => a.phases.push((t, phase.to_string())),
+                (Some(a), _) if FENCE_KINDS.contains(&ev.as_str()) => {
+                    a.fenced.get_or_insert(t);
+                }
+                _ => r.notes.push(GwNote {
+                    t,
+                    ev,
+                    attempt,
+                    delivered: fields["delivered"].as_u64().map(|d| d as u32),
+                    detail: fields["why"].as_str().unwrap_or_default().to_string(),
+                }),
+            }
+        }
+        Jot::Worker(worker, e) => attach_worker(r, t, &worker, e),
+    }
+}
+
+fn find<'r>(r: &'r mut RequestRecord, attempt: &str) -> Option<&'r mut AttemptRec> {
+    r.attempts.iter_mut().rfind(|a| a.id == attempt)
+}
+
+fn note(
+    r: &mut RequestRecord,
+    t: u64,
+    ev: &str,
+    attempt: Option<String>,
+    delivered: Option<u32>,
+    detail: String,
+) {
+    r.notes.push(GwNote {
+        t,
+        ev: ev.into(),
+        attempt,
+        delivered,
+        detail,
+    });
+}
+
+fn attach_gateway(r: &mut RequestRecord, t: u64, e: GatewayEntry) {
+    use GatewayEntry as G;
+    match e {
+        G::AttemptStart {
             attempt,
             worker,
             delivered,
             ..
-        }) => r.attempts.push(AttemptRec {
+        } => r.attempts.push(AttemptRec {
             id: attempt,
             worker,
             start: t,
             delivered_at_start: delivered,
             ..Default::default()
         }),
-        GwItem::Known(GatewayEntry::AttemptEnd {
+        G::AttemptEnd {
             attempt,
             worker,
             result,
             why,
             delivered,
             ..
-        }) => {
-            if let Some(a) = r.attempts.iter_mut().rfind(|a| a.id == attempt) {
+        } => {
+            if let Some(a) = find(r, &attempt) {
                 a.end = Some(t);
                 a.result = Some(result);
                 a.why = why;
@@ -484,46 +605,137 @@ fn attach(r: &mut RequestRecord, t: u64, item: GwItem) {
                 });
             }
         }
-        GwItem::Known(GatewayEntry::ExplicitError { delivered, why, .. }) => r.notes.push(GwNote {
-            t,
-            ev: "explicit_error".into(),
-            attempt: None,
-            delivered: Some(delivered),
-            detail: why,
-        }),
-        GwItem::Known(GatewayEntry::RetryAfterDelta { delivered, .. }) => r.notes.push(GwNote {
-            t,
-            ev: "retry_after_delta".into(),
-            attempt: None,
-            delivered: Some(delivered),
-            detail: String::new(),
-        }),
-        GwItem::Known(GatewayEntry::NoUpstream { attempts, .. }) => r.notes.push(GwNote {
-            t,
-            ev: "no_upstream".into(),
-            attempt: None,
-            delivered: None,
-            detail: format!("{attempts} attempts made"),
-        }),
-        GwItem::Known(_) => {}
-        GwItem::Other { ev, fields } => {
-            let attempt = fields["attempt"].as_str().map(str::to_string);
-            let a = attempt
-                .as_deref()
-                .and_then(|id| r.attempts.iter_mut().rfind(|a| a.id == id));
-            match (a, fields["phase"].as_str()) {
-                (Some(a), Some(phase)) if ev == "phase" => a.phases.push((t, phase.to_string())),
-                (Some(a), _) if FENCE_KINDS.contains(&ev.as_str()) => {
-                    a.fenced.get_or_insert(t);
-                }
-                _ => r.notes.push(GwNote {
-                    t,
-                    ev,
-                    attempt,
-                    delivered: fields["delivered"].as_u64().map(|d| d as u32),
-                    detail: fields["why"].as_str().unwrap_or_default().to_string(),
-                }),
+        G::Fence { attempt, how, .. } => {
+            if how == FenceHow::Unfenced {
+                note(r, t, "unfenced", Some(attempt), None, String::new());
+            } else if let Some(a) = find(r, &attempt) {
+                a.fenced.get_or_insert(t);
             }
         }
+        G::CancelConfirmed { attempt, .. } | G::LeaseExpired { attempt, .. } => {
+            if let Some(a) = find(r, &attempt) {
+                a.fenced.get_or_insert(t);
+            }
+        }
+        G::FirstDelta { attempt, .. } => {
+            if let Some(a) = find(r, &attempt) {
+                a.first_delta.get_or_insert(t);
+            }
+        }
+        G::ClientGone { attempt, .. } => {
+            if let Some(a) = find(r, &attempt) {
+                a.cancelled.get_or_insert(t);
+            }
+        }
+        G::ExplicitError { delivered, why, .. } => {
+            note(r, t, "explicit_error", None, Some(delivered), why);
+        }
+        G::RetryAfterDelta { delivered, .. } => {
+            note(
+                r,
+                t,
+                "retry_after_delta",
+                None,
+                Some(delivered),
+                String::new(),
+            );
+        }
+        G::NoUpstream { attempts, .. } => {
+            note(
+                r,
+                t,
+                "no_upstream",
+                None,
+                None,
+                format!("{attempts} attempts made"),
+            );
+        }
+        G::RetryDenied { why, .. } => note(r, t, "retry_denied", None, None, why),
+        G::Retry {
+            after,
+            delivered,
+            why,
+            ..
+        } => note(r, t, "retry", Some(after), Some(delivered), why),
+        G::SoftTimeoutFailover {
+            attempt, silent_ms, ..
+        } => note(
+            r,
+            t,
+            "soft_timeout_failover",
+            Some(attempt),
+            None,
+            format!("after {silent_ms} ms of silence, without fencing"),
+        ),
+        G::HardDrainAbort { attempt, .. } => {
+            note(r, t, "hard_drain_abort", Some(attempt), None, String::new());
+        }
+        G::Queued { queue_len, .. } => {
+            note(
+                r,
+                t,
+                "queued",
+                None,
+                None,
+                format!("queue length {queue_len}"),
+            );
+        }
+        G::RequestEnd {
+            outcome,
+            attempts,
+            delivered,
+            ..
+        } => note(
+            r,
+            t,
+            "request_end",
+            None,
+            Some(delivered),
+            format!("{outcome} after {attempts} attempts"),
+        ),
+        _ => {}
+    }
+}
+
+/// Worker journal: engine phases of an attempt (M1), fault hooks, leases.
+fn attach_worker(r: &mut RequestRecord, t: u64, worker: &str, e: WorkerEntry) {
+    use WorkerEntry as W;
+    let (attempt, phase) = match &e {
+        W::Admitted { attempt, .. } => (attempt.clone(), Some("queued")),
+        W::Preempted { attempt, .. } => (attempt.clone(), Some("queued")),
+        W::Scheduled { attempt, .. } => (attempt.clone(), Some("prefill")),
+        W::FaultFired { attempt, point, .. } => (
+            attempt.clone(),
+            match point.as_str() {
+                "prefill" => Some("prefill"),
+                // Computed, not yet written; or a tool call executed, not yet streamed.
+                "before_event" | "after_tool_call" => Some("decode"),
+                _ => None,
+            },
+        ),
+        W::LeaseExpired { attempt, .. } | W::LeaseRevoked { attempt, .. } => {
+            (Some(attempt.clone()), None)
+        }
+        W::Finished { attempt, .. } => (attempt.clone(), None),
+        _ => (None, None),
+    };
+    // The attempt by id, else the latest one on this worker.
+    let a = match attempt.as_deref() {
+        Some(id) => r.attempts.iter_mut().rfind(|a| a.id == id),
+        None => r.attempts.iter_mut().rfind(|a| a.worker == worker),
+    };
+    let Some(a) = a else { return };
+    if let Some(p) = phase {
+        a.phases.push((t, p.to_string()));
+    }
+    match e {
+        W::Preempted { .. }
+        | W::Scheduled {
+            recompute: true, ..
+        } => a.recomputed = true,
+        W::LeaseExpired { .. } | W::LeaseRevoked { .. } => {
+            a.fenced.get_or_insert(t);
+        }
+        _ => {}
     }
 }

@@ -4,10 +4,21 @@
 //! Verdicts compose as in Jepsen: a finding FAILs; missing evidence is UNKNOWN, never
 //! PASS; a verdict this version does not judge is NOT_EVALUATED with the reason.
 
+pub mod capacity;
 pub mod evidence;
+pub mod facts;
+pub mod failure_domain;
 pub mod fate;
 pub mod history;
 pub mod latency;
+pub mod maintenance;
+pub mod overload;
+pub mod recovery;
+pub mod routing;
+pub mod run;
+#[cfg(test)]
+pub mod testkit;
+pub mod timeline;
 
 use std::path::Path;
 
@@ -99,6 +110,13 @@ pub struct Judgement {
     pub checker_crashes: Vec<fate::Crash>,
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub unfinished: usize,
+    /// The failure timeline (Q11).
+    pub timeline: timeline::Timeline,
+    /// Protected traffic of the degraded interval (Capacity), when a fault made one.
+    pub degraded: Option<capacity::Window>,
+    /// What the run-level verdicts read (per-request summaries for the CSV).
+    #[serde(skip)]
+    pub facts: facts::Evidence,
     /// Per second of the run (latencies by dispatch second, from intended time).
     pub seconds: Vec<crate::metrics::SecondStats>,
     /// The load client's own schedule slip; `valid: false` makes the run INVALID.
@@ -139,6 +157,7 @@ impl Judgement {
 struct Acc {
     phases: Vec<PhaseAcc>,
     fate: fate::FateAcc,
+    run: run::RunAcc,
     slo: crate::scenario::Slo,
     series: crate::metrics::SeriesAcc,
     slip: crate::metrics::SlipAcc,
@@ -153,6 +172,7 @@ impl RequestSink for Acc {
         self.series.add(r, &m);
         self.slip.add(m.slip);
         self.fate.add(r, faults);
+        self.run.request(r, faults);
     }
 }
 
@@ -207,27 +227,35 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
             })
             .collect(),
         fate: fate::FateAcc::new(ctx),
+        run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
         slo: plan.scenario.slo.clone(),
         series: crate::metrics::SeriesAcc::default(),
         slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
     };
-    let mut gw_error = None;
+    let mut read_errors = Vec::new();
     let trace = events()
         .into_iter()
         .filter(|e| !matches!(e, Event::Fault { .. }));
-    for item in evidence::merge(trace, src.gateway.take(), mono_ns, |e| gw_error = Some(e)) {
+    let workers = std::mem::take(&mut src.workers);
+    let on_error = |source, e| read_errors.push((source, e));
+    for item in evidence::merge(trace, src.gateway.take(), workers, mono_ns, on_error) {
         match item {
             evidence::Item::Trace(ev) => {
+                acc.run.see(&ev);
                 acc.series.observe(&ev, &mut intervals);
                 folder.push(ev, &mut acc)
             }
-            evidence::Item::Gateway(t, it) => folder.push_gateway(t, it, &mut acc),
+            evidence::Item::Gateway(t, it) => {
+                acc.run.gateway(t, &it);
+                folder.push_gateway(t, it, &mut acc)
+            }
+            evidence::Item::Worker(t, w, e) => folder.push_worker(t, &w, e, &mut acc),
             evidence::Item::GatewayEnd => folder.gateway_ended(),
         }
     }
     folder.finish(&mut acc);
-    if let Some(e) = gw_error {
-        src.report("gateway journal", evidence::SourceState::Unreadable, e);
+    for (source, e) in read_errors {
+        src.report(source, evidence::SourceState::Unreadable, e);
     }
     if let Some(tools) = src.tools.take() {
         for line in tools {
@@ -243,24 +271,19 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
         }
     }
     let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
+    let seconds = acc.series.finish(&mut intervals);
+    let level = acc
+        .run
+        .finish(plan, &folder.faults, &phases, &acc.fate.findings, &seconds);
     let sim = plan.scenario.target.kind == crate::scenario::TargetKind::Sim;
     let mut verdicts = Vec::new();
     for name in VERDICTS {
         verdicts.push(match name {
             "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len(), &src.reports, sim),
             "Latency" => latency::verdict(plan, &phases),
-            "Failure-Domain" => Verdict::new(
-                name,
-                Status::NotEvaluated,
-                "not judged in this version: faults are verified and recorded (see faults) but not yet compared with the declared domain",
-                folder.faults.iter().map(|f| format!("{} on {} verified={}", f.name, f.replica, f.verified)).collect(),
-            ),
-            "Routing" => not_evaluated(name, "traffic-removal time from attribution headers is not judged in this version"),
-            "Capacity" => not_evaluated(name, "the degraded capacity search and protected-load gate are not judged in this version"),
-            "Overload" => not_evaluated(name, "the scenario has no overload phase"),
-            "Recovery" => not_evaluated(name, "the scenario has no replacement (restart) step"),
-            "Maintenance" => not_evaluated(name, "the scenario has no planned drain"),
-            _ => not_evaluated(name, "unknown verdict"),
+            other => level
+                .verdict(other)
+                .unwrap_or_else(|| not_evaluated(name, "not judged in this version")),
         });
     }
     if !folder.info.complete {
@@ -276,7 +299,6 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
     }
     let unfinished = folder.unfinished();
     let client = acc.slip.finish(&plan.scenario.client);
-    let seconds = acc.series.finish(&mut intervals);
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     Judgement {
@@ -291,6 +313,9 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
         evidence: src.reports,
         checker_crashes: fate.crashes,
         unfinished,
+        timeline: level.timeline,
+        degraded: level.degraded,
+        facts: level.evidence,
         seconds,
         client,
     }

@@ -47,6 +47,8 @@ pub struct SecondStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_p95: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub itl_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub itl_p95: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub e2e_p95: Option<f64>,
@@ -199,6 +201,7 @@ impl SeriesAcc {
             let e = self.at(s);
             e.ttft_p50 = p(&w.h[0], 0.5);
             e.ttft_p95 = p(&w.h[0], 0.95);
+            e.itl_p50 = p(&w.h[2], 0.5);
             e.itl_p95 = p(&w.h[2], 0.95);
             e.e2e_p95 = p(&w.h[3], 0.95);
             e.ttft_error_adjusted_p95 =

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::error::Issue;
+pub use super::fault_plan::{FaultPlan, Trigger};
 use super::model::*;
 
 /// Hard upper bounds that keep every load loop bounded.
@@ -37,6 +38,9 @@ pub struct Plan {
     pub total: Duration,
     /// Replica names faults may target (`w1`..`wN` for the sim).
     pub replicas: Vec<String>,
+    /// Every declared replica (name, node, and for `url` targets upstream, proxy
+    /// listen address and process).
+    pub replica_decls: Vec<ReplicaDecl>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -46,25 +50,14 @@ pub struct PhasePlan {
     /// Offset from the start of load.
     pub start: Duration,
     pub duration: Duration,
+    /// Offered rate in this phase (req/s).
+    pub rate: f64,
 }
 
 impl PhasePlan {
     pub fn end(&self) -> Duration {
         self.start + self.duration
     }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FaultPlan {
-    pub name: String,
-    pub domain: FailureDomain,
-    pub backend: FaultBackend,
-    pub action: FaultAction,
-    pub replica: String,
-    pub phase: String,
-    /// Offset from the start of load.
-    pub at: Duration,
-    pub verify: bool,
 }
 
 impl Plan {
@@ -107,7 +100,9 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         ));
     }
 
-    let replicas = validate_target(&s.target)?;
+    validate_target(&s.target)?;
+    let replica_decls = super::fault_plan::validate_replicas(&s.target)?;
+    let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
 
     let mix = match &s.workload.mix {
         MixRef::Inline(m) => m.clone(),
@@ -128,9 +123,14 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "must be greater than 0",
         ));
     }
-    let phases = validate_phases(&s.phases)?;
+    let (mut phases, explicit) = validate_phases(&s.phases, s.protected_load.0)?;
     let total = phases.last().map(|p| p.end()).unwrap_or_default();
     let (rate, profile) = validate_arrival(&s, &phases, total)?;
+    let profile = overlay_phase_rates(profile, &phases, &explicit);
+    for p in &mut phases {
+        let (a, b) = (p.start.as_secs_f64(), p.end().as_secs_f64());
+        p.rate = profile.area(a, b) / (b - a);
+    }
 
     positive("slo.ttft_p95", s.slo.ttft_p95)?;
     positive("slo.itl_p95", s.slo.itl_p95)?;
@@ -161,7 +161,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "the run would last more than 24h",
         ));
     }
-    let faults = validate_faults(&s, &phases, &replicas)?;
+    let faults = super::fault_plan::validate_faults(&s, &phases, &replica_decls)?;
 
     if let Some(r) = &s.criteria.routing {
         positive(
@@ -174,6 +174,21 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "criteria.recovery.ready_and_serving_max",
             r.ready_and_serving_max,
         )?;
+    }
+    if let Some(o) = &s.criteria.overload {
+        if !(o.retry_amplification_max.is_finite() && o.retry_amplification_max >= 1.0) {
+            return Err(Issue::new(
+                "criteria.overload.retry_amplification_max",
+                o.retry_amplification_max,
+                "must be at least 1 (one attempt per request)",
+            ));
+        }
+        if let Some(d) = o.rejection_p95_max {
+            positive("criteria.overload.rejection_p95_max", d)?;
+        }
+    }
+    if let Some(m) = &s.criteria.maintenance {
+        positive("criteria.maintenance.removal_max", m.removal_max)?;
     }
     positive("client.connect_timeout", s.client.connect_timeout)?;
     positive("client.first_token_timeout", s.client.first_token_timeout)?;
@@ -190,11 +205,12 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         faults,
         total,
         replicas,
+        replica_decls,
         scenario: s,
     })
 }
 
-fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
+fn validate_target(t: &Target) -> Result<(), Issue> {
     match t.kind {
         TargetKind::Sim => {
             if let Some(u) = &t.url {
@@ -204,16 +220,17 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
                     "is only used with `kind: url`; the sim target starts its own gateway",
                 ));
             }
-            if t.replicas == 0 || t.replicas > MAX_SIM_REPLICAS {
+            let n = t.replica_set().count();
+            if n == 0 || n > MAX_SIM_REPLICAS {
                 return Err(Issue::new(
                     "target.replicas",
-                    t.replicas,
+                    n,
                     format!("must be between 1 and {MAX_SIM_REPLICAS}"),
                 ));
             }
             validate_engine(&t.engine)?;
             validate_gateway(&t.gateway)?;
-            Ok(sim_replica_names(t.replicas))
+            Ok(())
         }
         TargetKind::Url => {
             let u = t
@@ -225,7 +242,14 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
             if !matches!(parsed.scheme(), "http" | "https") {
                 return Err(Issue::new("target.url", u, "must be http:// or https://"));
             }
-            Ok(Vec::new())
+            if let Some(Replicas::Count(n)) = t.replicas {
+                return Err(Issue::new(
+                    "target.replicas",
+                    n,
+                    "a `url` target lists its replicas (name, upstream, listen, process, node); a count only starts sim workers",
+                ));
+            }
+            Ok(())
         }
     }
 }
@@ -559,7 +583,12 @@ fn validate_mix(m: &Mix) -> Result<(), Issue> {
     Ok(())
 }
 
-fn validate_phases(phases: &[Phase]) -> Result<Vec<PhasePlan>, Issue> {
+/// The phases, and the rate each one sets explicitly (`rate` or `load`).
+fn validate_phases(
+    phases: &[Phase],
+    protected: f64,
+) -> Result<(Vec<PhasePlan>, Vec<Option<f64>>), Issue> {
+    let mut explicit = Vec::new();
     if phases.is_empty() {
         return Err(Issue::missing("phases", "needs at least one phase"));
     }
@@ -582,97 +611,129 @@ fn validate_phases(phases: &[Phase]) -> Result<Vec<PhasePlan>, Issue> {
                     Issue::missing(
                         format!("{f}.kind"),
                         format!(
-                            "is required: the name `{}` is not a phase kind (baseline, fault, degraded, recovery)",
+                            "is required: the name `{}` is not a phase kind (baseline, fault, degraded, recovery, overload, drain, recovered)",
                             p.name
                         ),
                     )
                 })?,
         };
         positive(&format!("{f}.duration"), p.duration)?;
+        explicit.push(phase_rate(&f, p, kind, protected)?);
         out.push(PhasePlan {
             name: p.name.clone(),
             kind,
             start,
             duration: p.duration.0,
+            rate: 0.0,
         });
         start += p.duration.0;
     }
-    Ok(out)
+    Ok((out, explicit))
 }
 
-fn validate_faults(
-    s: &Scenario,
-    phases: &[PhasePlan],
-    replicas: &[String],
-) -> Result<Vec<FaultPlan>, Issue> {
-    let mut out = Vec::new();
-    let mut killed = BTreeSet::new();
-    for (i, f) in s.faults.iter().enumerate() {
-        let field = format!("faults[{i}]");
-        if s.target.kind != TargetKind::Sim {
+/// The rate a phase sets itself: `rate`, or `load` × protected; `None` when the
+/// workload's arrival profile applies. Never below the protected load (Q12); above
+/// it in an overload phase (Q10).
+fn phase_rate(f: &str, p: &Phase, kind: PhaseKind, protected: f64) -> Result<Option<f64>, Issue> {
+    let (field, r) = match (p.rate, p.load) {
+        (Some(_), Some(_)) => {
             return Err(Issue::new(
-                format!("{field}.backend"),
-                "process",
-                "the process backend can only reach the sim target's workers in this version",
+                format!("{f}.load"),
+                p.load.unwrap_or_default(),
+                "give either `rate` or `load`, not both",
             ));
         }
-        let phase = phases
-            .iter()
-            .find(|p| p.name == f.at.phase)
-            .ok_or_else(|| {
-                Issue::new(
-                    format!("{field}.at.phase"),
-                    &f.at.phase,
-                    format!(
-                        "no such phase (phases: {})",
-                        phases
-                            .iter()
-                            .map(|p| p.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-            })?;
-        if f.at.offset.0 >= phase.duration {
-            return Err(Issue::new(
-                format!("{field}.at.offset"),
-                f.at.offset,
-                format!(
-                    "is not inside phase `{}`, which lasts {}",
-                    phase.name,
-                    crate::scenario::units::format_duration(phase.duration)
-                ),
+        (Some(r), None) => (format!("{f}.rate"), r.0),
+        (None, Some(l)) => {
+            if !pos_finite(l) {
+                return Err(Issue::new(
+                    format!("{f}.load"),
+                    l,
+                    "must be a positive multiple of protected_load",
+                ));
+            }
+            (format!("{f}.load"), l * protected)
+        }
+        (None, None) if kind == PhaseKind::Overload => {
+            return Err(Issue::missing(
+                format!("{f}.load"),
+                "is required in an overload phase: `load: 2` (× protected_load) or `rate: N/s` above protected_load",
             ));
         }
-        if !replicas.contains(&f.target.replica) {
-            return Err(Issue::new(
-                format!("{field}.target.replica"),
-                &f.target.replica,
-                format!("no such replica (the target has {})", replicas.join(", ")),
-            ));
-        }
-        if !killed.insert(f.target.replica.clone()) {
-            return Err(Issue::new(
-                format!("{field}.target.replica"),
-                &f.target.replica,
-                "is already killed by an earlier fault",
-            ));
-        }
-        out.push(FaultPlan {
-            name: f
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("kill-{}", f.target.replica)),
-            domain: f.domain,
-            backend: f.backend,
-            action: f.action,
-            replica: f.target.replica.clone(),
-            phase: phase.name.clone(),
-            at: phase.start + f.at.offset.0,
-            verify: f.verify,
-        });
+        (None, None) => return Ok(None),
+    };
+    if !pos_finite(r) || r > MAX_RATE {
+        return Err(Issue::new(
+            field,
+            format!("{r}/s"),
+            format!("must be in (0, {MAX_RATE}] req/s"),
+        ));
     }
-    Ok(out)
+    if kind == PhaseKind::Overload && r <= protected + 1e-9 {
+        return Err(Issue::new(
+            field,
+            format!("{r}/s"),
+            format!("an overload phase must offer more than protected_load ({protected}/s)"),
+        ));
+    }
+    if r + 1e-9 < protected {
+        return Err(Issue::new(
+            field,
+            format!("{r}/s"),
+            format!(
+                "is below protected_load ({protected}/s): the run would never offer the load it must qualify (Q12)"
+            ),
+        ));
+    }
+    Ok(Some(r))
+}
+
+/// The arrival profile with the phases that set their own rate replaced by it (the
+/// arrival process keeps its shape: the schedule draws on the profile).
+fn overlay_phase_rates(
+    profile: crate::workload::RateProfile,
+    phases: &[PhasePlan],
+    explicit: &[Option<f64>],
+) -> crate::workload::RateProfile {
+    use crate::workload::arrival::Piece;
+    if explicit.iter().all(Option::is_none) {
+        return profile;
+    }
+    let mut pieces = Vec::new();
+    for (p, r) in phases.iter().zip(explicit) {
+        let (a, b) = (p.start.as_secs_f64(), p.end().as_secs_f64());
+        if let Some(r) = *r {
+            pieces.push(Piece {
+                start: a,
+                end: b,
+                r0: r,
+                r1: r,
+            });
+            continue;
+        }
+        let mut cuts = vec![a, b];
+        cuts.extend(
+            profile
+                .pieces
+                .iter()
+                .flat_map(|q| [q.start, q.end])
+                .filter(|t| *t > a && *t < b),
+        );
+        cuts.sort_by(f64::total_cmp);
+        cuts.dedup();
+        for w in cuts.windows(2) {
+            // Linear inside each cut: the rate at the start and the middle fix it.
+            let r0 = profile.rate_at(w[0]);
+            let mid = profile.rate_at((w[0] + w[1]) / 2.0);
+            pieces.push(Piece {
+                start: w[0],
+                end: w[1],
+                r0,
+                r1: 2.0 * mid - r0,
+            });
+        }
+    }
+    crate::workload::RateProfile { pieces }
 }
 
 /// Q8: a fate must make sense for its stage.

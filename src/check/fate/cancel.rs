@@ -38,8 +38,10 @@ pub fn upstream_cancel(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
     let Some(a) = v.r.attempts.iter().rfind(|a| a.start <= left) else {
         return;
     };
-    let cancelled = a.result.as_deref() == Some("client_gone") || a.fenced.is_some();
-    let problem = match a.end {
+    // When the upstream was cancelled: the gateway's own word, a fence, or the end.
+    let cancel_t = [a.cancelled, a.fenced].into_iter().flatten().min();
+    let cancelled = cancel_t.is_some() || a.result.as_deref() == Some("client_gone");
+    let problem = match cancel_t.or(a.end) {
         Some(e) if e <= left => None,
         Some(e) if e - left <= grace => None,
         Some(e) if cancelled => Some(format!(

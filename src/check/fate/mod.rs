@@ -27,7 +27,7 @@ use crate::scenario::{Fate, FatePolicy, Plan};
 use crate::trace::journal::ToolExecution;
 use crate::trace::{ChunkKind, Outcome};
 
-pub use policy::{Observed, RequestFate};
+pub use policy::{Observed, RequestFate, stage_at};
 pub use view::{Seam, SeamSource, View, excerpt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -250,7 +250,7 @@ pub fn chunk_order(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
         .chain(
             v.r.notes
                 .iter()
-                .filter(|n| n.ev == "explicit_error")
+                .filter(|n| matches!(n.ev.as_str(), "explicit_error" | "request_end"))
                 .filter_map(|n| n.delivered),
         )
         .max();

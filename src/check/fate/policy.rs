@@ -157,6 +157,7 @@ pub fn stage_at(ctx: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
                 return None;
             }
             let delivered_by_it = a.delivered_at_start > 0
+                || a.first_delta.is_some_and(|c| c <= f.t)
                 || a.delivered_at_end.is_some_and(|d| d > a.delivered_at_start);
             if delivered_before || delivered_by_it {
                 return Some(Stage::Streaming);
@@ -174,8 +175,11 @@ pub fn stage_at(ctx: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
         if next.worker != f.replica {
             return None;
         }
+        let queued_at_gateway = r.notes.iter().any(|n| n.ev == "queued" && n.t <= f.t);
         return Some(if delivered_before {
             Stage::Streaming
+        } else if queued_at_gateway {
+            Stage::Queued
         } else {
             Stage::New
         });
@@ -316,7 +320,10 @@ fn retry_excuse(ctx: &Ctx, v: &View) -> Option<String> {
     if v.r.notes.iter().any(|n| n.ev == "no_upstream") {
         return Some("no other replica was ready".into());
     }
-    None
+    v.r.notes
+        .iter()
+        .find(|n| n.ev == "retry_denied")
+        .map(|n| format!("the gateway denied the retry (M8: {})", n.detail))
 }
 
 fn attempts_and_workers(v: &View) -> (Vec<String>, Vec<String>) {

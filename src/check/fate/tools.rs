@@ -11,14 +11,23 @@ use std::collections::HashMap;
 use super::{FindingKind, Out};
 use crate::trace::journal::ToolExecution;
 
+/// The first execution of a key, a call or an action.
+#[derive(Clone)]
+struct Exec {
+    t: u64,
+    call: String,
+    key: String,
+    attempt: Option<String>,
+}
+
 #[derive(Default)]
 pub struct ToolCheck {
-    /// idempotency key → first execution (t, tool_call_id).
-    keys: HashMap<String, (u64, String)>,
-    /// (logical request, tool_call_id) → first execution (t, key).
-    calls: HashMap<(String, String), (u64, String)>,
-    /// (logical request, tool, arguments) → first execution (t, tool_call_id, key).
-    actions: HashMap<(String, String, String), (u64, String, String)>,
+    /// idempotency key → first execution.
+    keys: HashMap<String, Exec>,
+    /// (logical request, tool_call_id) → first execution.
+    calls: HashMap<(String, String), Exec>,
+    /// (logical request, tool, arguments) → first execution.
+    actions: HashMap<(String, String, String), Exec>,
 }
 
 impl ToolCheck {
@@ -27,57 +36,61 @@ impl ToolCheck {
             return; // the service returned the stored result: nothing ran again
         }
         let lr = &x.logical_request_id;
-        let ms = |a: u64| format!("{:.0} ms", t.saturating_sub(a) as f64 / 1000.0);
-        let finding = if let Some((t0, call0)) = self.keys.get(&x.idempotency_key) {
-            Some((
-                format!(
-                    "idempotency key `{}` executed twice ({} apart; tool_call_ids `{call0}`, `{}`): the tool service did not deduplicate",
-                    x.idempotency_key,
-                    ms(*t0),
-                    x.tool_call_id
-                ),
-                vec![call0.clone(), x.tool_call_id.clone()],
-            ))
-        } else if let Some((t0, key0)) = self.calls.get(&(lr.clone(), x.tool_call_id.clone())) {
-            Some((
-                format!(
-                    "tool call `{}` of `{lr}` executed twice under different keys `{key0}` and `{}` ({} apart): the key must derive from the logical action (`<logical_request_id>:<tool_call_id>`), not the attempt",
-                    x.tool_call_id,
-                    x.idempotency_key,
-                    ms(*t0)
-                ),
-                vec![key0.clone(), x.idempotency_key.clone()],
-            ))
-        } else if let Some((t0, call0, key0)) =
-            self.actions
-                .get(&(lr.clone(), x.tool.clone(), x.arguments.clone()))
-        {
-            Some((
-                format!(
-                    "`{}` with the same arguments executed twice for `{lr}` (tool_call_ids `{call0}`, `{}`; keys `{key0}`, `{}`; {} apart): one logical action, two side effects",
-                    x.tool,
-                    x.tool_call_id,
-                    x.idempotency_key,
-                    ms(*t0)
-                ),
-                vec![call0.clone(), x.tool_call_id.clone()],
-            ))
-        } else {
-            None
+        let now = Exec {
+            t,
+            call: x.tool_call_id.clone(),
+            key: x.idempotency_key.clone(),
+            attempt: x.attempt.clone(),
         };
-        if let Some((detail, ids)) = finding {
-            out.find(FindingKind::DuplicateToolEffect, lr, detail)
-                .attempts(ids)
-                .excerpt(super::excerpt(&format!("{}({})", x.tool, x.arguments)));
-        }
-        self.keys
-            .entry(x.idempotency_key.clone())
-            .or_insert((t, x.tool_call_id.clone()));
-        self.calls
-            .entry((lr.clone(), x.tool_call_id.clone()))
-            .or_insert((t, x.idempotency_key.clone()));
-        self.actions
-            .entry((lr.clone(), x.tool.clone(), x.arguments.clone()))
-            .or_insert((t, x.tool_call_id.clone(), x.idempotency_key.clone()));
+        let action = (lr.clone(), x.tool.clone(), x.arguments.clone());
+        let call = (lr.clone(), x.tool_call_id.clone());
+        let (what, first) = if let Some(e) = self.keys.get(&x.idempotency_key) {
+            (
+                format!(
+                    "idempotency key `{}` executed twice: the tool service did not deduplicate",
+                    x.idempotency_key
+                ),
+                e,
+            )
+        } else if let Some(e) = self.calls.get(&call) {
+            (
+                format!(
+                    "tool call `{}` of `{lr}` executed twice under different keys `{}` and `{}`: the key must derive from the logical action (`<logical_request_id>:<tool_call_id>`), not the attempt",
+                    x.tool_call_id, e.key, x.idempotency_key
+                ),
+                e,
+            )
+        } else if let Some(e) = self.actions.get(&action) {
+            (
+                format!(
+                    "`{}` with the same arguments executed twice for `{lr}` (tool_call_ids `{}`, `{}`; keys `{}`, `{}`): one logical action, two side effects",
+                    x.tool, e.call, x.tool_call_id, e.key, x.idempotency_key
+                ),
+                e,
+            )
+        } else {
+            self.keys.insert(x.idempotency_key.clone(), now.clone());
+            self.calls.entry(call).or_insert(now.clone());
+            self.actions.entry(action).or_insert(now);
+            return;
+        };
+        let by = match (&first.attempt, &now.attempt) {
+            (Some(a), Some(b)) => format!(", asked by attempts `{a}` and `{b}`"),
+            _ => String::new(),
+        };
+        let ms = t.saturating_sub(first.t) as f64 / 1000.0;
+        let ids = match (&first.attempt, &now.attempt) {
+            (Some(a), Some(b)) => vec![a.clone(), b.clone()],
+            _ if first.key != now.key => vec![first.key.clone(), now.key.clone()],
+            _ => vec![first.call.clone(), now.call.clone()],
+        };
+        out.find(
+            FindingKind::DuplicateToolEffect,
+            lr,
+            format!("{what} ({ms:.0} ms apart{by})"),
+        )
+        .attempts(ids)
+        .excerpt(super::excerpt(&format!("{}({})", x.tool, x.arguments)));
+        self.keys.entry(x.idempotency_key.clone()).or_insert(now);
     }
 }

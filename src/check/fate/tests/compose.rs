@@ -178,10 +178,10 @@ fn journal_lines_parse_forward_compatibly_and_map_to_trace_time() {
     assert_eq!(l.trace_t(1_000_000), 4000);
     assert_eq!(l.item.req(), Some("r1"));
     let l = evidence::GwLine::parse(
-        r#"{"t_ns":9,"ev":"lease_granted","req":"r1","attempt":"r1/a1","until_ns":99}"#,
+        r#"{"t_ns":9,"ev":"lease_renewed_v9","req":"r1","attempt":"r1/a1","until_ns":99}"#,
     )
     .expect("unknown kinds are kept");
-    assert!(matches!(l.item, evidence::GwItem::Other { ref ev, .. } if ev == "lease_granted"));
+    assert!(matches!(l.item, evidence::GwItem::Other { ref ev, .. } if ev == "lease_renewed_v9"));
     let e = evidence::GwLine::parse(r#"{"t_ns":9,"ev":"attempt_start","req":"r1"}"#)
         .expect_err("a known kind with missing fields is an error");
     assert!(e.contains("attempt_start"), "{e}");

@@ -7,15 +7,16 @@ mod ending;
 mod output;
 mod policy;
 mod side_effects;
+mod sim_journal;
 mod writers;
 
 use std::collections::HashMap;
 
-use crate::check::evidence::{GwItem, GwLine, Sources};
+use crate::check::evidence::{GwItem, GwLine, Sources, WkLine};
 use crate::check::fate::{FindingKind, Stage};
 use crate::check::{Judgement, Status, Verdict, judge_with};
 use crate::scenario::Plan;
-use crate::trace::journal::{GatewayEntry, Stamped, ToolExecution};
+use crate::trace::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 use crate::trace::{ChunkKind, Edge, Event, Outcome};
 
 /// 1 ms in trace µs.
@@ -33,6 +34,7 @@ pub struct H {
     pub events: Vec<Event>,
     pub gw: Option<Vec<GwLine>>,
     pub tools: Option<Vec<Stamped<ToolExecution>>>,
+    pub workers: Vec<(String, Vec<WkLine>)>,
     n: HashMap<String, u32>,
 }
 
@@ -56,6 +58,7 @@ impl H {
             ],
             gw: None,
             tools: None,
+            workers: Vec::new(),
             n: HashMap::new(),
         }
     }
@@ -81,6 +84,7 @@ impl H {
             admitted: None,
             session: None,
             turn: None,
+            probe: None,
         });
         self
     }
@@ -224,6 +228,11 @@ impl H {
             pid: Some(4242),
             verified: true,
             detail: "gone".into(),
+            backend: Some("process".into()),
+            node: None,
+            trigger: Some("time".into()),
+            triggered: Some(t),
+            probe: None,
         });
         self
     }
@@ -233,6 +242,19 @@ impl H {
             t_ns: t * 1000,
             item: GwItem::Known(e),
         });
+        self
+    }
+
+    /// A line of worker `w`'s journal.
+    pub fn wk(&mut self, t: u64, w: &str, e: WorkerEntry) -> &mut Self {
+        let line = WkLine {
+            t_ns: t * 1000,
+            entry: Some(e),
+        };
+        match self.workers.iter_mut().find(|(n, _)| n == w) {
+            Some((_, v)) => v.push(line),
+            None => self.workers.push((w.to_string(), vec![line])),
+        }
         self
     }
 
@@ -308,7 +330,11 @@ impl H {
         if let Some(g) = gw.as_mut() {
             g.sort_by_key(|l| l.t_ns);
         }
-        let src = Sources::from_memory(gw, self.tools.clone());
+        let mut src = Sources::from_memory(gw, self.tools.clone());
+        for (w, lines) in &self.workers {
+            let lines: Vec<Result<WkLine, String>> = lines.iter().cloned().map(Ok).collect();
+            src.workers.push((w.clone(), Box::new(lines.into_iter())));
+        }
         let mut events = self.events.clone();
         if !events.iter().any(|e| matches!(e, Event::RunEnd { .. })) {
             let t = events.iter().map(Event::t).max().unwrap_or(0) + MS;

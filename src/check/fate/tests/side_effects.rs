@@ -91,7 +91,7 @@ fn the_same_idempotency_key_executed_twice_is_a_duplicate_side_effect() {
     assert_eq!(f.request, "r1");
     contains(
         &f.detail,
-        "idempotency key `r1:call_1` executed twice (890 ms apart",
+        "idempotency key `r1:call_1` executed twice: the tool service did not deduplicate (890 ms apart)",
     );
     assert_eq!(f.excerpt.as_deref(), Some(r#"create_ticket({"a":1})"#));
 }

@@ -1,0 +1,329 @@
+//! Capacity (Q1, Q4, Q10, Q13). In a plain run: the protected offered load was served
+//! within the SLO through the degraded interval — protected requests sent after the
+//! fault, until the first phase that is not a fault or degraded phase; their errors
+//! and rejections count against it (rejecting protected traffic is a Capacity FAIL,
+//! not a pass by load shedding). With a capacity search the gate is the measured
+//! C_degraded ≥ L_protected (see `crate::capacity`).
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::history::{FaultRec, RequestRecord};
+use super::latency::{MIN_SAMPLES, Pcts, pcts};
+use super::timeline::{Timeline, ms};
+use super::{Status, Verdict};
+use crate::scenario::{PhaseKind, Plan};
+use crate::trace::Outcome;
+
+pub const NAME: &str = "Capacity";
+
+/// Protected requests sent in the degraded interval.
+pub struct WindowAcc {
+    from: Option<u64>,
+    phases: Vec<String>,
+    n: u64,
+    completed: u64,
+    failed: u64,
+    rejected: u64,
+    ttft: Histogram<u64>,
+    itl: Histogram<u64>,
+    e2e: Histogram<u64>,
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).expect("hdr"))
+}
+
+/// The phases of the degraded interval that starts in `phase`: it and the fault,
+/// drain and degraded phases that follow it.
+pub fn degraded_phases(plan: &Plan, phase: &str) -> Vec<String> {
+    let Some(i) = plan.phases.iter().position(|p| p.name == phase) else {
+        return Vec::new();
+    };
+    let mut out = vec![plan.phases[i].name.clone()];
+    out.extend(
+        plan.phases[i + 1..]
+            .iter()
+            .take_while(|p| {
+                matches!(
+                    p.kind,
+                    PhaseKind::Fault | PhaseKind::Degraded | PhaseKind::Drain
+                )
+            })
+            .map(|p| p.name.clone()),
+    );
+    out
+}
+
+impl WindowAcc {
+    pub fn new(plan: &Plan, faults: &[FaultRec]) -> Self {
+        let first = faults
+            .iter()
+            .filter(|f| super::facts::removes_endpoint(f))
+            .min_by_key(|f| f.t);
+        let phases = first
+            .and_then(|f| plan.faults.iter().find(|d| d.name == f.name))
+            .map(|d| degraded_phases(plan, &d.phase))
+            .unwrap_or_default();
+        WindowAcc {
+            from: first.map(|f| f.t),
+            phases,
+            n: 0,
+            completed: 0,
+            failed: 0,
+            rejected: 0,
+            ttft: hist(),
+            itl: hist(),
+            e2e: hist(),
+        }
+    }
+
+    pub fn add(&mut self, r: &RequestRecord) {
+        let Some(from) = self.from else { return };
+        let Some(end) = &r.end else { return };
+        if !r.protected || r.intended < from || !self.phases.contains(&r.phase) {
+            return;
+        }
+        self.n += 1;
+        match end.outcome {
+            Outcome::Completed => self.completed += 1,
+            Outcome::Rejected => self.rejected += 1,
+            // Stopped by haq at the drain timeout: not served either.
+            _ => self.failed += 1,
+        }
+        if end.outcome != Outcome::Completed {
+            return;
+        }
+        if let Some(f) = r.first_delta_t() {
+            let _ = self.ttft.record(f.saturating_sub(r.intended).max(1));
+        }
+        let _ = self.e2e.record(end.t.saturating_sub(r.intended).max(1));
+        for (_, gap) in r.itl_gaps() {
+            let _ = self.itl.record(gap.max(1));
+        }
+    }
+
+    pub fn finish(&self) -> Window {
+        Window {
+            phases: self.phases.clone(),
+            requests: self.n,
+            completed: self.completed,
+            failed: self.failed,
+            rejected: self.rejected,
+            ttft_ms: pcts(&self.ttft),
+            itl_ms: pcts(&self.itl),
+            e2e_ms: pcts(&self.e2e),
+        }
+    }
+}
+
+/// The protected traffic of the degraded interval, as reported.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    pub phases: Vec<String>,
+    pub requests: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub ttft_ms: Pcts,
+    pub itl_ms: Pcts,
+    pub e2e_ms: Pcts,
+}
+
+pub fn verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
+    let Some(f) = tl
+        .faults
+        .iter()
+        .filter(|f| f.removes)
+        .min_by_key(|f| f.injected)
+    else {
+        return Verdict::new(
+            NAME,
+            Status::NotEvaluated,
+            "no fault removes capacity, so there is no degraded topology to measure (add a fault, or a capacity search)",
+            Vec::new(),
+        );
+    };
+    if !f.verified {
+        return Verdict::new(
+            NAME,
+            Status::Unknown,
+            format!(
+                "{} was not verified: the degraded topology is not the declared one",
+                f.fault
+            ),
+            Vec::new(),
+        );
+    }
+    let slo = &plan.scenario.slo;
+    let secs = ms(f.injected, f.degraded_until) / 1000.0;
+    let offered = if secs > 0.0 {
+        w.requests as f64 / secs
+    } else {
+        0.0
+    };
+    let n = w.requests.max(1) as f64;
+    let err = (w.failed as f64) / n;
+    let rej = (w.rejected as f64) / n;
+    let mut evidence = vec![
+        format!(
+            "degraded interval: {secs:.1}s after {} (phases {}); protected load {} offered {offered:.2}/s",
+            f.fault,
+            w.phases.join(", "),
+            plan.scenario.protected_load
+        ),
+        format!(
+            "{} protected requests: {} completed, {} failed ({:.1}%, SLO ≤ {:.1}%), {} rejected ({:.1}%, SLO ≤ {:.1}%)",
+            w.requests,
+            w.completed,
+            w.failed,
+            err * 100.0,
+            slo.error_rate_max.0 * 100.0,
+            w.rejected,
+            rej * 100.0,
+            slo.rejection_rate_max.0 * 100.0
+        ),
+    ];
+    let lat = [
+        ("TTFT", w.ttft_ms.p95, slo.ttft_p95.as_secs_f64() * 1000.0),
+        ("ITL", w.itl_ms.p95, slo.itl_p95.as_secs_f64() * 1000.0),
+        ("E2E", w.e2e_ms.p95, slo.e2e_p95.as_secs_f64() * 1000.0),
+    ];
+    for (what, v, lim) in lat {
+        evidence.push(format!("p95 {what} {v:.1} ms (SLO {lim:.0} ms)"));
+    }
+    if w.requests < MIN_SAMPLES {
+        return Verdict::new(
+            NAME,
+            Status::Unknown,
+            format!(
+                "only {} protected requests were sent in the degraded interval (need {MIN_SAMPLES})",
+                w.requests
+            ),
+            evidence,
+        );
+    }
+    let mut over = Vec::new();
+    if err > slo.error_rate_max.0 {
+        over.push(format!(
+            "{:.1}% of protected requests failed (SLO ≤ {:.1}%)",
+            err * 100.0,
+            slo.error_rate_max.0 * 100.0
+        ));
+    }
+    if rej > slo.rejection_rate_max.0 {
+        over.push(format!(
+            "{:.1}% of protected requests were rejected (SLO ≤ {:.1}%): shedding protected traffic is a capacity failure (Q10)",
+            rej * 100.0,
+            slo.rejection_rate_max.0 * 100.0
+        ));
+    }
+    if w.completed >= MIN_SAMPLES {
+        for (what, v, lim) in lat {
+            if v > lim {
+                over.push(format!("p95 {what} {v:.1} ms > {lim:.0} ms"));
+            }
+        }
+    }
+    if !over.is_empty() {
+        return Verdict::new(
+            NAME,
+            Status::Fail,
+            format!(
+                "the degraded topology did not serve the protected load {} within the SLO: {}",
+                plan.scenario.protected_load,
+                over.join("; ")
+            ),
+            evidence,
+        );
+    }
+    Verdict::new(
+        NAME,
+        Status::Pass,
+        format!(
+            "protected load {} served within the SLO for {secs:.1}s after {}: {} requests, p95 TTFT {:.0} ms, {:.1}% failed, {:.1}% rejected (plain run: C_degraded ≥ L_protected shown at the offered rate, not searched)",
+            plan.scenario.protected_load,
+            f.fault,
+            w.requests,
+            w.ttft_ms.p95,
+            err * 100.0,
+            rej * 100.0
+        ),
+        evidence,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testkit::*;
+
+    #[test]
+    fn passes_when_the_degraded_topology_serves_the_protected_load_in_slo() {
+        let p = plan(&[]);
+        let j = standard(&p).judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        let w = j.degraded.as_ref().expect("window");
+        assert_eq!(w.phases, ["fault", "degraded"]);
+        // Sent from the fault (13 s) to the end of degraded (31 s) at 10/s.
+        assert!((175..=181).contains(&w.requests), "{}", w.requests);
+        assert!(
+            v.evidence[0].contains("18.0s after kill-w2"),
+            "{:?}",
+            v.evidence
+        );
+    }
+
+    #[test]
+    fn degraded_latency_outside_the_slo_fails() {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        for k in 0..100 {
+            let t = 21.0 + k as f64 * 0.1;
+            tb.req(R::ok(format!("slow{k}"), "degraded", t, "w1").ttft(1500.0));
+        }
+        tb.end(33.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("p95 TTFT 1500"), "{}", v.summary);
+    }
+
+    #[test]
+    fn rejecting_protected_traffic_in_the_degraded_interval_fails() {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.steady("degraded", 21.0, 31.0, 10.0, |i, _| {
+            (i % 5 != 0).then_some(if i % 2 == 0 { "w1" } else { "w3" })
+        });
+        tb.end(32.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("were rejected"), "{}", v.summary);
+        assert!(v.summary.contains("Q10"), "{}", v.summary);
+    }
+
+    #[test]
+    fn unverified_fault_is_unknown_and_no_fault_is_not_evaluated() {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.fault("kill-w2", "w2", 13.0, false);
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        assert_eq!(pick(&tb.judge(&p), NAME).status, Status::Unknown);
+        let p = plan(&["faults=[]"]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1"]));
+        tb.end(32.0);
+        assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
+    }
+}

@@ -1,0 +1,338 @@
+//! Failure-Domain (Q3, Q13): the test removed exactly the declared resource, and the
+//! removal was verified. A fault whose verification failed FAILs; a fault the trace
+//! does not record is UNKNOWN; collateral damage (another replica went out of service
+//! for good after the fault) FAILs.
+
+use std::collections::BTreeSet;
+
+use super::facts::Evidence;
+use super::run::{judged, worst};
+use super::{Status, Verdict};
+use crate::scenario::Plan;
+use crate::trace::journal::GatewayEntry;
+
+pub const NAME: &str = "Failure-Domain";
+
+/// Requests served elsewhere after the fault before a silent replica counts as lost.
+const COLLATERAL_MIN_ELSEWHERE: usize = 10;
+
+pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
+    if plan.faults.is_empty() && ev.faults.is_empty() {
+        return Verdict::new(
+            NAME,
+            Status::NotEvaluated,
+            "the scenario declares no fault",
+            Vec::new(),
+        );
+    }
+    let mut parts: Vec<(Status, String)> = Vec::new();
+    let mut evidence = Vec::new();
+    for d in &plan.faults {
+        // A node fault removes every replica of the node (one record each); a probe
+        // fault removes whichever declared replica served its probe.
+        let target = if d.replicas.is_empty() {
+            "the replica serving its probe".to_string()
+        } else {
+            d.replicas.join(", ")
+        };
+        let declared = format!(
+            "{}: declared {} of {} at +{:.1}s, in phase {} ({} domain)",
+            d.name,
+            format!("{:?}", d.action).to_lowercase(),
+            target,
+            d.at.as_secs_f64(),
+            d.phase,
+            format!("{:?}", d.domain).to_lowercase()
+        );
+        let recs: Vec<_> = ev.faults.iter().filter(|f| f.name == d.name).collect();
+        if recs.is_empty() {
+            let due = ev.load_start + d.at.as_micros() as u64;
+            let why = if ev.last_t < due {
+                format!(
+                    "{}: the run ended before the fault was due (+{:.1}s)",
+                    d.name,
+                    d.at.as_secs_f64()
+                )
+            } else {
+                format!(
+                    "{}: no record of the fault in the trace (due at +{:.1}s)",
+                    d.name,
+                    d.at.as_secs_f64()
+                )
+            };
+            evidence.push(declared);
+            parts.push((Status::Unknown, why));
+            continue;
+        }
+        for want in &d.replicas {
+            if recs.iter().all(|r| &r.replica != want) {
+                parts.push((
+                    Status::Fail,
+                    format!(
+                        "{}: declared {want} too, but nothing was removed there",
+                        d.name
+                    ),
+                ));
+            }
+        }
+        for rec in recs {
+            evidence.push(format!(
+                "{declared}; recorded {} {} at +{:.3}s, pid {}, verified {}: {}",
+                rec.action,
+                rec.replica,
+                ev.secs(rec.t),
+                rec.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                rec.verified,
+                rec.detail
+            ));
+            let want_domain = format!("{:?}", d.domain).to_lowercase();
+            if !rec.verified {
+                parts.push((
+                    Status::Fail,
+                    format!("{}: verification failed: {}", d.name, rec.detail),
+                ));
+            } else if !(d.replicas.contains(&rec.replica)
+                || d.replicas.is_empty() && plan.replicas.contains(&rec.replica))
+            {
+                parts.push((
+                    Status::Fail,
+                    format!(
+                        "{}: removed {}, but the scenario declares {target}",
+                        d.name, rec.replica
+                    ),
+                ));
+            } else if rec.domain != want_domain {
+                parts.push((
+                    Status::Fail,
+                    format!(
+                        "{}: recorded as a {} fault, declared {}",
+                        d.name, rec.domain, want_domain
+                    ),
+                ));
+            } else if let Some(bad) = pid_mismatch(ev, &rec.replica, rec.pid) {
+                parts.push((Status::Fail, format!("{}: {bad}", d.name)));
+            } else {
+                parts.push((
+                    Status::Pass,
+                    format!("{}: {} {} verified", d.name, rec.action, rec.replica),
+                ));
+            }
+        }
+    }
+    for rec in &ev.faults {
+        if !plan.faults.iter().any(|d| d.name == rec.name) {
+            parts.push((
+                Status::Fail,
+                format!(
+                    "{}: the trace records a fault on {} the scenario does not declare",
+                    rec.name, rec.replica
+                ),
+            ));
+        }
+    }
+    for c in collateral(plan, ev) {
+        evidence.push(c.clone());
+        parts.push((Status::Fail, c));
+    }
+    let status = worst(parts.iter().map(|p| p.0));
+    let summary = judged(&parts, status, || {
+        format!(
+            "removed exactly what was declared: {}",
+            parts
+                .iter()
+                .map(|p| p.1.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    });
+    Verdict::new(NAME, status, summary, evidence)
+}
+
+/// The recorded pid is not the pid the target reported for that replica.
+fn pid_mismatch(ev: &Evidence, replica: &str, pid: Option<u32>) -> Option<String> {
+    let known = ev.replicas.iter().find(|r| r.name == replica)?.pid?;
+    let got = pid?;
+    (got != known).then(|| format!("signalled pid {got}, but {replica} is pid {known}"))
+}
+
+/// Undeclared replicas that went out of service after the first fault and never came
+/// back: the test removed more than it declared.
+fn collateral(plan: &Plan, ev: &Evidence) -> Vec<String> {
+    let Some(first) = ev.faults.iter().map(|f| f.t).min() else {
+        return Vec::new();
+    };
+    let declared: BTreeSet<&str> = ev
+        .faults
+        .iter()
+        .map(|f| f.replica.as_str())
+        .chain(
+            plan.faults
+                .iter()
+                .flat_map(|f| f.replicas.iter().map(String::as_str)),
+        )
+        .collect();
+    let names: BTreeSet<&str> = ev
+        .replicas
+        .iter()
+        .map(|r| r.name.as_str())
+        .chain(plan.replicas.iter().map(String::as_str))
+        .filter(|n| !declared.contains(n))
+        .collect();
+    let end = ev.load_end();
+    let mut out = Vec::new();
+    for w in names {
+        if let Some(j) = &ev.gateway {
+            let last = j
+                .iter()
+                .rev()
+                .filter(|g| g.t >= first && g.t <= end)
+                .filter_map(|g| match &g.entry {
+                    GatewayEntry::UpstreamRemoved { worker, why, .. } if worker == w => {
+                        Some((g.t, Some(why)))
+                    }
+                    GatewayEntry::UpstreamReady { worker, .. } if worker == w => Some((g.t, None)),
+                    _ => None,
+                })
+                .next();
+            if let Some((t, Some(why))) = last {
+                out.push(format!(
+                    "collateral: the gateway removed {w} at +{:.3}s ({why}) and it never came back",
+                    ev.secs(t)
+                ));
+                continue;
+            }
+        }
+        let before = ev
+            .requests
+            .iter()
+            .any(|r| r.worker.as_deref() == Some(w) && r.dispatch < first);
+        let after = ev
+            .requests
+            .iter()
+            .filter(|r| r.dispatch >= first && r.worker.is_some())
+            .collect::<Vec<_>>();
+        if before
+            && after.len() >= COLLATERAL_MIN_ELSEWHERE
+            && !after.iter().any(|r| r.worker.as_deref() == Some(w))
+        {
+            out.push(format!(
+                "collateral: {w} served requests before the fault and none of the {} served after it",
+                after.len()
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testkit::*;
+    use crate::trace::Event;
+
+    #[test]
+    fn passes_when_the_declared_worker_was_killed_and_verified() {
+        let p = plan(&[]);
+        let v = pick(&standard(&p).judge(&p), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(v.summary.contains("kill w2 verified"), "{}", v.summary);
+        assert!(v.evidence[0].contains("pid 102"), "{:?}", v.evidence);
+    }
+
+    #[test]
+    fn a_fault_whose_verification_failed_fails() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        tb.events.retain(|e| !matches!(e, Event::Fault { .. }));
+        tb.fault("kill-w2", "w2", 13.0, false);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail);
+        assert!(v.summary.contains("verification failed"), "{}", v.summary);
+    }
+
+    #[test]
+    fn removing_another_replica_than_declared_fails() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        tb.events.retain(|e| !matches!(e, Event::Fault { .. }));
+        tb.fault("kill-w2", "w3", 13.0, true);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.summary
+                .contains("removed w3, but the scenario declares w2"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn signalling_a_pid_that_is_not_the_replicas_fails() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        for e in &mut tb.events {
+            if let Event::Fault { pid, .. } = e {
+                *pid = Some(4242);
+            }
+        }
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.summary.contains("pid 4242, but w2 is pid 102"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn collateral_damage_to_an_undeclared_replica_fails() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        tb.removed(15.0, "w3", "ready check: connection refused");
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.summary.contains("collateral: the gateway removed w3"),
+            "{}",
+            v.summary
+        );
+        // A flap that came back is not collateral.
+        tb.ready(16.0, "w3");
+        assert_eq!(pick(&tb.judge(&p), NAME).status, Status::Pass);
+    }
+
+    #[test]
+    fn collateral_is_seen_from_headers_without_a_journal() {
+        let p = plan(&[]);
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1"]));
+        tb.end(32.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.summary
+                .contains("w3 served requests before the fault and none"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn a_fault_missing_from_the_trace_is_unknown_and_no_fault_is_not_evaluated() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        tb.events.retain(|e| !matches!(e, Event::Fault { .. }));
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Unknown);
+        assert!(
+            v.summary.contains("no record of the fault"),
+            "{}",
+            v.summary
+        );
+        let p = plan(&["faults=[]"]);
+        assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
+    }
+}

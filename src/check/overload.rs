@@ -1,0 +1,390 @@
+//! Overload (Q10, Q13): beyond the protected envelope the system degrades predictably —
+//! it sheds load with explicit, fast rejections (429/503), keeps the requests it admits
+//! inside the SLO, and neither cascades into timeouts nor into a retry storm. Rejecting
+//! protected traffic while its own offered rate is within the protected load is a
+//! capacity failure, not load shedding.
+
+use std::collections::HashSet;
+
+use super::facts::{Evidence, Req};
+use super::latency::{MIN_SAMPLES, PhaseStats};
+use super::run::conclude;
+use super::{Status, Verdict};
+use crate::scenario::{OverloadCriteria, PhaseKind, Plan};
+use crate::trace::Outcome;
+use crate::trace::journal::GatewayEntry;
+
+pub const NAME: &str = "Overload";
+
+fn p95(mut v: Vec<u64>) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 * 0.95).ceil() as usize).clamp(1, v.len()) - 1;
+    Some(v[i])
+}
+
+fn pct(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 * 100.0 / b as f64
+    }
+}
+
+pub fn verdict(plan: &Plan, ev: &Evidence, phases: &[PhaseStats]) -> Verdict {
+    let over: Vec<_> = ev
+        .phases
+        .iter()
+        .filter(|p| p.kind == PhaseKind::Overload)
+        .collect();
+    if over.is_empty() {
+        let why = if plan.phases.iter().any(|p| p.kind == PhaseKind::Overload) {
+            return Verdict::new(
+                NAME,
+                Status::Unknown,
+                "the overload phase never ran (the run ended before it)",
+                Vec::new(),
+            );
+        } else {
+            "the scenario has no overload phase"
+        };
+        return Verdict::new(NAME, Status::NotEvaluated, why, Vec::new());
+    }
+    let crit = plan.scenario.criteria.overload.clone().unwrap_or_default();
+    let mut parts = Vec::new();
+    let mut evidence = Vec::new();
+    for w in over {
+        let reqs: Vec<&Req> = ev.requests.iter().filter(|r| r.phase == w.name).collect();
+        let stats = phases.iter().find(|p| p.name == w.name);
+        let (s, line, ev_lines) = judge_phase(plan, &crit, ev, &w.name, w.rate, &reqs, stats);
+        evidence.extend(ev_lines);
+        parts.push((s, line));
+    }
+    conclude(NAME, &parts, evidence)
+}
+
+fn judge_phase(
+    plan: &Plan,
+    crit: &OverloadCriteria,
+    ev: &Evidence,
+    name: &str,
+    rate: f64,
+    reqs: &[&Req],
+    stats: Option<&PhaseStats>,
+) -> (Status, String, Vec<String>) {
+    let slo = &plan.scenario.slo;
+    let n = reqs.len() as u64;
+    let protected = plan.scenario.protected_load.0;
+    if n < MIN_SAMPLES {
+        return (
+            Status::Unknown,
+            format!("{name}: only {n} requests ended (need {MIN_SAMPLES})"),
+            Vec::new(),
+        );
+    }
+    let rejected: Vec<&&Req> = reqs
+        .iter()
+        .filter(|r| r.outcome == Outcome::Rejected)
+        .collect();
+    let failed: Vec<&&Req> = reqs
+        .iter()
+        .filter(|r| r.failed() || r.outcome == Outcome::Cancelled)
+        .collect();
+    let timeouts = failed
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.outcome,
+                Outcome::ConnectTimeout
+                    | Outcome::FirstTokenTimeout
+                    | Outcome::IdleTimeout
+                    | Outcome::Cancelled
+            )
+        })
+        .count();
+    let with_retry_after = rejected.iter().filter(|r| r.retry_after.is_some()).count();
+    let rej_p95 = p95(rejected.iter().map(|r| r.e2e()).collect());
+    let rej_max_ms = crit.rejection_p95_max.unwrap_or(slo.ttft_p95).as_secs_f64() * 1000.0;
+    let prot: Vec<&&Req> = reqs.iter().filter(|r| r.protected).collect();
+    let prot_rej = prot
+        .iter()
+        .filter(|r| r.outcome == Outcome::Rejected)
+        .count() as u64;
+    let be_rej = rejected.len() as u64 - prot_rej;
+    let be_n = n - prot.len() as u64;
+    let prot_rate = rate * prot.len() as f64 / n as f64;
+    let mut ev_lines = vec![format!(
+        "{name}: offered {rate:.1}/s ({:.1}× protected_load {}); {n} requests: {} completed, {} rejected ({:.1}%; {with_retry_after} with Retry-After{}), {} failed otherwise ({timeouts} timeouts)",
+        rate / protected,
+        plan.scenario.protected_load,
+        reqs.iter()
+            .filter(|r| r.outcome == Outcome::Completed)
+            .count(),
+        rejected.len(),
+        pct(rejected.len() as u64, n),
+        rej_p95
+            .map(|v| format!(", p95 {:.0} ms to the rejection", v as f64 / 1000.0))
+            .unwrap_or_default(),
+        failed.len()
+    )];
+    ev_lines.push(format!(
+        "{name}: protected {} requests ({prot_rate:.1}/s offered), {prot_rej} rejected; best-effort {be_n}, {be_rej} rejected",
+        prot.len()
+    ));
+    let mut bad = Vec::new();
+    let err = pct(failed.len() as u64, n);
+    if err > slo.error_rate_max.0 * 100.0 {
+        bad.push(format!(
+            "{err:.1}% of requests failed instead of being rejected ({timeouts} timeouts; SLO ≤ {:.1}%): a cascade, not controlled rejection",
+            slo.error_rate_max.0 * 100.0
+        ));
+    }
+    if let Some(v) = rej_p95
+        && v as f64 / 1000.0 > rej_max_ms
+    {
+        bad.push(format!(
+            "rejections took p95 {:.0} ms (bound {rej_max_ms:.0} ms): load was queued, then refused",
+            v as f64 / 1000.0
+        ));
+    }
+    if let Some(s) = stats.filter(|s| s.completed >= MIN_SAMPLES) {
+        let lim = [
+            ("TTFT", s.ttft_ms.p95, slo.ttft_p95.as_secs_f64() * 1000.0),
+            ("ITL", s.itl_ms.p95, slo.itl_p95.as_secs_f64() * 1000.0),
+            ("E2E", s.e2e_ms.p95, slo.e2e_p95.as_secs_f64() * 1000.0),
+        ];
+        for (what, v, l) in lim {
+            ev_lines.push(format!(
+                "{name}: admitted requests p95 {what} {v:.1} ms (SLO {l:.0} ms)"
+            ));
+            if v > l {
+                bad.push(format!(
+                    "admitted requests p95 {what} {v:.0} ms > {l:.0} ms: the system queued instead of shedding"
+                ));
+            }
+        }
+    }
+    if let Some(j) = &ev.gateway {
+        let ids: HashSet<&str> = reqs.iter().map(|r| r.id.as_str()).collect();
+        let mut attempted: HashSet<&str> = HashSet::new();
+        let mut attempts = 0u64;
+        for g in j {
+            if let GatewayEntry::AttemptStart { req, .. } = &g.entry
+                && ids.contains(req.as_str())
+            {
+                attempts += 1;
+                attempted.insert(req.as_str());
+            }
+        }
+        if !attempted.is_empty() {
+            let amp = attempts as f64 / attempted.len() as f64;
+            ev_lines.push(format!(
+                "{name}: {attempts} gateway attempts for {} requests sent upstream ({amp:.2} per request, bound {:.2})",
+                attempted.len(),
+                crit.retry_amplification_max
+            ));
+            if amp > crit.retry_amplification_max {
+                bad.push(format!(
+                    "{amp:.2} attempts per request (bound {:.2}): a retry cascade",
+                    crit.retry_amplification_max
+                ));
+            }
+        }
+    }
+    if prot_rate <= protected + 1e-9
+        && pct(prot_rej, prot.len() as u64) > slo.rejection_rate_max.0 * 100.0
+    {
+        bad.push(format!(
+            "{prot_rej} protected requests rejected while protected traffic ({prot_rate:.1}/s) was within protected_load: shedding protected traffic is a capacity failure (Q10)"
+        ));
+    }
+    if bad.is_empty() {
+        let how = if rejected.is_empty() {
+            "absorbed without rejections".to_string()
+        } else {
+            format!(
+                "shed {:.1}% with fast explicit rejections",
+                pct(rejected.len() as u64, n)
+            )
+        };
+        (
+            Status::Pass,
+            format!(
+                "{name}: at {:.1}× protected load, {how}; admitted requests inside the SLO, no cascade",
+                rate / protected
+            ),
+            ev_lines,
+        )
+    } else {
+        (
+            Status::Fail,
+            format!("{name}: {}", bad.join("; ")),
+            ev_lines,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testkit::*;
+
+    fn oplan() -> Plan {
+        plan(&[
+            "faults=[]",
+            "phases=[{name: baseline, duration: 10s}, {name: overload, load: 2, duration: 10s}]",
+        ])
+    }
+
+    fn base(p: &Plan) -> Tb {
+        let mut tb = Tb::new();
+        tb.phases(p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb
+    }
+
+    #[test]
+    fn fast_explicit_shedding_with_admitted_work_in_slo_passes() {
+        let p = oplan();
+        let mut tb = base(&p);
+        tb.steady("overload", 11.0, 21.0, 20.0, |i, _| {
+            (i % 2 == 0).then_some(["w1", "w2", "w3"][i % 3])
+        });
+        tb.end(22.0);
+        let j = tb.judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(
+            v.summary.contains("2.0× protected load, shed 50.0%"),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.evidence[0].contains("100 with Retry-After"),
+            "{:?}",
+            v.evidence
+        );
+        // The overload phase is not held to the Latency envelope.
+        assert_eq!(pick(&j, "Latency").status, Status::Pass);
+    }
+
+    #[test]
+    fn queueing_instead_of_shedding_fails() {
+        let p = oplan();
+        let mut tb = base(&p);
+        for k in 0..200 {
+            let t = 11.0 + k as f64 * 0.05;
+            tb.req(R::ok(format!("q{k}"), "overload", t, "w1").ttft(200.0 + k as f64 * 20.0));
+        }
+        tb.end(30.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary.contains("queued instead of shedding"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn cascading_timeouts_fail() {
+        let p = oplan();
+        let mut tb = base(&p);
+        for k in 0..200 {
+            let t = 11.0 + k as f64 * 0.05;
+            let r = R::ok(format!("t{k}"), "overload", t, "w1");
+            tb.req(if k % 3 == 0 {
+                r.outcome(Outcome::FirstTokenTimeout)
+            } else {
+                r
+            });
+        }
+        tb.end(22.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary.contains("a cascade, not controlled rejection"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn a_retry_storm_fails() {
+        let p = oplan();
+        let mut tb = base(&p);
+        tb.steady("overload", 11.0, 21.0, 20.0, rr(&["w1", "w3"]));
+        let ids: Vec<String> = tb
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                crate::trace::Event::Request { id, phase, .. } if phase == "overload" => {
+                    Some(id.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        for id in ids {
+            for a in 2..=3 {
+                tb.gw(
+                    15.0,
+                    GatewayEntry::AttemptStart {
+                        req: id.clone(),
+                        attempt: format!("{id}/a{a}"),
+                        worker: "w3".into(),
+                        delivered: 0,
+                    },
+                );
+            }
+        }
+        tb.end(22.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary.contains("3.00 attempts per request"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn no_overload_phase_is_not_evaluated() {
+        let p = plan(&[]);
+        let v = pick(&standard(&p).judge(&p), NAME);
+        assert_eq!(v.status, Status::NotEvaluated);
+    }
+
+    #[test]
+    fn the_schedule_offers_the_overload_phase_its_own_rate() {
+        let p = plan(&[
+            "faults=[]",
+            "phases=[{name: baseline, duration: 10s}, {name: overload, load: 3, duration: 10s}, {name: degraded, duration: 10s}]",
+        ]);
+        assert_eq!(p.phases[1].rate, 30.0);
+        let mut n = [0usize; 3];
+        for r in crate::workload::Schedule::new(&p).expect("schedule") {
+            n[r.phase] += 1;
+        }
+        assert!(n[0].abs_diff(100) <= 1 && n[2].abs_diff(100) <= 1, "{n:?}");
+        assert!(n[1].abs_diff(300) <= 1, "{n:?}");
+    }
+
+    #[test]
+    fn an_overload_phase_must_offer_more_than_the_protected_load() {
+        let e = crate::scenario::load_str(
+            BASE,
+            "hand.yaml",
+            std::path::Path::new("."),
+            &["phases[1]={name: overload, rate: 5/s, duration: 5s}".into()],
+            None,
+        )
+        .expect_err("invalid");
+        assert!(
+            e.to_string()
+                .contains("must offer more than protected_load"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! Routing (Q11, Q13): new traffic stops reaching the unusable endpoint. The traffic
+//! removal time is the last new request routed to the endpoint after the fault (from
+//! the gateway journal, proxy observations or attribution headers); it must be within
+//! `criteria.routing.traffic_removal_max` — or, when the scenario gives no bound,
+//! within half the degraded interval (at most [`DEFAULT_BOUND_MAX`]), so that traffic
+//! visibly stopped. Detection time is reported separately.
+
+use std::time::Duration;
+
+use super::run::conclude;
+use super::timeline::{FaultTimeline, Timeline, ms};
+use super::{Status, Verdict};
+use crate::scenario::Plan;
+
+pub const NAME: &str = "Routing";
+
+pub const DEFAULT_BOUND_MAX: Duration = Duration::from_secs(10);
+
+/// The removal bound for one fault, in ms, and where it comes from.
+pub fn bound_ms(plan: &Plan, f: &FaultTimeline) -> (f64, String) {
+    match &plan.scenario.criteria.routing {
+        Some(r) => (
+            r.traffic_removal_max.as_secs_f64() * 1000.0,
+            "criteria.routing.traffic_removal_max".into(),
+        ),
+        None => {
+            let half = ms(f.injected, f.degraded_until) / 2.0;
+            (
+                half.min(DEFAULT_BOUND_MAX.as_secs_f64() * 1000.0),
+                "default: half the degraded interval, at most 10 s".into(),
+            )
+        }
+    }
+}
+
+pub fn verdict(plan: &Plan, tl: &Timeline) -> Verdict {
+    let faults: Vec<&FaultTimeline> = tl.faults.iter().filter(|f| f.removes).collect();
+    if faults.is_empty() {
+        return Verdict::new(
+            NAME,
+            Status::NotEvaluated,
+            "no fault takes an endpoint out of service",
+            Vec::new(),
+        );
+    }
+    let mut parts = Vec::new();
+    let mut evidence = Vec::new();
+    for f in faults {
+        let (bound, bound_src) = bound_ms(plan, f);
+        if let Some(d) = &f.detected {
+            evidence.push(format!(
+                "{}: {} detected after {:.0} ms ({}: {})",
+                f.fault,
+                f.replica,
+                ms(f.injected, d.t),
+                d.source,
+                d.detail
+            ));
+        } else {
+            evidence.push(format!(
+                "{}: no detection of {} observed",
+                f.fault, f.replica
+            ));
+        }
+        if !f.verified {
+            parts.push((
+                Status::Unknown,
+                format!(
+                    "{}: the fault was not verified, so there was no dead endpoint to route around",
+                    f.fault
+                ),
+            ));
+            continue;
+        }
+        let Some(r) = &f.removal else {
+            parts.push((
+                Status::Unknown,
+                format!(
+                    "{}: no routing evidence (no gateway journal, proxy attribution or x-haq-worker header)",
+                    f.fault
+                ),
+            ));
+            continue;
+        };
+        let removal = ms(f.injected, r.t);
+        evidence.push(format!(
+            "{}: {} requests routed to {} after the fault{}; sources: {}",
+            f.fault,
+            r.routed_after_fault,
+            f.replica,
+            r.last
+                .as_ref()
+                .map(|l| format!(
+                    ", the last at +{:.0} ms ({}: {})",
+                    ms(f.injected, l.t),
+                    l.source,
+                    l.detail
+                ))
+                .unwrap_or_default(),
+            r.sources.join(", ")
+        ));
+        if let Some(c) = &r.confirmed {
+            evidence.push(format!(
+                "{}: traffic went on elsewhere: +{:.0} ms {} ({})",
+                f.fault,
+                ms(f.injected, c.t),
+                c.detail,
+                c.source
+            ));
+        }
+        let line = format!(
+            "{}: traffic removed from {} {:.0} ms after the fault (bound {:.0} ms, {bound_src})",
+            f.fault, f.replica, removal, bound
+        );
+        if removal > bound {
+            parts.push((Status::Fail, line));
+        } else if r.confirmed.is_none() {
+            parts.push((
+                Status::Unknown,
+                format!(
+                    "{}: no request was routed elsewhere after the last one to {}: the run cannot tell that traffic stopped",
+                    f.fault, f.replica
+                ),
+            ));
+        } else {
+            parts.push((Status::Pass, line));
+        }
+    }
+    conclude(NAME, &parts, evidence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testkit::*;
+    use crate::trace::journal::GatewayEntry;
+
+    fn attempt(tb: &mut Tb, t: f64, id: &str, w: &str) {
+        tb.gw(
+            t,
+            GatewayEntry::AttemptStart {
+                req: id.into(),
+                attempt: format!("{id}/a1"),
+                worker: w.into(),
+                delivered: 0,
+            },
+        );
+    }
+
+    #[test]
+    fn passes_when_traffic_leaves_the_dead_worker_within_the_bound() {
+        let p = plan(&["criteria.routing.traffic_removal_max=1s"]);
+        let mut tb = standard(&p);
+        // One request still went to w2 right after the kill (refused, retried).
+        attempt(&mut tb, 13.02, "fault-0099", "w2");
+        let j = tb.judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(
+            v.summary.contains("removed from w2 20 ms after"),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.evidence[0].contains("detected after 50 ms"),
+            "{:?}",
+            v.evidence
+        );
+        let f = j.timeline.fault("kill-w2").expect("timeline");
+        assert_eq!(f.removal.as_ref().map(|r| r.routed_after_fault), Some(1));
+    }
+
+    #[test]
+    fn a_gateway_that_keeps_routing_to_the_dead_worker_fails() {
+        let p = plan(&["criteria.routing.traffic_removal_max=1s"]);
+        let mut tb = standard(&p);
+        for k in 0..30 {
+            attempt(&mut tb, 13.2 + k as f64 * 0.5, &format!("x{k}"), "w2");
+        }
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("bound 1000 ms"), "{}", v.summary);
+        // Without a declared bound the default (half the degraded interval) fails it too.
+        let p = plan(&[]);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("default"), "{}", v.summary);
+    }
+
+    #[test]
+    fn attribution_headers_alone_show_traffic_still_reaching_the_endpoint() {
+        let p = plan(&["criteria.routing.traffic_removal_max=1s"]);
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.evidence.iter().any(|e| e.contains("x-haq-worker header")),
+            "{:?}",
+            v.evidence
+        );
+    }
+
+    #[test]
+    fn no_routing_evidence_is_unknown_and_no_fault_is_not_evaluated() {
+        let p = plan(&[]);
+        let mut t2 = Tb::new().without_journal();
+        t2.headers = false;
+        t2.phases(&p);
+        t2.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        t2.fault("kill-w2", "w2", 13.0, true);
+        t2.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
+        t2.end(32.0);
+        let v = pick(&t2.judge(&p), NAME);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(v.summary.contains("no routing evidence"), "{}", v.summary);
+        let p = plan(&["faults=[]"]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.end(32.0);
+        assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
+    }
+
+    #[test]
+    fn traffic_that_never_resumes_elsewhere_is_unknown() {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        attempt(&mut tb, 13.5, "late", "w2");
+        tb.end(32.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.summary.contains("cannot tell that traffic stopped"),
+            "{}",
+            v.summary
+        );
+    }
+}
