@@ -109,7 +109,16 @@ impl Injector for ProcessInjector {
                 );
             };
             match f.action {
-                FaultAction::Kill => (kill(&p).await, None),
+                FaultAction::Kill => {
+                    let inj = kill(&p).await;
+                    // The gateway must find the path as dead as the replica.
+                    if inj.verified
+                        && let Some(px) = &r.proxy
+                    {
+                        px.check_dead().await;
+                    }
+                    (inj, None)
+                }
                 FaultAction::Freeze => freeze(&p).await,
                 FaultAction::Drain => (drain(&p, r, f, cx).await, None),
                 other => (
@@ -335,6 +344,7 @@ async fn drain(p: &ProcRef, r: &Replica, f: &FaultPlan, cx: &Context) -> Injecte
         f.name.clone(),
         cx.trace.clone(),
         cx.clock,
+        r.proxy.clone(),
     ));
     match detail {
         Some(d) => Injected {
@@ -361,6 +371,7 @@ async fn gone_or_exited(p: &ProcRef, pid: u32) -> bool {
 /// Longest a drained process is watched for its exit.
 const DRAIN_WATCH: Duration = Duration::from_secs(600);
 
+#[allow(clippy::too_many_arguments)]
 async fn watch_exit(
     p: ProcRef,
     pid: u32,
@@ -368,6 +379,7 @@ async fn watch_exit(
     fault: String,
     trace: TraceWriter,
     clock: crate::trace::Clock,
+    proxy: Option<std::sync::Arc<crate::proxy::ReplicaProxy>>,
 ) {
     let start = Instant::now();
     while start.elapsed() < DRAIN_WATCH {
@@ -382,6 +394,9 @@ async fn watch_exit(
             _ => gone(pid).then_some((None, None)),
         };
         if let Some((code, signal)) = status {
+            if let Some(px) = &proxy {
+                px.check_dead().await;
+            }
             trace.emit(Event::Exited {
                 t: clock.now_us(),
                 replica,

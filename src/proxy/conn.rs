@@ -234,6 +234,8 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
         None => {
             c.on_down(Instant::now());
             c.end_all(ProxyEndKind::UpstreamRefused);
+            // The next connection is refused by the kernel, as without haq.
+            c.p.check_dead().await;
             return close_one(&down, Cut::Reset);
         }
     };
@@ -396,6 +398,9 @@ impl Conn {
                     r = ur.read_buf(&mut self.ubuf), if can_read_up => match r {
                         Ok(0) => {
                             up_eof = true;
+                            // A replica that died makes its address refuse at once,
+                            // before the gateway learns of the broken connection.
+                            self.p.check_dead().await;
                             // A body that runs until close ends here, complete.
                             if matches!(self.resp, RespState::Body { ref body, .. } if body.until_close()) {
                                 self.complete_front(ProxyEndKind::Completed);
@@ -405,6 +410,7 @@ impl Conn {
                         Ok(_) => self.on_up(Instant::now()),
                         Err(_) => {
                             // Deliver what the replica sent before it failed, then reset.
+                            self.p.check_dead().await;
                             self.end_upstream(ProxyEndKind::UpstreamReset);
                             self.flush_then_rst(&mut dw).await;
                             break Close::Rst;
@@ -582,7 +588,8 @@ impl Conn {
 
     /// A new exchange from its request head: attributed, recorded, watched.
     fn begin(&mut self, h: &http::RequestHead) -> Exchange {
-        let recorded = h.method.eq_ignore_ascii_case("POST");
+        // Inference requests only: not health checks, metrics, lease renewals.
+        let recorded = h.method.eq_ignore_ascii_case("POST") && h.path.starts_with("/v1/");
         let t = self.now_us();
         let probe = self.p.board.hit(h.request_id.as_deref());
         if let Some((_, tx)) = &probe {

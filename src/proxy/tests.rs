@@ -486,3 +486,43 @@ async fn a_request_to_a_dead_replica_is_attributed_then_reset() {
         }
     )));
 }
+
+/// A dead replica looks dead through the proxy (connection refused, M4), and the path
+/// comes back on the same port when a replacement listens again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replica_refuses_connections_until_it_listens_again() {
+    let up = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = up.local_addr().expect("addr");
+    let fx = Fixture::new(Some(addr.to_string())).await;
+    let p = fx.p().clone();
+    assert!(p.is_listening());
+    assert!(!p.check_dead().await, "a live replica is not dead");
+    drop(up);
+    assert!(p.check_dead().await);
+    assert!(!p.is_listening());
+    let e = TcpStream::connect(p.listen).await.expect_err("refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    // The replacement listens on the old address: the path reopens by itself.
+    let again = TcpListener::bind(addr).await.expect("rebind");
+    let deadline = Instant::now() + LONG;
+    while !p.is_listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(p.is_listening());
+    let mut s = TcpStream::connect(p.listen).await.expect("connect");
+    s.write_all(request("r").as_bytes()).await.expect("send");
+    // (The proxy's liveness probes connect and close without a byte: skip them.)
+    let got = tokio::time::timeout(LONG, async {
+        loop {
+            let (mut u, _) = again.accept().await.expect("accepted");
+            let mut b = [0u8; 64];
+            let n = u.read(&mut b).await.unwrap_or(0);
+            if n > 0 {
+                return String::from_utf8_lossy(&b[..n]).into_owned();
+            }
+        }
+    })
+    .await
+    .expect("the request reached the replacement");
+    assert!(got.starts_with("POST /v1/chat/completions"), "{got}");
+}
