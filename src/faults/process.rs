@@ -310,11 +310,6 @@ async fn drain(p: &ProcRef, r: &Replica, f: &FaultPlan, cx: &Context) -> Injecte
         return Injected::failed(at, Some(pid), e);
     }
     let ready_url = r.direct_url().map(|u| format!("{u}{}", r.ready_path));
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_millis(500))
-        .build()
-        .ok();
     let deadline = at + VERIFY_TIMEOUT;
     let detail = loop {
         if gone_or_exited(p, pid).await {
@@ -323,8 +318,14 @@ async fn drain(p: &ProcRef, r: &Replica, f: &FaultPlan, cx: &Context) -> Injecte
                 at.elapsed().as_secs_f64() * 1e3
             ));
         }
-        if let (Some(h), Some(u)) = (&http, &ready_url) {
-            let ok = h.get(u).send().await.is_ok_and(|r| r.status().is_success());
+        if let Some(u) = &ready_url {
+            let ok = cx
+                .http
+                .get(u)
+                .timeout(Duration::from_millis(500))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
             if !ok {
                 break Some(format!(
                     "SIGTERM sent; pid {pid} alive and no longer ready ({u}) after {:.0}ms: draining",

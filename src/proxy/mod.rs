@@ -101,9 +101,12 @@ pub enum ProxyPoint {
     Queued,
     /// Once the request reached the replica, hold its response from the first byte.
     Prefill,
-    /// Hold the response from event k on, once event k was received from the replica
-    /// (computed but not sent).
+    /// Hold the response's k-th output delta (1-based: content, reasoning or tool-call)
+    /// once it was received from the replica, whole: computed, not yet sent.
     Event(u32),
+    /// Hold the response's first tool-call delta: the engine wrote it once the tool had
+    /// run (the sim runs the tool before streaming the call).
+    ToolCall,
 }
 
 /// What the proxy tells the watcher of a probe request.
