@@ -56,6 +56,16 @@ pub struct Report<'a> {
     pub seconds: &'a [crate::metrics::SecondStats],
     /// The HA worksheet (Q14).
     pub worksheet: Vec<worksheet::Section>,
+    /// Every finding kind with its full count (`findings` keeps a sample of each).
+    pub finding_counts: Vec<FindingCount>,
+    /// Which evidence sources the judgement read, and how they stood.
+    pub evidence_sources: &'a [crate::check::evidence::SourceReport],
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FindingCount {
+    pub kind: &'static str,
+    pub count: u64,
 }
 
 pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
@@ -80,6 +90,15 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         client: &j.client,
         seconds: &j.seconds,
         worksheet: worksheet::build(plan, j),
+        finding_counts: j
+            .finding_counts
+            .iter()
+            .map(|(k, n)| FindingCount {
+                kind: k.as_str(),
+                count: *n,
+            })
+            .collect(),
+        evidence_sources: &j.evidence,
     }
 }
 

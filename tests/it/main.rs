@@ -11,5 +11,6 @@ mod report;
 mod run;
 mod simkit;
 mod support;
+mod verdicts;
 mod worker;
 mod workload;

@@ -107,3 +107,43 @@ fn requests_csv_has_a_row_per_request() {
         assert_eq!(&r[col("worker")], "w2");
     }
 }
+
+fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(root().join("schemas/report.schema.json")).expect("schema");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("schema is JSON");
+    jsonschema::validator_for(&v).expect("schema is a valid JSON Schema")
+}
+
+/// Validates `report` against schemas/report.schema.json, listing every error.
+pub fn assert_valid_report(report: &serde_json::Value) {
+    let errors: Vec<String> = schema()
+        .iter_errors(report)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "report.json does not match its schema:\n{}",
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn report_json_validates_against_its_schema() {
+    let dir = fixture();
+    let (plan, j) = judged(&dir);
+    let v: serde_json::Value =
+        serde_json::from_str(&haq::report::json(&plan, &j).expect("json")).expect("parse");
+    assert_valid_report(&v);
+    assert_eq!(v["verdicts"][1]["name"], "Routing");
+    assert_eq!(
+        v["timeline"]["faults"][0]["detected"]["source"],
+        "gateway journal"
+    );
+    // The schema is not a rubber stamp: a broken report fails it.
+    let mut bad = v.clone();
+    bad["verdicts"][0]["status"] = "MAYBE".into();
+    bad["timeline"]["faults"][0]["removal"]["sources"] = serde_json::json!([]);
+    bad.as_object_mut().expect("object").remove("worksheet");
+    let errors: Vec<String> = schema().iter_errors(&bad).map(|e| e.to_string()).collect();
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+}
