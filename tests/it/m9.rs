@@ -52,6 +52,10 @@ fn findings_on(r: &RunResult, id: &str) -> BTreeSet<FindingKind> {
         .collect()
 }
 
+/// One attempt as the proxy saw it: replica, attempt, how it ended, events the replica
+/// sent, the event haq held.
+type Leg = (String, Option<String>, ProxyEndKind, u32, Option<u32>);
+
 /// The probe's end, its delivered text and the attempts the client saw.
 struct Probe {
     outcome: Outcome,
@@ -61,7 +65,7 @@ struct Probe {
     end_detail: Option<String>,
     delivered_claim: Option<u64>,
     /// (replica, attempt, end, events, held) per attempt, from the proxy.
-    path: Vec<(String, Option<String>, ProxyEndKind, u32, Option<u32>)>,
+    path: Vec<Leg>,
 }
 
 fn probe(evs: &[Event], id: &str) -> Probe {
