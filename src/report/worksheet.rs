@@ -110,7 +110,7 @@ fn topology(plan: &Plan) -> Section {
                 "target".into(),
                 format!(
                     "embedded sim, {} replicas ({})",
-                    t.replicas,
+                    plan.replicas.len(),
                     plan.replicas.join(", ")
                 ),
             ]);

@@ -3,11 +3,14 @@
 mod cli;
 mod client;
 mod fate;
+mod faults;
 mod gateway;
 mod load;
+mod m9;
 mod report;
 mod run;
 mod simkit;
 mod support;
+mod verdicts;
 mod worker;
 mod workload;
