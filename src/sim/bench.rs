@@ -199,7 +199,7 @@ pub async fn run(o: BenchOpts) -> anyhow::Result<BenchReport> {
     std::fs::create_dir_all(&o.dir)?;
     let mut target: crate::scenario::Target =
         serde_json::from_value(serde_json::json!({"kind": "sim"}))?;
-    target.replicas = o.replicas;
+    target.replicas = Some(crate::scenario::Replicas::Count(o.replicas));
     target.gateway.max_inflight_per_worker =
         target.gateway.max_inflight_per_worker.max(o.streams * 2);
     let bin = super::haq_binary()?;
