@@ -45,6 +45,10 @@ pub enum Command {
     /// Re-render every output of a stored run from its trace, with no network:
     /// report.json, report.md, junit.xml, report.html, requests.csv, latency.hlog.
     Report(CheckArgs),
+    /// Compare two stored runs (or a phase of each, e.g. healthy vs degraded): latency
+    /// percentiles, throughput, goodput and errors side by side. Exit 1 when B regresses
+    /// against A beyond the thresholds.
+    Compare(CompareArgs),
     /// Print the JSON Schema of scenario files (for editors).
     Schema,
     /// Write a commented starter scenario.
@@ -98,6 +102,27 @@ pub struct CheckArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The reference run directory.
+    pub run_a: PathBuf,
+    /// The run compared against it (may be the same directory with other phases).
+    pub run_b: PathBuf,
+    /// Compare only this phase of run A (default: the whole run).
+    #[arg(long)]
+    pub phase_a: Option<String>,
+    /// Compare only this phase of run B (default: the whole run).
+    #[arg(long)]
+    pub phase_b: Option<String>,
+    /// Largest allowed relative change for the worse of p95 TTFT/ITL/E2E (up) and of
+    /// throughput and goodput (down).
+    #[arg(long, default_value = "10%", value_parser = scenario::units::parse_fraction)]
+    pub max_regression: f64,
+    /// Largest allowed increase of the error or the rejection rate, in points.
+    #[arg(long, default_value = "1%", value_parser = scenario::units::parse_fraction)]
+    pub max_error_increase: f64,
+}
+
+#[derive(Debug, Args)]
 pub struct InitArgs {
     /// Where to write it.
     #[arg(default_value = "scenario.yaml")]
@@ -143,6 +168,33 @@ pub enum SimCommand {
         /// `--policy` still apply when given explicitly.
         #[arg(long)]
         scenario: Option<PathBuf>,
+    },
+    /// Measure the sim's timing error under load: replicas × streams concurrent
+    /// streams, token events' lateness against the engine model (docs/performance.md).
+    Bench {
+        #[arg(long, default_value_t = 16)]
+        replicas: u32,
+        /// Concurrent streams per replica.
+        #[arg(long, default_value_t = 64)]
+        streams: u32,
+        #[arg(long, default_value = "20s", value_parser = scenario::units::parse_duration)]
+        duration: std::time::Duration,
+        #[arg(long, default_value = "5s", value_parser = scenario::units::parse_duration)]
+        warmup: std::time::Duration,
+        /// Output tokens per request (each stream re-sends when done).
+        #[arg(long, default_value_t = 512)]
+        max_tokens: u32,
+        #[arg(long, default_value_t = 200)]
+        prompt_tokens: u32,
+        /// Connect straight to the workers instead of through the gateway.
+        #[arg(long)]
+        direct: bool,
+        /// Directory for logs and journals (default: a new temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Exit 1 when the event-lateness p99 exceeds this.
+        #[arg(long, value_parser = scenario::units::parse_duration)]
+        max_p99: Option<std::time::Duration>,
     },
     /// One simulated engine replica (started by haq).
     #[command(hide = true)]
@@ -355,6 +407,16 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                 Exit::Unusable
             }
         },
+        Command::Compare(a) => crate::report::compare_command(
+            &a.run_a,
+            &a.run_b,
+            a.phase_a.as_deref(),
+            a.phase_b.as_deref(),
+            crate::report::compare::Thresholds {
+                max_regression: a.max_regression,
+                max_error_increase: a.max_error_increase,
+            },
+        ),
         Command::Schema => {
             println!(
                 "{}",
@@ -567,6 +629,48 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             dir,
             scenario,
         } => sim_up(replicas, policy, dir, scenario, cancel).await,
+        SimCommand::Bench {
+            replicas,
+            streams,
+            duration,
+            warmup,
+            max_tokens,
+            prompt_tokens,
+            direct,
+            dir,
+            max_p99,
+        } => {
+            if replicas == 0 || replicas > scenario::validate::MAX_SIM_REPLICAS || streams == 0 {
+                eprintln!(
+                    "error: --replicas must be 1..={} and --streams at least 1",
+                    scenario::validate::MAX_SIM_REPLICAS
+                );
+                return Exit::Unusable;
+            }
+            let opts = crate::sim::bench::BenchOpts {
+                replicas,
+                streams,
+                warmup,
+                duration,
+                max_tokens,
+                prompt_tokens,
+                via_gateway: !direct,
+                dir: dir.unwrap_or_else(|| {
+                    std::env::temp_dir().join(format!("haq-bench-{}", std::process::id()))
+                }),
+            };
+            match crate::sim::bench::run(opts).await {
+                Ok(r) => {
+                    print!("{}", r.render());
+                    if max_p99.is_some_and(|m| r.event_lateness.p99_us > m.as_micros() as u64) {
+                        eprintln!("event lateness p99 above --max-p99");
+                        return Exit::Fail;
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => Exit::Pass,
