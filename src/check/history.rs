@@ -465,6 +465,11 @@ impl Folder {
         self.early_q.clear();
     }
 
+    /// Request records held right now (in flight or lingering): what bounds memory.
+    pub fn held(&self) -> usize {
+        self.in_flight.len()
+    }
+
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub fn unfinished(&self) -> usize {
         self.in_flight.values().filter(|r| r.end.is_none()).count()
