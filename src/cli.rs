@@ -41,6 +41,9 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Re-judge a stored run from its trace, with no network.
     Check(CheckArgs),
+    /// Re-render every output of a stored run from its trace, with no network:
+    /// report.json, report.md, junit.xml, report.html, requests.csv, latency.hlog.
+    Report(CheckArgs),
     /// Print the JSON Schema of scenario files (for editors).
     Schema,
     /// Write a commented starter scenario.
@@ -271,6 +274,23 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                 Exit::Unusable
             }
         },
+        Command::Report(a) => match crate::check::judge_dir(&a.run_dir) {
+            Ok((plan, j)) => match crate::report::write_all(&a.run_dir, &plan, &j) {
+                Ok(files) => {
+                    print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
+                    println!("wrote {} in {}", files.join(", "), a.run_dir.display());
+                    exit_for_run(&j, j.run.interrupted)
+                }
+                Err(e) => {
+                    eprintln!("error: writing the reports in {}: {e}", a.run_dir.display());
+                    Exit::Unusable
+                }
+            },
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                Exit::Unusable
+            }
+        },
         Command::Schema => {
             println!(
                 "{}",
@@ -458,7 +478,7 @@ async fn sim_up(
         None => serde_json::from_value(serde_json::json!({"kind": "sim"}))?,
     };
     if scenario_path.is_none() || replicas != 3 {
-        target.replicas = replicas;
+        target.replicas = Some(scenario::Replicas::Count(replicas));
     }
     if scenario_path.is_none() || policy != GatewayPolicy::Reference {
         target.gateway.policy = policy;

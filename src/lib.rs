@@ -22,4 +22,5 @@ pub mod cli;
 pub mod engine;
 pub mod faults;
 pub mod metrics;
+pub mod proxy;
 pub mod report;

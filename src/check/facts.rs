@@ -267,7 +267,9 @@ impl EvidenceAcc {
             } => {
                 self.retry_after.insert(id.clone(), ra.clone());
             }
-            Event::Heal { t, name, detail } => self.ev.heals.push(Healed {
+            Event::Heal {
+                t, name, detail, ..
+            } => self.ev.heals.push(Healed {
                 t: *t,
                 name: name.clone(),
                 detail: detail.clone(),

@@ -28,16 +28,24 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
     let mut parts: Vec<(Status, String)> = Vec::new();
     let mut evidence = Vec::new();
     for d in &plan.faults {
+        // A node fault removes every replica of the node (one record each); a probe
+        // fault removes whichever declared replica served its probe.
+        let target = if d.replicas.is_empty() {
+            "the replica serving its probe".to_string()
+        } else {
+            d.replicas.join(", ")
+        };
         let declared = format!(
-            "{}: declared {} {} of {} ({:?} domain)",
+            "{}: declared {} of {} at +{:.1}s, in phase {} ({} domain)",
             d.name,
             format!("{:?}", d.action).to_lowercase(),
-            d.replica,
+            target,
+            d.at.as_secs_f64(),
             d.phase,
-            d.domain
-        )
-        .replace("Domain", "domain");
-        let Some(rec) = ev.faults.iter().find(|f| f.name == d.name) else {
+            format!("{:?}", d.domain).to_lowercase()
+        );
+        let recs: Vec<_> = ev.faults.iter().filter(|f| f.name == d.name).collect();
+        if recs.is_empty() {
             let due = ev.load_start + d.at.as_micros() as u64;
             let why = if ev.last_t < due {
                 format!(
@@ -55,45 +63,60 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
             evidence.push(declared);
             parts.push((Status::Unknown, why));
             continue;
-        };
-        evidence.push(format!(
-            "{declared}; recorded {} {} at +{:.3}s, pid {}, verified {}: {}",
-            rec.action,
-            rec.replica,
-            ev.secs(rec.t),
-            rec.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            rec.verified,
-            rec.detail
-        ));
-        let want_domain = format!("{:?}", d.domain).to_lowercase();
-        if !rec.verified {
-            parts.push((
-                Status::Fail,
-                format!("{}: verification failed: {}", d.name, rec.detail),
+        }
+        for want in &d.replicas {
+            if recs.iter().all(|r| &r.replica != want) {
+                parts.push((
+                    Status::Fail,
+                    format!(
+                        "{}: declared {want} too, but nothing was removed there",
+                        d.name
+                    ),
+                ));
+            }
+        }
+        for rec in recs {
+            evidence.push(format!(
+                "{declared}; recorded {} {} at +{:.3}s, pid {}, verified {}: {}",
+                rec.action,
+                rec.replica,
+                ev.secs(rec.t),
+                rec.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                rec.verified,
+                rec.detail
             ));
-        } else if rec.replica != d.replica {
-            parts.push((
-                Status::Fail,
-                format!(
-                    "{}: removed {}, but the scenario declares {}",
-                    d.name, rec.replica, d.replica
-                ),
-            ));
-        } else if rec.domain != want_domain {
-            parts.push((
-                Status::Fail,
-                format!(
-                    "{}: recorded as a {} fault, declared {}",
-                    d.name, rec.domain, want_domain
-                ),
-            ));
-        } else if let Some(bad) = pid_mismatch(ev, &rec.replica, rec.pid) {
-            parts.push((Status::Fail, format!("{}: {bad}", d.name)));
-        } else {
-            parts.push((
-                Status::Pass,
-                format!("{}: {} {} verified", d.name, rec.action, rec.replica),
-            ));
+            let want_domain = format!("{:?}", d.domain).to_lowercase();
+            if !rec.verified {
+                parts.push((
+                    Status::Fail,
+                    format!("{}: verification failed: {}", d.name, rec.detail),
+                ));
+            } else if !(d.replicas.contains(&rec.replica)
+                || d.replicas.is_empty() && plan.replicas.contains(&rec.replica))
+            {
+                parts.push((
+                    Status::Fail,
+                    format!(
+                        "{}: removed {}, but the scenario declares {target}",
+                        d.name, rec.replica
+                    ),
+                ));
+            } else if rec.domain != want_domain {
+                parts.push((
+                    Status::Fail,
+                    format!(
+                        "{}: recorded as a {} fault, declared {}",
+                        d.name, rec.domain, want_domain
+                    ),
+                ));
+            } else if let Some(bad) = pid_mismatch(ev, &rec.replica, rec.pid) {
+                parts.push((Status::Fail, format!("{}: {bad}", d.name)));
+            } else {
+                parts.push((
+                    Status::Pass,
+                    format!("{}: {} {} verified", d.name, rec.action, rec.replica),
+                ));
+            }
         }
     }
     for rec in &ev.faults {
@@ -142,7 +165,11 @@ fn collateral(plan: &Plan, ev: &Evidence) -> Vec<String> {
         .faults
         .iter()
         .map(|f| f.replica.as_str())
-        .chain(plan.faults.iter().map(|f| f.replica.as_str()))
+        .chain(
+            plan.faults
+                .iter()
+                .flat_map(|f| f.replicas.iter().map(String::as_str)),
+        )
         .collect();
     let names: BTreeSet<&str> = ev
         .replicas

@@ -172,6 +172,16 @@ pub struct FaultRec {
     pub pid: Option<u32>,
     pub verified: bool,
     pub detail: String,
+    /// `process`, `proxy` or `command` (absent in traces before it was recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// What fired it (`time`, a probe point, a load condition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -357,6 +367,11 @@ impl Folder {
                 pid,
                 verified,
                 detail,
+                backend,
+                node,
+                trigger,
+                probe,
+                ..
             } => self.faults.push(FaultRec {
                 t,
                 name,
@@ -366,6 +381,10 @@ impl Folder {
                 pid,
                 verified,
                 detail,
+                backend,
+                node,
+                trigger,
+                probe,
             }),
             Event::RunEnd {
                 interrupted,
@@ -376,7 +395,13 @@ impl Folder {
                 self.info.interrupted = interrupted;
                 self.info.reason = reason;
             }
-            Event::Target { .. } | Event::Heal { .. } | Event::Observation { .. } => {}
+            Event::Target { .. }
+            | Event::Heal { .. }
+            | Event::Observation { .. }
+            | Event::Replacement { .. }
+            | Event::Exited { .. }
+            | Event::ProxyRequest { .. }
+            | Event::ProxyEnd { .. } => {}
         }
     }
 

@@ -228,7 +228,11 @@ mod tests {
     use crate::check::testkit::*;
 
     fn dplan() -> Plan {
-        plan(&["faults[0].domain=drain", "faults[0].name=drain-w2"])
+        plan(&[
+            "faults[0].domain=drain",
+            "faults[0].action=drain",
+            "faults[0].name=drain-w2",
+        ])
     }
 
     /// w2 drained at 13 s with two requests in flight on it.

@@ -137,6 +137,8 @@ impl Tb {
                             name: format!("w{i}"),
                             url: format!("http://127.0.0.1:{i}"),
                             pid: Some(100 + i),
+                            proxy: None,
+                            node: None,
                         })
                         .collect(),
                 },

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::trace::{Clock, Event, Outcome, TraceWriter};
 use stream::{Cut, Ending, StreamState};
@@ -48,6 +49,31 @@ pub struct Call {
     /// Response headers naming the serving replica and attempt, when a gateway uses
     /// others than [`WORKER_HEADER`] and [`ATTEMPT_HEADER`] (`evidence.*_header`).
     pub attribution: Option<Arc<Attribution>>,
+    /// Told of the response head and of delivered deltas (probe requests only).
+    pub observe: Option<Observe>,
+}
+
+/// What a per-request observer is told, inline from the read loop.
+#[derive(Debug, Clone, Copy)]
+pub enum Seen<'a> {
+    /// Status and the serving worker (`x-haq-worker`), when the head arrives.
+    Head {
+        status: u16,
+        worker: Option<&'a str>,
+    },
+    /// The number of deltas delivered so far, after each read that brought some.
+    Deltas(u32),
+}
+
+/// A per-request observer (the fault triggers of probe requests). It runs on the
+/// request's read loop: it must be cheap and never block.
+#[derive(Clone)]
+pub struct Observe(pub Arc<dyn Fn(Seen<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for Observe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observe")
+    }
 }
 
 /// Names of the attribution headers a gateway sends (Request-Fate and Routing evidence).
@@ -66,6 +92,7 @@ impl Call {
             headers: Vec::new(),
             expect_json: false,
             attribution: None,
+            observe: None,
         }
     }
 }
@@ -117,7 +144,8 @@ pub fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKi
     None
 }
 
-fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its sources on one line.
+pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![e.to_string()];
     let mut cur = e.source();
     while let Some(s) = cur {
@@ -265,6 +293,12 @@ pub async fn execute(
         retry_after: header(h, "retry-after"),
         queue_us: queue_us(h),
     });
+    if let Some(o) = &call.observe {
+        (o.0)(Seen::Head {
+            status,
+            worker: h.get(WORKER_HEADER).and_then(|v| v.to_str().ok()),
+        });
+    }
     if status != 200 {
         let body = read_some(&mut resp, timeouts.idle, 512).await;
         let outcome = if matches!(status, 429 | 503) {
@@ -312,9 +346,15 @@ pub async fn execute(
             Ok(Ok(Some(bytes))) => {
                 let t = clock.now_us();
                 let before = st.last_event_us;
+                let deltas = st.deltas;
                 st.on_bytes(t, &call.id, &bytes, &mut emit);
                 if st.last_event_us != before {
                     last_data = Instant::now();
+                }
+                if let Some(o) = &call.observe
+                    && st.deltas != deltas
+                {
+                    (o.0)(Seen::Deltas(st.deltas));
                 }
             }
             Ok(Ok(None)) => break Cut::Eof,
@@ -336,6 +376,39 @@ pub async fn execute(
     st.on_eof(clock.now_us(), &call.id, &mut emit);
     let first = st.first_delta_us;
     done(Some(status), first, st.conclude(cut))
+}
+
+/// Runs `call` to its end, or until `stop` fires: then it is recorded as cancelled
+/// (stopped by haq: an interrupt or the drain timeout) and `None` is returned.
+pub async fn execute_until(
+    client: &reqwest::Client,
+    call: &Call,
+    timeouts: Timeouts,
+    clock: &Clock,
+    trace: &TraceWriter,
+    stop: &CancellationToken,
+) -> Option<CallResult> {
+    tokio::select! {
+        r = execute(client, call, timeouts, clock, trace) => Some(r),
+        _ = stop.cancelled() => {
+            trace.emit(Event::End {
+                t: clock.now_us(),
+                id: call.id.clone(),
+                outcome: Outcome::Cancelled,
+                detail: Some("stopped by haq (interrupt or drain timeout)".into()),
+                tokens: 0,
+                done: false,
+                finish: None,
+                status: None,
+                counted: None,
+                usage: None,
+                error: None,
+                tool_calls: Vec::new(),
+                json_valid: None,
+            });
+            None
+        }
+    }
 }
 
 /// Reads up to `max` bytes of an error body, within `wait`.

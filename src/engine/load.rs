@@ -3,7 +3,8 @@
 //! server never delays the next send; SPEC Q12). It sleeps on the OS timer with 1 ns
 //! slack (tokio's timer wheel has 1 ms granularity), builds each request body *before*
 //! its deadline, and at the deadline only spawns the request onto the runtime, which
-//! stamps the dispatch. Faults fire from their own task. Then in-flight requests drain.
+//! stamps the dispatch. Faults fire on the same clock in their own task
+//! (`faults::schedule`), so this loop only dispatches. Then in-flight requests drain.
 //!
 //! With `workload.arrival.max_concurrency`, a request due while the cap is reached
 //! waits for a slot (closed loop); `admitted` records when it got one, its latency
@@ -20,8 +21,7 @@ use tokio_util::task::TaskTracker;
 use super::Target;
 use super::progress::Progress;
 use crate::client::{self, Call, Timeouts};
-use crate::scenario::{FaultPlan, Plan};
-use crate::sim::cluster::SharedProcess;
+use crate::scenario::Plan;
 use crate::trace::{Clock, Edge, Event, Outcome, TraceWriter};
 use crate::workload::{self, Planned, Schedule};
 
@@ -52,10 +52,11 @@ struct Ready {
     intended: u64,
 }
 
-/// Offers the schedule, fires faults and phase edges on time, then drains.
+/// Offers the schedule and fires phase edges on time from `load_start`, then drains.
 pub(super) async fn drive(
     plan: &Plan,
-    target: &mut Target,
+    target: &Target,
+    load_start: Instant,
     clock: &Clock,
     tw: &TraceWriter,
     cancel: &CancellationToken,
@@ -77,25 +78,6 @@ pub(super) async fn drive(
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
     let tracker = TaskTracker::new();
-    let load_start = Instant::now() + Duration::from_millis(50);
-
-    let faults: Vec<(FaultPlan, Option<SharedProcess>)> = plan
-        .faults
-        .iter()
-        .map(|f| {
-            let p = target.sim.as_ref().and_then(|s| s.worker(&f.replica));
-            (f.clone(), p)
-        })
-        .collect();
-    let fault_task = tokio::spawn(fire_faults(
-        faults,
-        load_start,
-        *clock,
-        tw.clone(),
-        cancel.clone(),
-        progress.clone(),
-    ));
-
     let d = Dispatcher {
         plan: plan.clone(),
         api_url: target.api_url.clone(),
@@ -130,7 +112,6 @@ pub(super) async fn drive(
     let dispatched = done_rx
         .await
         .unwrap_or_else(|_| Err("the dispatcher thread panicked".into()));
-    let _ = fault_task.await;
 
     // Drain: let in-flight requests finish, within the drain timeout.
     tracker.close();
@@ -209,6 +190,7 @@ impl Dispatcher {
             admitted: None,
             session: p.session.as_ref().map(|s| s.session.clone()),
             turn: p.session.as_ref().map(|s| s.turn),
+            probe: None,
         };
         Ready {
             call,
@@ -335,79 +317,16 @@ impl Dispatcher {
             }
             tw.emit(event);
             progress.sent();
-            tokio::select! {
-                r = client::execute(&http, &call, timeouts, &clock, &tw) => {
-                    progress.done(r.outcome, r.first_delta_us.map(|f| f.saturating_sub(intended)));
+            match client::execute_until(&http, &call, timeouts, &clock, &tw, &stop).await {
+                Some(r) => {
+                    progress.done(
+                        r.outcome,
+                        r.first_delta_us.map(|f| f.saturating_sub(intended)),
+                    );
                 }
-                _ = stop.cancelled() => {
-                    tw.emit(cancelled(&clock, &call.id));
-                    progress.done(Outcome::Cancelled, None);
-                }
+                None => progress.done(Outcome::Cancelled, None),
             }
         };
         self.tracker.spawn_on(task, &self.handle);
     }
-}
-
-fn cancelled(clock: &Clock, id: &str) -> Event {
-    Event::End {
-        t: clock.now_us(),
-        id: id.to_string(),
-        outcome: Outcome::Cancelled,
-        detail: Some("stopped by haq (interrupt or drain timeout)".into()),
-        tokens: 0,
-        done: false,
-        finish: None,
-        status: None,
-        counted: None,
-        usage: None,
-        error: None,
-        tool_calls: Vec::new(),
-        json_valid: None,
-    }
-}
-
-/// Fires each fault at its time (faults are verified before they are recorded).
-async fn fire_faults(
-    faults: Vec<(FaultPlan, Option<SharedProcess>)>,
-    load_start: Instant,
-    clock: Clock,
-    tw: TraceWriter,
-    cancel: CancellationToken,
-    progress: Progress,
-) {
-    let mut running = tokio::task::JoinSet::new();
-    for (f, proc_) in faults {
-        tokio::select! {
-            _ = tokio::time::sleep_until((load_start + f.at).into()) => {}
-            _ = cancel.cancelled() => break,
-        }
-        let (tw, pl) = (tw.clone(), progress.clone());
-        running.spawn(async move {
-            let r = match proc_ {
-                Some(p) => crate::faults::inject_process(&p, &f).await,
-                None => crate::faults::Injected {
-                    at: Instant::now(),
-                    pid: None,
-                    verified: false,
-                    detail: format!("no process for replica {}", f.replica),
-                },
-            };
-            pl.line(&format!(
-                "fault {}: {} {} — {}",
-                f.name, "kill", f.replica, r.detail
-            ));
-            tw.emit(Event::Fault {
-                t: clock.us_of(r.at),
-                name: f.name.clone(),
-                domain: format!("{:?}", f.domain).to_lowercase(),
-                action: format!("{:?}", f.action).to_lowercase(),
-                replica: f.replica.clone(),
-                pid: r.pid,
-                verified: r.verified,
-                detail: r.detail,
-            });
-        });
-    }
-    while running.join_next().await.is_some() {}
 }

@@ -5,8 +5,10 @@
 mod load;
 mod progress;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -14,6 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::check::{self, Judgement};
 use crate::client;
+use crate::faults::registry::{ProcRef, SimSpawner};
+use crate::faults::{HealGuard, Registry, Replica};
+use crate::proxy::{ProxySet, ProxySpec};
 use crate::scenario::{Plan, TargetKind};
 use crate::sim::SimCluster;
 use crate::trace::{self, Clock, Event, ReplicaInfo, TraceWriter};
@@ -119,9 +124,29 @@ struct Target {
     api_url: String,
     sim: Option<SimCluster>,
     replicas: Vec<ReplicaInfo>,
+    /// haq's proxies in front of the replicas (every sim worker; `url` replicas with
+    /// a `listen` address).
+    proxies: Option<ProxySet>,
+    registry: Arc<Registry>,
 }
 
-async fn start_target(plan: &Plan, opts: &RunOptions, dir: &Path) -> anyhow::Result<Target> {
+fn replica_info(r: &Replica, pid: Option<u32>) -> ReplicaInfo {
+    ReplicaInfo {
+        name: r.name.clone(),
+        url: r.direct_url().unwrap_or_default(),
+        pid,
+        proxy: r.proxy.as_ref().map(|p| p.listen.to_string()),
+        node: r.node.clone(),
+    }
+}
+
+async fn start_target(
+    plan: &Plan,
+    opts: &RunOptions,
+    dir: &Path,
+    tw: &TraceWriter,
+    clock: &Clock,
+) -> anyhow::Result<Target> {
     let t = &plan.scenario.target;
     match t.kind {
         TargetKind::Sim => {
@@ -129,13 +154,63 @@ async fn start_target(plan: &Plan, opts: &RunOptions, dir: &Path) -> anyhow::Res
                 Some(b) => b.clone(),
                 None => crate::sim::haq_binary().context("locating the haq executable")?,
             };
-            let sim = SimCluster::start(t, &bin, dir)
+            // One proxy per worker, between the gateway and the worker.
+            let specs: Vec<ProxySpec> = plan
+                .replica_decls
+                .iter()
+                .map(|d| ProxySpec {
+                    name: d.name.clone(),
+                    listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                    upstream: None,
+                })
+                .collect();
+            let proxies = ProxySet::start(&specs, tw, clock).await?;
+            let via = |name: &str, url: &str| match proxies.get(name) {
+                Some(p) => {
+                    p.set_upstream(url.trim_start_matches("http://"));
+                    format!("http://{}", p.listen)
+                }
+                None => url.to_string(),
+            };
+            let sim = SimCluster::start_via(t, &bin, dir, &via)
                 .await
                 .context("starting the sim cluster")?;
+            let mut replicas = Vec::new();
+            for (d, w) in plan.replica_decls.iter().zip(&sim.workers) {
+                let (url, _) = {
+                    let g = w.lock().await;
+                    (g.url.clone(), g.pid)
+                };
+                replicas.push(Arc::new(Replica {
+                    name: d.name.clone(),
+                    node: d.node.clone(),
+                    process: std::sync::Mutex::new(Some(ProcRef::Sim(w.clone()))),
+                    proxy: proxies.get(&d.name).cloned(),
+                    direct_url: std::sync::RwLock::new(Some(url)),
+                    ready_path: "/ready".into(),
+                    restart_cmd: None,
+                }));
+            }
+            let tools_url = sim.tools_url().to_string();
+            let info = replicas
+                .iter()
+                .zip(&sim.info)
+                .map(|(r, i)| replica_info(r, i.pid))
+                .collect();
             Ok(Target {
                 api_url: sim.api_url.clone(),
-                replicas: sim.info.clone(),
+                replicas: info,
                 sim: Some(sim),
+                proxies: Some(proxies),
+                registry: Arc::new(Registry {
+                    replicas,
+                    sim: Some(SimSpawner {
+                        target: t.clone(),
+                        tools_url,
+                        bin,
+                        dir: dir.to_path_buf(),
+                    }),
+                }),
             })
         }
         TargetKind::Url => {
@@ -145,19 +220,186 @@ async fn start_target(plan: &Plan, opts: &RunOptions, dir: &Path) -> anyhow::Res
                 .unwrap_or_default()
                 .trim_end_matches('/')
                 .to_string();
+            let (registry, proxies) = url_replicas(plan, tw, clock).await?;
             let http = client::http_client(Duration::from_secs(5), &request_headers(plan)?)?;
             http.get(format!("{url}/models"))
                 .timeout(Duration::from_secs(10))
                 .send()
                 .await
                 .with_context(|| format!("target {url} is not reachable"))?;
+            let replicas = registry
+                .replicas
+                .iter()
+                .map(|r| {
+                    let pid = r
+                        .process()
+                        .and_then(|p| crate::faults::process::resolve(&p).ok());
+                    replica_info(r, pid)
+                })
+                .collect();
             Ok(Target {
                 api_url: url,
                 sim: None,
-                replicas: Vec::new(),
+                replicas,
+                proxies,
+                registry,
             })
         }
     }
+}
+
+/// The declared replicas of a `url` target, checked before anything starts (their
+/// processes exist, their upstreams accept connections) and with haq's proxy
+/// listening in front of those that declare `listen`.
+async fn url_replicas(
+    plan: &Plan,
+    tw: &TraceWriter,
+    clock: &Clock,
+) -> anyhow::Result<(Arc<Registry>, Option<ProxySet>)> {
+    let mut specs = Vec::new();
+    let mut procs = Vec::new();
+    for d in &plan.replica_decls {
+        let up = d.upstream.clone().unwrap_or_default();
+        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&up))
+            .await
+            .map_err(|_| {
+                anyhow!(
+                    "replica {}: upstream {up} did not accept a connection within 5s",
+                    d.name
+                )
+            })?
+            .with_context(|| format!("replica {}: upstream {up} is not reachable", d.name))?;
+        let proc_ref = match &d.process {
+            None => None,
+            Some(p) => Some(match (p.pid, &p.pid_file) {
+                (Some(pid), _) => {
+                    let (state, start) =
+                        crate::faults::process::proc_stat(pid).ok_or_else(|| {
+                            anyhow!("replica {}: process {pid} does not exist", d.name)
+                        })?;
+                    if matches!(state, 'Z' | 'X') {
+                        anyhow::bail!("replica {}: process {pid} has exited", d.name);
+                    }
+                    ProcRef::Pid {
+                        pid,
+                        start: Some(start),
+                    }
+                }
+                (None, Some(f)) => {
+                    let r = ProcRef::PidFile(f.into());
+                    let pid = crate::faults::process::resolve(&r)
+                        .map_err(|e| anyhow!("replica {}: {e}", d.name))?;
+                    if crate::faults::process::gone(pid) {
+                        anyhow::bail!(
+                            "replica {}: pid file {f} names pid {pid}, which is not running",
+                            d.name
+                        );
+                    }
+                    r
+                }
+                (None, None) => anyhow::bail!("replica {}: process needs pid or pid_file", d.name),
+            }),
+        };
+        procs.push(proc_ref);
+        if let Some(l) = &d.listen {
+            specs.push(ProxySpec {
+                name: d.name.clone(),
+                listen: l
+                    .parse()
+                    .with_context(|| format!("replica {}: listen {l}", d.name))?,
+                upstream: Some(up),
+            });
+        }
+    }
+    let proxies = if specs.is_empty() {
+        None
+    } else {
+        Some(ProxySet::start(&specs, tw, clock).await?)
+    };
+    let replicas = plan
+        .replica_decls
+        .iter()
+        .zip(procs)
+        .map(|(d, p)| {
+            Arc::new(Replica {
+                name: d.name.clone(),
+                node: d.node.clone(),
+                process: std::sync::Mutex::new(p),
+                proxy: proxies.as_ref().and_then(|s| s.get(&d.name).cloned()),
+                direct_url: std::sync::RwLock::new(
+                    d.upstream.as_ref().map(|u| format!("http://{u}")),
+                ),
+                ready_path: d
+                    .process
+                    .as_ref()
+                    .map_or_else(|| "/health".to_string(), |p| p.ready_path.clone()),
+                restart_cmd: d.process.as_ref().and_then(|p| p.restart.clone()),
+            })
+        })
+        .collect();
+    Ok((
+        Arc::new(Registry {
+            replicas,
+            sim: None,
+        }),
+        proxies,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fault_env(
+    plan: &Plan,
+    target: &Target,
+    dir: &Path,
+    tw: &TraceWriter,
+    clock: &Clock,
+    guard: &HealGuard,
+    progress: &Progress,
+    load_start: Instant,
+    load_done: &CancellationToken,
+    stop: &CancellationToken,
+) -> anyhow::Result<Arc<crate::faults::schedule::Env>> {
+    let c = &plan.scenario.client;
+    let progress = progress.clone();
+    Ok(Arc::new(crate::faults::schedule::Env {
+        registry: target.registry.clone(),
+        heals: guard.heals(),
+        trace: tw.clone(),
+        clock: *clock,
+        run_dir: dir.to_path_buf(),
+        seed: plan.seed,
+        board: target.proxies.as_ref().map(|p| p.board().clone()),
+        probes: crate::faults::probe::ProbeClient {
+            http: client::http_client(c.connect_timeout.0, &request_headers(plan)?)?,
+            url: format!("{}/chat/completions", target.api_url),
+            model: plan.scenario.target.model.clone(),
+            timeouts: client::Timeouts {
+                first_token: c.first_token_timeout.0,
+                idle: c.idle_timeout.0,
+            },
+        },
+        say: Arc::new(move |s| progress.line(&s)),
+        load_start,
+        load_done: load_done.clone(),
+        stop: stop.clone(),
+    }))
+}
+
+/// After the load: lets faults still running (probe requests, replacements) end
+/// within the drain timeout, then stops them.
+async fn finish_faults(
+    mut task: tokio::task::JoinHandle<()>,
+    plan: &Plan,
+    stop: &CancellationToken,
+) {
+    let drain = plan.scenario.client.drain_timeout.0;
+    tokio::select! {
+        _ = &mut task => return,
+        _ = tokio::time::sleep(drain) => {}
+        _ = stop.cancelled() => {}
+    }
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
 }
 
 /// Runs a validated plan end to end. Setup failures are [`EnvironmentError`]s.
@@ -188,7 +430,7 @@ pub async fn run(
         dir.display()
     ));
     let target = tokio::select! {
-        t = start_target(&plan, &opts, &dir) => t,
+        t = start_target(&plan, &opts, &dir, &tw, &clock) => t,
         _ = cancel.cancelled() => Err(anyhow!("interrupted while starting the target")),
     };
     let mut target = match target {
@@ -210,7 +452,32 @@ pub async fn run(
         replicas: target.replicas.clone(),
     });
 
-    let driven = load::drive(&plan, &mut target, &clock, &tw, &cancel, &progress).await;
+    // Faults fire in their own task on the load's clock; the guard heals whatever is
+    // still applied if this function unwinds or returns early.
+    let guard = HealGuard::new(tw.clone(), clock);
+    let load_start = Instant::now() + Duration::from_millis(50);
+    let load_done = CancellationToken::new();
+    let stop_faults = cancel.child_token();
+    let env = fault_env(
+        &plan,
+        &target,
+        &dir,
+        &tw,
+        &clock,
+        &guard,
+        &progress,
+        load_start,
+        &load_done,
+        &stop_faults,
+    )?;
+    let faults = tokio::spawn(crate::faults::schedule::run(plan.faults.clone(), env));
+    let driven = load::drive(&plan, &target, load_start, &clock, &tw, &cancel, &progress).await;
+    load_done.cancel();
+    finish_faults(faults, &plan, &stop_faults).await;
+    guard.heals().heal_all("the run ended").await;
+    if let Some(p) = target.proxies.take() {
+        p.stop();
+    }
     // Evidence kept outside the run directory (a tool log) is copied in (M10).
     if let Err(e) = check::evidence::collect(&plan, &dir).await {
         progress.line(&format!("evidence: {e}"));
@@ -225,6 +492,7 @@ pub async fn run(
     if let Some(sim) = target.sim.take() {
         sim.stop().await;
     }
+    drop(guard);
     let interrupted = cancel.is_cancelled();
     tw.emit(Event::RunEnd {
         t: clock.now_us(),
@@ -240,7 +508,7 @@ pub async fn run(
     driven?;
 
     let (plan, judgement) = check::judge_dir(&dir)?;
-    crate::report::write_json(&dir, &plan, &judgement).context("writing report.json")?;
+    crate::report::write_all(&dir, &plan, &judgement).context("writing the reports")?;
     Ok(RunResult {
         run_dir: dir,
         plan,

@@ -1,63 +1,90 @@
-//! Fault injection. Every injection is verified (the process is gone, …) and the
-//! verification is recorded in the trace: a fault that did not take effect is never a
-//! silent pass.
+//! Fault injection (M4, M5, M9, Q3, Q6, Q7, Q11). Every injection is verified (the
+//! process is gone or stopped, the proxy rule is applied by every live connection,
+//! the user's verify command passed) and the verification is written to the trace: a
+//! fault that did not take effect is recorded as such, never a silent pass. Every
+//! reversible fault is registered with the [`guard::HealGuard`], which undoes it when
+//! its duration ends, at the end of the run, on error, on panic and on SIGINT/SIGTERM.
+//!
+//! Backends implement [`Injector`]: [`process`] (signals to the sim's workers or to
+//! declared pids / pid files), [`proxy`] (rules on haq's interposition proxy),
+//! [`command`] (the user's shell commands). [`schedule`] fires the faults on the
+//! load's clock: at a time, at a point of a probe request's token loop ([`probe`]),
+//! or at a load level; [`replace`] starts replacements and records their Q11 stages.
 
-use std::os::unix::process::ExitStatusExt;
-use std::time::Duration;
+pub mod command;
+pub mod guard;
+pub mod probe;
+pub mod process;
+pub mod proxy;
+pub mod registry;
+pub mod replace;
+pub mod schedule;
 
-use nix::sys::signal::Signal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use crate::scenario::{FaultAction, FaultPlan};
-use crate::sim::cluster::SharedProcess;
+use futures_util::future::BoxFuture;
 
-/// What an injection did, as recorded in the trace.
+use crate::scenario::{FaultBackend, FaultPlan};
+use crate::trace::{Clock, TraceWriter};
+pub use guard::{HealGuard, Healed, Heals, Undo};
+pub use registry::{Registry, Replica};
+
+/// How long a killed process may take to disappear, or a rule to be applied, before
+/// the fault counts as not taken effect.
+pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What an injection did to one replica, as recorded in the trace.
 #[derive(Debug, Clone)]
 pub struct Injected {
-    /// When the fault was applied (the signal sent).
-    pub at: std::time::Instant,
+    /// When the fault was applied (the signal sent, the rule added, the command run).
+    pub at: Instant,
     pub pid: Option<u32>,
     pub verified: bool,
     pub detail: String,
 }
 
-/// How long a killed process may take to disappear before the kill counts as failed.
-pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Applies `f` to a sim worker process.
-pub async fn inject_process(proc_: &SharedProcess, f: &FaultPlan) -> Injected {
-    let mut p = proc_.lock().await;
-    let pid = Some(p.pid);
-    let at = std::time::Instant::now();
-    let done = |verified: bool, detail: String| Injected {
-        at,
-        pid,
-        verified,
-        detail,
-    };
-    match f.action {
-        FaultAction::Kill => {
-            if let Some(st) = p.exited() {
-                return done(
-                    false,
-                    format!("process had already exited ({st}) before the kill"),
-                );
-            }
-            if let Err(e) = p.signal(Signal::SIGKILL) {
-                return done(false, format!("SIGKILL failed: {e}"));
-            }
-            match p.wait_exit(VERIFY_TIMEOUT).await {
-                Some(st) if st.signal() == Some(libc::SIGKILL) => {
-                    done(true, "SIGKILL sent; process exited by signal 9".into())
-                }
-                Some(st) => done(
-                    false,
-                    format!("SIGKILL sent; process exited otherwise ({st})"),
-                ),
-                None => done(
-                    false,
-                    format!("SIGKILL sent; process still alive after {VERIFY_TIMEOUT:?}"),
-                ),
-            }
+impl Injected {
+    pub fn failed(at: Instant, pid: Option<u32>, detail: impl Into<String>) -> Injected {
+        Injected {
+            at,
+            pid,
+            verified: false,
+            detail: detail.into(),
         }
     }
 }
+
+/// The run's context a backend may need.
+#[derive(Clone)]
+pub struct Context {
+    pub run_dir: PathBuf,
+    pub seed: u64,
+    pub clock: Clock,
+    pub trace: TraceWriter,
+    /// The probe request that fired the fault, when one did.
+    pub probe: Option<String>,
+}
+
+/// A fault backend: applies a fault to one replica and verifies it took effect;
+/// returns how to undo it when it is reversible.
+pub trait Injector: Send + Sync {
+    fn inject<'a>(
+        &'a self,
+        f: &'a FaultPlan,
+        r: &'a Replica,
+        cx: &'a Context,
+    ) -> BoxFuture<'a, (Injected, Option<Box<dyn Undo>>)>;
+}
+
+/// The injector for a fault's backend.
+pub fn injector(backend: FaultBackend) -> &'static dyn Injector {
+    match backend {
+        FaultBackend::Process => &process::ProcessInjector,
+        FaultBackend::Proxy => &proxy::ProxyInjector,
+        FaultBackend::Command => &command::CommandInjector,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,9 +1,17 @@
-//! Renderers: the terminal summary and report.json. Both are pure functions of the
-//! judgement, so `haq check` re-renders a stored run exactly.
+//! Renderers, each a pure function of the plan and the judgement, so `haq report`
+//! re-renders a stored run exactly: the terminal summary, report.json (schema in
+//! `schemas/report.schema.json`), report.md, junit.xml, report.html and requests.csv.
+
+mod junit;
+mod markdown;
+mod requests;
+mod terminal;
+pub mod worksheet;
+
+pub use terminal::terminal;
 
 use std::path::Path;
 
-use comfy_table::{Cell, Color, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use serde::Serialize;
 
 use crate::check::{
@@ -12,9 +20,12 @@ use crate::check::{
     history::FaultRec,
     latency::PhaseStats,
 };
-use crate::scenario::Plan;
+use crate::scenario::{Plan, ReportFormat};
 
 pub const REPORT_JSON: &str = "report.json";
+pub const REPORT_MD: &str = "report.md";
+pub const JUNIT_XML: &str = "junit.xml";
+pub const REQUESTS_CSV: &str = "requests.csv";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report<'a> {
@@ -53,6 +64,18 @@ pub struct Report<'a> {
     pub client: &'a crate::metrics::ClientHealth,
     /// Per second of the run.
     pub seconds: &'a [crate::metrics::SecondStats],
+    /// The HA worksheet (Q14).
+    pub worksheet: Vec<worksheet::Section>,
+    /// Every finding kind with its full count (`findings` keeps a sample of each).
+    pub finding_counts: Vec<FindingCount>,
+    /// Which evidence sources the judgement read, and how they stood.
+    pub evidence_sources: &'a [crate::check::evidence::SourceReport],
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FindingCount {
+    pub kind: &'static str,
+    pub count: u64,
 }
 
 pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
@@ -80,140 +103,58 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         valid: !j.invalid(),
         client: &j.client,
         seconds: &j.seconds,
+        worksheet: worksheet::build(plan, j),
+        finding_counts: j
+            .finding_counts
+            .iter()
+            .map(|(k, n)| FindingCount {
+                kind: k.as_str(),
+                count: *n,
+            })
+            .collect(),
+        evidence_sources: &j.evidence,
     }
 }
 
+pub fn json(plan: &Plan, j: &Judgement) -> serde_json::Result<String> {
+    Ok(serde_json::to_string_pretty(&build(plan, j))? + "\n")
+}
+
+pub fn markdown(plan: &Plan, j: &Judgement) -> String {
+    markdown::render(plan, j, &worksheet::build(plan, j))
+}
+
+pub fn junit(plan: &Plan, j: &Judgement) -> String {
+    junit::render(plan, j)
+}
+
+pub fn requests_csv(j: &Judgement) -> Result<String, csv::Error> {
+    requests::render(j)
+}
+
+/// Writes every file output the scenario's `report.formats` asks for into `dir`;
+/// returns the names written.
+pub fn write_all(dir: &Path, plan: &Plan, j: &Judgement) -> std::io::Result<Vec<&'static str>> {
+    let mut written = Vec::new();
+    for f in &plan.scenario.report.formats {
+        let (name, text) = match f {
+            ReportFormat::Terminal => continue,
+            ReportFormat::Json => (REPORT_JSON, json(plan, j).map_err(std::io::Error::other)?),
+            ReportFormat::Markdown => (REPORT_MD, markdown(plan, j)),
+            ReportFormat::Junit => (JUNIT_XML, junit(plan, j)),
+            ReportFormat::Csv => (
+                REQUESTS_CSV,
+                requests_csv(j).map_err(std::io::Error::other)?,
+            ),
+        };
+        std::fs::write(dir.join(name), text)?;
+        written.push(name);
+    }
+    Ok(written)
+}
+
+/// As [`write_all`], for report.json alone.
 pub fn write_json(dir: &Path, plan: &Plan, j: &Judgement) -> std::io::Result<()> {
-    let r = build(plan, j);
-    let text = serde_json::to_string_pretty(&r).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join(REPORT_JSON), text + "\n")
-}
-
-fn status_cell(s: Status) -> Cell {
-    let c = Cell::new(s.as_str());
-    match s {
-        Status::Pass => c.fg(Color::Green),
-        Status::Fail => c.fg(Color::Red),
-        Status::Unknown => c.fg(Color::Yellow),
-        Status::NotEvaluated => c.fg(Color::DarkGrey),
-    }
-}
-
-fn table() -> Table {
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_width(110);
-    t
-}
-
-/// The terminal summary: verdicts, per-phase latency, faults, top findings.
-pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
-    let mut out = String::new();
-    let mut v = table();
-    v.set_header(vec!["Verdict", "Result", "Why"]);
-    for x in &j.verdicts {
-        v.add_row(vec![
-            Cell::new(&x.name),
-            status_cell(x.status),
-            Cell::new(&x.summary),
-        ]);
-    }
-    let mut p = table();
-    p.set_header(vec![
-        "Phase",
-        "Req",
-        "OK",
-        "Fail",
-        "Rej",
-        "TTFT p50/p95 ms",
-        "ITL p50/p95 ms",
-        "E2E p50/p95 ms",
-    ]);
-    for s in &j.phases {
-        p.add_row(vec![
-            s.name.clone(),
-            s.requests.to_string(),
-            s.completed.to_string(),
-            s.failed.to_string(),
-            s.rejected.to_string(),
-            format!("{:.0} / {:.0}", s.ttft_ms.p50, s.ttft_ms.p95),
-            format!("{:.1} / {:.1}", s.itl_ms.p50, s.itl_ms.p95),
-            format!("{:.0} / {:.0}", s.e2e_ms.p50, s.e2e_ms.p95),
-        ]);
-    }
-    out.push_str(&format!(
-        "haq · scenario {} · seed {} · {}\n",
-        plan.scenario.name, plan.seed, j.run.wall
-    ));
-    out.push_str(&p.to_string());
-    out.push('\n');
-    for f in &j.faults {
-        out.push_str(&format!(
-            "fault {} at +{:.1}s: {} {} (pid {}), verified: {} — {}\n",
-            f.name,
-            j.run
-                .load_start
-                .map(|l| f.t.saturating_sub(l) as f64 / 1e6)
-                .unwrap_or(0.0),
-            f.action,
-            f.replica,
-            f.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            f.verified,
-            f.detail
-        ));
-    }
-    let tl: Vec<_> = j
-        .timeline
-        .entries
-        .iter()
-        .filter(|e| e.after_fault_ms.is_some())
-        .collect();
-    if !tl.is_empty() {
-        out.push_str("timeline (Q11):\n");
-        for e in tl {
-            out.push_str(&format!(
-                "  +{:>8.3}s {:>10}  {} — {}: {}\n",
-                e.at_s,
-                e.after_fault_ms
-                    .map(|m| format!("(+{m:.0} ms)"))
-                    .unwrap_or_default(),
-                e.event,
-                e.source,
-                e.detail
-            ));
-        }
-    }
-    for f in j.findings.iter().take(5) {
-        out.push_str(&format!(
-            "finding {:?} {}: {}\n",
-            f.kind, f.request, f.detail
-        ));
-    }
-    if j.findings.len() > 5 {
-        out.push_str(&format!(
-            "… {} more findings in report.json\n",
-            j.findings.len() - 5
-        ));
-    }
-    out.push_str(&v.to_string());
-    out.push('\n');
-    let c = &j.client;
-    out.push_str(&format!(
-        "client: schedule slip p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
-        c.slip_p50_ms, c.slip_p99_ms, c.slip_max_ms, c.requests
-    ));
-    if j.invalid() {
-        out.push_str(&format!(
-            "INVALID: {} — the verdicts above (would be {}) are not evidence\n",
-            c.invalid_reasons.join("; "),
-            j.overall().as_str()
-        ));
-    }
-    out.push_str(&format!(
-        "result: {} · {}\n",
-        j.result_label(),
-        run_dir.display()
-    ));
-    out
+    let text = json(plan, j).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join(REPORT_JSON), text)
 }

@@ -4,6 +4,7 @@
 //! the whole plan is valid.
 
 pub mod error;
+pub mod fault_plan;
 pub mod located;
 pub mod model;
 pub mod overrides;
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{Issue, ScenarioError};
 pub use model::*;
-pub use validate::{FaultPlan, PhasePlan, Plan, validate};
+pub use validate::{FaultPlan, PhasePlan, Plan, Trigger, validate};
 
 use located::Located;
 use overrides::{Seg, path_string};

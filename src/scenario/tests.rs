@@ -125,7 +125,7 @@ fn overrides_change_the_effective_scenario() {
         ],
     )
     .expect("valid");
-    assert_eq!(p.scenario.target.replicas, 5);
+    assert_eq!(p.scenario.target.replica_set().count(), 5);
     assert_eq!(p.scenario.target.gateway.policy, GatewayPolicy::NaiveRetry);
     assert_eq!(p.mix.classes[0].output_tokens, Dist::Fixed(3));
     let e = err(GOOD, &["target.gateway.policy=bogus"]);
@@ -250,7 +250,7 @@ fn recorded_scenario_reads_back_to_the_same_plan() {
     let p = load(GOOD, &["target.replicas=4"]).expect("valid");
     let json = serde_json::to_string(&p.scenario).expect("json");
     let q = from_recorded_json(&json).expect("reads back");
-    assert_eq!(q.scenario.target.replicas, 4);
+    assert_eq!(q.scenario.target.replica_set().count(), 4);
     assert_eq!(q.total, p.total);
     assert_eq!(q.faults[0].at, p.faults[0].at);
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::error::Issue;
+pub use super::fault_plan::{FaultPlan, Trigger};
 use super::model::*;
 
 /// Hard upper bounds that keep every load loop bounded.
@@ -37,6 +38,9 @@ pub struct Plan {
     pub total: Duration,
     /// Replica names faults may target (`w1`..`wN` for the sim).
     pub replicas: Vec<String>,
+    /// Every declared replica (name, node, and for `url` targets upstream, proxy
+    /// listen address and process).
+    pub replica_decls: Vec<ReplicaDecl>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,19 +58,6 @@ impl PhasePlan {
     pub fn end(&self) -> Duration {
         self.start + self.duration
     }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FaultPlan {
-    pub name: String,
-    pub domain: FailureDomain,
-    pub backend: FaultBackend,
-    pub action: FaultAction,
-    pub replica: String,
-    pub phase: String,
-    /// Offset from the start of load.
-    pub at: Duration,
-    pub verify: bool,
 }
 
 impl Plan {
@@ -109,7 +100,9 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         ));
     }
 
-    let replicas = validate_target(&s.target)?;
+    validate_target(&s.target)?;
+    let replica_decls = super::fault_plan::validate_replicas(&s.target)?;
+    let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
 
     let mix = match &s.workload.mix {
         MixRef::Inline(m) => m.clone(),
@@ -168,7 +161,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "the run would last more than 24h",
         ));
     }
-    let faults = validate_faults(&s, &phases, &replicas)?;
+    let faults = super::fault_plan::validate_faults(&s, &phases, &replica_decls)?;
 
     if let Some(r) = &s.criteria.routing {
         positive(
@@ -212,11 +205,12 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
         faults,
         total,
         replicas,
+        replica_decls,
         scenario: s,
     })
 }
 
-fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
+fn validate_target(t: &Target) -> Result<(), Issue> {
     match t.kind {
         TargetKind::Sim => {
             if let Some(u) = &t.url {
@@ -226,16 +220,17 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
                     "is only used with `kind: url`; the sim target starts its own gateway",
                 ));
             }
-            if t.replicas == 0 || t.replicas > MAX_SIM_REPLICAS {
+            let n = t.replica_set().count();
+            if n == 0 || n > MAX_SIM_REPLICAS {
                 return Err(Issue::new(
                     "target.replicas",
-                    t.replicas,
+                    n,
                     format!("must be between 1 and {MAX_SIM_REPLICAS}"),
                 ));
             }
             validate_engine(&t.engine)?;
             validate_gateway(&t.gateway)?;
-            Ok(sim_replica_names(t.replicas))
+            Ok(())
         }
         TargetKind::Url => {
             let u = t
@@ -247,7 +242,14 @@ fn validate_target(t: &Target) -> Result<Vec<String>, Issue> {
             if !matches!(parsed.scheme(), "http" | "https") {
                 return Err(Issue::new("target.url", u, "must be http:// or https://"));
             }
-            Ok(Vec::new())
+            if let Some(Replicas::Count(n)) = t.replicas {
+                return Err(Issue::new(
+                    "target.replicas",
+                    n,
+                    "a `url` target lists its replicas (name, upstream, listen, process, node); a count only starts sim workers",
+                ));
+            }
+            Ok(())
         }
     }
 }
@@ -732,81 +734,6 @@ fn overlay_phase_rates(
         }
     }
     crate::workload::RateProfile { pieces }
-}
-
-fn validate_faults(
-    s: &Scenario,
-    phases: &[PhasePlan],
-    replicas: &[String],
-) -> Result<Vec<FaultPlan>, Issue> {
-    let mut out = Vec::new();
-    let mut killed = BTreeSet::new();
-    for (i, f) in s.faults.iter().enumerate() {
-        let field = format!("faults[{i}]");
-        if s.target.kind != TargetKind::Sim {
-            return Err(Issue::new(
-                format!("{field}.backend"),
-                "process",
-                "the process backend can only reach the sim target's workers in this version",
-            ));
-        }
-        let phase = phases
-            .iter()
-            .find(|p| p.name == f.at.phase)
-            .ok_or_else(|| {
-                Issue::new(
-                    format!("{field}.at.phase"),
-                    &f.at.phase,
-                    format!(
-                        "no such phase (phases: {})",
-                        phases
-                            .iter()
-                            .map(|p| p.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-            })?;
-        if f.at.offset.0 >= phase.duration {
-            return Err(Issue::new(
-                format!("{field}.at.offset"),
-                f.at.offset,
-                format!(
-                    "is not inside phase `{}`, which lasts {}",
-                    phase.name,
-                    crate::scenario::units::format_duration(phase.duration)
-                ),
-            ));
-        }
-        if !replicas.contains(&f.target.replica) {
-            return Err(Issue::new(
-                format!("{field}.target.replica"),
-                &f.target.replica,
-                format!("no such replica (the target has {})", replicas.join(", ")),
-            ));
-        }
-        if !killed.insert(f.target.replica.clone()) {
-            return Err(Issue::new(
-                format!("{field}.target.replica"),
-                &f.target.replica,
-                "is already killed by an earlier fault",
-            ));
-        }
-        out.push(FaultPlan {
-            name: f
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("kill-{}", f.target.replica)),
-            domain: f.domain,
-            backend: f.backend,
-            action: f.action,
-            replica: f.target.replica.clone(),
-            phase: phase.name.clone(),
-            at: phase.start + f.at.offset.0,
-            verify: f.verify,
-        });
-    }
-    Ok(out)
 }
 
 /// Q8: a fate must make sense for its stage.

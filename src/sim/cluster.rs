@@ -109,6 +109,21 @@ fn worker_args(
     ])
 }
 
+/// Starts sim worker `name` listening on `listen` (`127.0.0.1:0` for any port; its old
+/// address for a replacement the gateway reaches where it always did).
+pub async fn start_worker(
+    target: &Target,
+    engine: &crate::scenario::EngineCfg,
+    name: &str,
+    listen: &str,
+    tools_url: &str,
+    bin: &Path,
+    dir: &Path,
+) -> anyhow::Result<SimProcess> {
+    let args = worker_args(target, engine, name, listen, tools_url, dir)?;
+    spawn(bin, name, &args, dir).await
+}
+
 impl SimProcess {
     /// Starts `bin ARGS` as sim process `name` (log in `dir/sim-<name>.log`) and waits
     /// for the address it announces.
@@ -184,6 +199,17 @@ impl SimCluster {
     /// Starts `target.replicas` workers and the gateway; returns once the gateway
     /// routes to every worker.
     pub async fn start(target: &Target, bin: &Path, dir: &Path) -> anyhow::Result<SimCluster> {
+        Self::start_via(target, bin, dir, &|_, url| url.to_string()).await
+    }
+
+    /// As [`start`](Self::start), with the gateway reaching worker `name` (at `url`)
+    /// through the URL `via(name, url)` returns (haq's proxy in between).
+    pub async fn start_via(
+        target: &Target,
+        bin: &Path,
+        dir: &Path,
+        via: &(dyn Fn(&str, &str) -> String + Sync),
+    ) -> anyhow::Result<SimCluster> {
         let tools_args = vec![
             "sim".to_string(),
             "tools".into(),
@@ -196,16 +222,17 @@ impl SimCluster {
         ];
         let tools = spawn(bin, "tools", &tools_args, dir).await?;
         let mut workers = Vec::new();
-        for name in crate::scenario::validate::sim_replica_names(target.replicas) {
-            let args = worker_args(
+        for name in target.replica_names() {
+            let w = start_worker(
                 target,
                 &target.engine,
                 &name,
                 "127.0.0.1:0",
                 &tools.url,
+                bin,
                 dir,
-            )?;
-            workers.push(spawn(bin, &name, &args, dir).await?);
+            );
+            workers.push(w.await?);
         }
         let mut args = vec![
             "sim".to_string(),
@@ -219,7 +246,7 @@ impl SimCluster {
         ];
         for w in &workers {
             args.push("--upstream".into());
-            args.push(format!("{}={}", w.name, w.url));
+            args.push(format!("{}={}", w.name, via(&w.name, &w.url)));
         }
         let gateway = spawn(bin, "gateway", &args, dir).await?;
         let cluster = SimCluster {
@@ -230,6 +257,8 @@ impl SimCluster {
                     name: w.name.clone(),
                     url: w.url.clone(),
                     pid: Some(w.pid),
+                    proxy: None,
+                    node: None,
                 })
                 .collect(),
             workers: workers
@@ -261,23 +290,37 @@ impl SimCluster {
             .position(|r| r.name == name)
             .ok_or_else(|| anyhow!("no sim worker {name}"))?;
         let listen = self.info[i].url.trim_start_matches("http://").to_string();
-        let args = worker_args(
-            &self.target,
-            engine,
-            name,
-            &listen,
-            &self.tools.url,
-            &self.dir,
-        )?;
-        spawn(&self.bin, name, &args, &self.dir).await
+        let (target, tools) = (&self.target, &self.tools.url);
+        start_worker(target, engine, name, &listen, tools, &self.bin, &self.dir).await
     }
 
-    /// Polls the gateway until it routes to every worker.
+    /// The tool service's base URL.
+    pub fn tools_url(&self) -> &str {
+        &self.tools.url
+    }
+
+    /// Polls every worker's `/ready` and the gateway until it routes to every worker.
     pub async fn wait_all_ready(&self, timeout: Duration) -> anyhow::Result<()> {
         crate::install_crypto_provider();
         let http = reqwest::Client::builder().no_proxy().build()?;
         let url = format!("{}/haq/status", self.gateway.url);
         let deadline = Instant::now() + timeout;
+        for w in &self.info {
+            loop {
+                let ok = http
+                    .get(format!("{}/ready", w.url))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("sim worker {} not ready after {timeout:?}", w.name);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         loop {
             let status: Option<serde_json::Value> = match http.get(&url).send().await {
                 Ok(r) => r.json().await.ok(),

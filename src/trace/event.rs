@@ -49,6 +49,9 @@ pub enum Event {
         session: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn: Option<u32>,
+        /// Set on probe requests: the fault whose trigger this request drives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        probe: Option<String>,
     },
     /// Status line and headers arrived.
     Response {
@@ -118,10 +121,13 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         json_valid: Option<bool>,
     },
-    /// A fault was injected (and how it was verified).
+    /// A fault was injected on one replica, and how it was verified (one line per
+    /// replica removed: a node fault writes one per replica of the node). A fault
+    /// that never fired or did not take effect is written with `verified: false`.
     Fault {
         t: u64,
         name: String,
+        /// The declared failure domain (Q3).
         domain: String,
         action: String,
         replica: String,
@@ -129,12 +135,93 @@ pub enum Event {
         pid: Option<u32>,
         verified: bool,
         detail: String,
+        /// `process`, `proxy` or `command`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backend: Option<String>,
+        /// The node the replica is declared on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+        /// What fired it: `time`, or the probe point / load condition reached.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger: Option<String>,
+        /// When the trigger condition was met (before the fault was applied).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        triggered: Option<u64>,
+        /// The probe request whose token loop fired it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        probe: Option<String>,
     },
-    /// A fault was undone.
+    /// A fault was undone (and how the undo was verified).
     Heal {
         t: u64,
         name: String,
         detail: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replica: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verified: Option<bool>,
+    },
+    /// A stage of a replica's replacement after a kill (Q11), as the backend saw it.
+    Replacement {
+        t: u64,
+        /// The fault that removed the replica.
+        fault: String,
+        replica: String,
+        stage: ReplacementStage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// A process haq watched (a drained or replaced replica) exited.
+    Exited {
+        t: u64,
+        replica: String,
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+        /// The fault that caused it, when one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fault: Option<String>,
+    },
+    /// haq's proxy forwarded a request to a replica (attribution: Routing evidence).
+    /// Inference requests (POST) only; health checks are not recorded.
+    ProxyRequest {
+        t: u64,
+        replica: String,
+        /// Connection number on this replica's proxy.
+        conn: u64,
+        /// `x-request-id` (the client's request id, forwarded by the gateway).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// `x-haq-attempt` (the gateway's attempt id), when sent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<String>,
+        method: String,
+        path: String,
+    },
+    /// How a request forwarded by haq's proxy ended, as the proxy saw it.
+    ProxyEnd {
+        t: u64,
+        replica: String,
+        conn: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        /// SSE events the replica sent for it (counted at the proxy).
+        events: u32,
+        /// When the first event passed the proxy.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        first_event: Option<u64>,
+        end: ProxyEndKind,
+        /// Index (1-based) of the event haq held back and never delivered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        held: Option<u32>,
     },
     /// Something an observer saw (health checks, gateway journal, readiness).
     Observation {
@@ -167,6 +254,10 @@ impl Event {
             | Event::End { t, .. }
             | Event::Fault { t, .. }
             | Event::Heal { t, .. }
+            | Event::Replacement { t, .. }
+            | Event::Exited { t, .. }
+            | Event::ProxyRequest { t, .. }
+            | Event::ProxyEnd { t, .. }
             | Event::Observation { t, .. }
             | Event::RunEnd { t, .. } => *t,
         }
@@ -239,6 +330,53 @@ pub struct ReplicaInfo {
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// haq's proxy listen address in front of this replica, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+    /// The node the replica is declared on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// Q11 stages of a replacement that haq can see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplacementStage {
+    /// haq asked for the replacement (restart command or sim respawn issued).
+    Requested,
+    /// The replacement process exists (and listens, for the sim).
+    ProcessStarted,
+    /// Its readiness check passed.
+    Ready,
+    /// The first inference request through it was answered in full (seen by the proxy).
+    FirstRequestServed,
+    /// The replacement could not be started or never became ready (`detail` says why).
+    Failed,
+}
+
+/// How an exchange ended at the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyEndKind {
+    /// The whole response passed.
+    Completed,
+    /// The replica closed the connection mid-exchange (FIN).
+    UpstreamClosed,
+    /// The replica's connection was reset or failed mid-exchange.
+    UpstreamReset,
+    /// The replica could not be reached (connection refused or timed out).
+    UpstreamRefused,
+    /// The gateway closed the connection before the response ended (client gone).
+    DownstreamClosed,
+    /// The gateway's connection was reset.
+    DownstreamReset,
+    /// A proxy fault (reset/close rule) cut it.
+    Cut,
+    /// haq held part of it back (a probe point) and dropped it: the replica was
+    /// removed before the gateway received what it had computed.
+    HeldDropped,
+    /// The proxy was stopped (end of run).
+    Stopped,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,7 +3,10 @@
 mod cli;
 mod client;
 mod fate;
+mod faults;
+mod gateway;
 mod load;
+mod report;
 mod run;
 mod simkit;
 mod support;

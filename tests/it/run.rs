@@ -64,6 +64,10 @@ async fn quickstart_passes_on_the_reference_gateway_and_names_the_killed_worker(
     )
     .expect("json");
     assert_eq!(report["result"], "PASS");
+    crate::report::assert_valid_report(&report);
+    for f in ["report.md", "junit.xml", "requests.csv"] {
+        assert!(r.run_dir.join(f).is_file(), "{f} not written");
+    }
     assert_eq!(report["faults"][0]["replica"], "w2");
     assert_eq!(report["faults"][0]["verified"], true);
     assert!(report["faults"][0]["pid"].as_u64().is_some());

@@ -63,3 +63,18 @@ pub fn verdict(r: &RunResult, name: &str) -> haq::check::Verdict {
         .cloned()
         .unwrap_or_else(|| panic!("no verdict {name}"))
 }
+
+/// A scenario written in the test (relative workload paths resolve from the repo root).
+pub fn plan_text(text: &str, sets: &[&str]) -> Plan {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    haq::scenario::load_str(text, "test.yaml", root(), &sets, None)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every event of a run's trace.
+pub fn events(r: &RunResult) -> Vec<haq::trace::Event> {
+    haq::trace::read(&r.run_dir.join(haq::trace::TRACE_FILE))
+        .expect("trace")
+        .map_while(Result::ok)
+        .collect()
+}

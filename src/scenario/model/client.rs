@@ -62,8 +62,16 @@ impl Default for ClientCfg {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReportFormat {
+    /// The summary printed at the end of the run.
     Terminal,
+    /// report.json (schema: schemas/report.schema.json).
     Json,
+    /// report.md: fits a CI step summary.
+    Markdown,
+    /// junit.xml: one testcase per verdict.
+    Junit,
+    /// requests.csv: one row per request.
+    Csv,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -74,7 +82,13 @@ pub struct ReportCfg {
 }
 
 fn default_formats() -> Vec<ReportFormat> {
-    vec![ReportFormat::Terminal, ReportFormat::Json]
+    vec![
+        ReportFormat::Terminal,
+        ReportFormat::Json,
+        ReportFormat::Markdown,
+        ReportFormat::Junit,
+        ReportFormat::Csv,
+    ]
 }
 
 impl Default for ReportCfg {

@@ -42,38 +42,96 @@ pub struct Phase {
     pub load: Option<f64>,
 }
 
+/// The failure domains of Q3: what one fault stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureDomain {
+    /// The engine process of a replica.
     Process,
+    /// One GPU: the engine process serving it.
     Gpu,
+    /// A whole replica (worker).
     #[default]
     Worker,
+    /// Every replica declared on one node, together.
     Node,
+    /// The network path between gateway and replica; the replica stays alive.
     Network,
+    /// A planned drain: stop admission, finish in-flight work, then exit (Q7).
     Drain,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultBackend {
-    /// Signals to local processes (the sim's workers, or declared pids).
+    /// Signals to local processes: the sim's workers, or declared pids / pid files.
     #[default]
     Process,
+    /// haq's interposition proxy between the gateway and the replica.
+    Proxy,
+    /// Your own shell commands (inject / verify / heal) with haq's context in env vars.
+    Command,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultAction {
-    /// SIGKILL: a crash.
-    #[default]
+    /// process: SIGKILL, a crash (the default for the process backend).
     Kill,
+    /// process: SIGTERM, a planned drain (domain `drain`).
+    Drain,
+    /// process: SIGSTOP, a frozen replica; healed with SIGCONT.
+    Freeze,
+    /// proxy: abort the replica's connections with RST (open ones at once, new ones
+    /// while the fault lasts).
+    Reset,
+    /// proxy: close the replica's connections with FIN (likewise).
+    Close,
+    /// proxy: forward nothing either way and keep the sockets open: the replica is
+    /// alive but unreachable.
+    Blackhole,
+    /// proxy: add `delay` to every byte, both ways.
+    Delay,
+    /// proxy: cap the path at `bytes_per_s`, each way.
+    Throttle,
+    /// command: what your `command.inject` does (the default for that backend).
+    Command,
+}
+
+impl FaultAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultAction::Kill => "kill",
+            FaultAction::Drain => "drain",
+            FaultAction::Freeze => "freeze",
+            FaultAction::Reset => "reset",
+            FaultAction::Close => "close",
+            FaultAction::Blackhole => "blackhole",
+            FaultAction::Delay => "delay",
+            FaultAction::Throttle => "throttle",
+            FaultAction::Command => "command",
+        }
+    }
+
+    /// The backend that applies this action.
+    pub fn backend(self) -> FaultBackend {
+        match self {
+            FaultAction::Kill | FaultAction::Drain | FaultAction::Freeze => FaultBackend::Process,
+            FaultAction::Command => FaultBackend::Command,
+            _ => FaultBackend::Proxy,
+        }
+    }
+
+    /// Undone by haq when the fault's `duration` ends (or at the end of the run).
+    pub fn reversible(self) -> bool {
+        !matches!(self, FaultAction::Kill | FaultAction::Drain)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Fault {
-    /// Name used in the trace and the report; defaults to `<action>-<replica>`.
+    /// Name used in the trace and the report; defaults to `<action>-<target>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The failure domain this fault stands for (Q3).
@@ -81,13 +139,38 @@ pub struct Fault {
     pub domain: FailureDomain,
     #[serde(default)]
     pub backend: FaultBackend,
-    #[serde(default)]
-    pub action: FaultAction,
-    /// Which replica (`w1`, `w2`, ... for the sim).
-    pub target: FaultTarget,
-    /// When: a phase and an offset into it.
+    /// Defaults to `kill` (process backend) or `command` (command backend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<FaultAction>,
+    /// Which replica, or which node (all its replicas). With a probe trigger it may be
+    /// left out: the fault then hits the replica serving the probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<FaultTarget>,
+    /// When: a phase and an offset into it. With `when`, the condition is awaited
+    /// from this point on.
     pub at: At,
-    /// Check that the fault took effect (default true).
+    /// A condition that fires the fault: a point of a probe request's token loop, or
+    /// a load level on the target replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<When>,
+    /// How long a reversible fault (freeze, proxy rules, a command with `heal`) lasts
+    /// before haq heals it; default: until the end of the load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<Dur>,
+    /// `delay`: latency added to every byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<Dur>,
+    /// `throttle`: bytes per second allowed each way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_s: Option<u64>,
+    /// Start a replacement after a kill or drain (Q6, Q11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<Restart>,
+    /// `command` backend: the commands to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandSpec>,
+    /// Check that the fault took effect (default true). Unverified faults make
+    /// Failure-Domain fail.
     #[serde(default = "yes")]
     pub verify: bool,
 }
@@ -96,10 +179,15 @@ fn yes() -> bool {
     true
 }
 
+/// Exactly one of `replica` or `node`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FaultTarget {
-    pub replica: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+    /// Every replica declared on this node (domain `node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -108,4 +196,116 @@ pub struct At {
     pub phase: String,
     #[serde(default)]
     pub offset: Dur,
+}
+
+/// A point of a probe request's token loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbePoint {
+    /// The probe reached the replica's path but the engine has not seen it yet (the
+    /// proxy holds it while the fault is applied).
+    Queued,
+    /// The engine has the whole request; nothing of its response has left the
+    /// replica's path (the proxy holds the response from its first byte).
+    Prefill,
+    /// Event k (1-based) was computed and written by the engine but not yet received
+    /// by the gateway (the proxy holds it, the fault is applied, the event is dropped).
+    ComputedNotSent(u32),
+    /// Right after the first delta reached the client.
+    FirstDelta,
+    /// Right after k deltas reached the client.
+    AfterDeltas(u32),
+}
+
+impl ProbePoint {
+    pub fn describe(self) -> String {
+        match self {
+            ProbePoint::Queued => "queued".into(),
+            ProbePoint::Prefill => "prefill".into(),
+            ProbePoint::ComputedNotSent(k) => format!("computed_not_sent k={k}"),
+            ProbePoint::FirstDelta => "first_delta".into(),
+            ProbePoint::AfterDeltas(k) => format!("after_deltas k={k}"),
+        }
+    }
+}
+
+/// What fires a fault after `at` (one of `probe` or `in_flight`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct When {
+    /// Send a probe request at `at` and fire when it reaches this point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbePoint>,
+    /// Fire when at least this many requests are in flight on the target replica
+    /// (counted by haq's proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<u32>,
+    /// Longest wait for the condition; if it never comes the fault is recorded as not
+    /// applied (Failure-Domain fails). Default 30s.
+    #[serde(default = "default_within")]
+    pub within: Dur,
+    /// Probe prompt length in tokens (a long prompt makes a long prefill).
+    #[serde(default = "default_probe_prompt")]
+    pub prompt_tokens: u32,
+    /// Probe output length in tokens.
+    #[serde(default = "default_probe_output")]
+    pub max_tokens: u32,
+}
+
+fn default_within() -> Dur {
+    Dur::secs(30)
+}
+fn default_probe_prompt() -> u32 {
+    1024
+}
+fn default_probe_output() -> u32 {
+    64
+}
+
+/// A replacement for a removed replica.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Restart {
+    /// Wait this long after the removal before asking for the replacement.
+    #[serde(default)]
+    pub after: Dur,
+    /// sim: the replacement's model-load time (default: `target.engine.startup`);
+    /// command: passed as `HAQ_COLD_START_MS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<Dur>,
+    /// url targets: the shell command that starts the replacement (default: the
+    /// replica's `process.restart`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Longest wait for the replacement to become ready.
+    #[serde(default = "default_ready_timeout")]
+    pub ready_timeout: Dur,
+}
+
+fn default_ready_timeout() -> Dur {
+    Dur::secs(120)
+}
+
+/// `command` backend. Each runs with `sh -c` and these variables: `HAQ_FAULT`,
+/// `HAQ_DOMAIN`, `HAQ_REPLICA`, `HAQ_NODE`, `HAQ_PID`, `HAQ_UPSTREAM`, `HAQ_LISTEN`,
+/// `HAQ_PROBE_ID`, `HAQ_RUN_DIR`, `HAQ_SEED`, `HAQ_T_US` (trace time).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommandSpec {
+    /// Applies the fault (exit 0 = applied).
+    pub inject: String,
+    /// Proves it took effect (exit 0 = verified); its output goes in the trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
+    /// Undoes it; run when `duration` ends, at the end of the run, on error and on
+    /// interrupt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heal: Option<String>,
+    /// Longest time each command may take.
+    #[serde(default = "default_command_timeout")]
+    pub timeout: Dur,
+}
+
+fn default_command_timeout() -> Dur {
+    Dur::secs(30)
 }

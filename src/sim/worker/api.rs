@@ -157,6 +157,21 @@ fn tool_name(tools: &[serde_json::Value], choice: Option<&serde_json::Value>) ->
     )
 }
 
+/// Prompt tokens of a request body as the worker counts them (whitespace words of the
+/// messages or prompt); 0 for a body that is not JSON. The gateway uses it to price a
+/// re-prefill (M8).
+pub fn prompt_tokens_of(body: &[u8]) -> u32 {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return 0;
+    };
+    let mut s = String::new();
+    for m in v["messages"].as_array().into_iter().flatten() {
+        content_text(&m["content"], &mut s);
+    }
+    content_text(&v["prompt"], &mut s);
+    text::count_tokens(&s)
+}
+
 /// Parses and validates a request body for `/v1/chat/completions` (`chat`) or
 /// `/v1/completions`.
 pub fn parse(

@@ -84,6 +84,7 @@ impl H {
             admitted: None,
             session: None,
             turn: None,
+            probe: None,
         });
         self
     }
@@ -227,6 +228,11 @@ impl H {
             pid: Some(4242),
             verified: true,
             detail: "gone".into(),
+            backend: Some("process".into()),
+            node: None,
+            trigger: Some("time".into()),
+            triggered: Some(t),
+            probe: None,
         });
         self
     }

@@ -1,0 +1,397 @@
+//! Process backend: SIGKILL (crash), SIGTERM (planned drain), SIGSTOP/SIGCONT (freeze)
+//! to a sim worker or a declared pid / pid file, each verified from the kernel's view
+//! (`waitpid` for haq's children, `/proc/<pid>/stat` for the others).
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use super::registry::ProcRef;
+use super::{Context, Healed, Injected, Injector, Replica, Undo, VERIFY_TIMEOUT};
+use crate::scenario::{FaultAction, FaultPlan};
+use crate::trace::{Event, TraceWriter};
+
+/// The state letter and start time (field 22) of a process, from `/proc/<pid>/stat`.
+pub fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last `)`.
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let start = f.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// The process is gone (no such pid, or a zombie / dead entry awaiting its parent).
+pub fn gone(pid: u32) -> bool {
+    match proc_stat(pid) {
+        None => true,
+        Some((s, _)) => matches!(s, 'Z' | 'X' | 'x'),
+    }
+}
+
+/// The process is stopped (SIGSTOP).
+pub fn stopped(pid: u32) -> bool {
+    matches!(proc_stat(pid), Some(('T' | 't', _)))
+}
+
+fn signal(pid: u32, sig: Signal) -> Result<(), String> {
+    nix::sys::signal::kill(Pid::from_raw(pid as i32), sig).map_err(|e| format!("{sig}: {e}"))
+}
+
+/// Resolves a process reference to a pid haq may signal (never pid 0/1, never haq
+/// itself, never a pid reused by another process).
+pub fn resolve(p: &ProcRef) -> Result<u32, String> {
+    let pid = match p {
+        ProcRef::Sim(_) => return Err("a sim process is signalled through its handle".into()),
+        ProcRef::Pid { pid, start } => {
+            if let (Some(want), Some((_, now))) = (start, proc_stat(*pid))
+                && *want != now
+            {
+                return Err(format!(
+                    "pid {pid} now belongs to another process (start time {now}, declared one had {want}): refused"
+                ));
+            }
+            *pid
+        }
+        ProcRef::PidFile(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("reading pid file {}: {e}", path.display()))?;
+            text.trim().parse().map_err(|_| {
+                format!(
+                    "pid file {} holds {:?}, not a pid",
+                    path.display(),
+                    text.trim()
+                )
+            })?
+        }
+    };
+    if pid <= 1 || pid == std::process::id() {
+        return Err(format!("pid {pid} is not a process haq may signal"));
+    }
+    Ok(pid)
+}
+
+async fn poll(timeout: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() >= timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+pub struct ProcessInjector;
+
+impl Injector for ProcessInjector {
+    fn inject<'a>(
+        &'a self,
+        f: &'a FaultPlan,
+        r: &'a Replica,
+        cx: &'a Context,
+    ) -> BoxFuture<'a, (Injected, Option<Box<dyn Undo>>)> {
+        Box::pin(async move {
+            let Some(p) = r.process() else {
+                return (
+                    Injected::failed(
+                        Instant::now(),
+                        None,
+                        format!("replica {} has no process", r.name),
+                    ),
+                    None,
+                );
+            };
+            match f.action {
+                FaultAction::Kill => (kill(&p).await, None),
+                FaultAction::Freeze => freeze(&p).await,
+                FaultAction::Drain => (drain(&p, r, f, cx).await, None),
+                other => (
+                    Injected::failed(
+                        Instant::now(),
+                        None,
+                        format!("the process backend cannot {}", other.as_str()),
+                    ),
+                    None,
+                ),
+            }
+        })
+    }
+}
+
+/// SIGKILL, verified by the process's disappearance.
+pub async fn kill(p: &ProcRef) -> Injected {
+    if let ProcRef::Sim(sp) = p {
+        let mut w = sp.lock().await;
+        let pid = Some(w.pid);
+        let at = Instant::now();
+        if let Some(st) = w.exited() {
+            return Injected::failed(
+                at,
+                pid,
+                format!("process had already exited ({st}) before the kill"),
+            );
+        }
+        if let Err(e) = w.signal(Signal::SIGKILL) {
+            return Injected::failed(at, pid, format!("SIGKILL failed: {e}"));
+        }
+        return match w.wait_exit(VERIFY_TIMEOUT).await {
+            Some(st) if st.signal() == Some(libc::SIGKILL) => Injected {
+                at,
+                pid,
+                verified: true,
+                detail: format!(
+                    "SIGKILL sent; process exited by signal 9 after {:.1}ms",
+                    at.elapsed().as_secs_f64() * 1e3
+                ),
+            },
+            Some(st) => Injected::failed(
+                at,
+                pid,
+                format!("SIGKILL sent; process exited otherwise ({st})"),
+            ),
+            None => Injected::failed(
+                at,
+                pid,
+                format!("SIGKILL sent; process still alive after {VERIFY_TIMEOUT:?}"),
+            ),
+        };
+    }
+    let at = Instant::now();
+    let pid = match resolve(p) {
+        Ok(pid) => pid,
+        Err(e) => return Injected::failed(at, None, e),
+    };
+    if gone(pid) {
+        return Injected::failed(
+            at,
+            Some(pid),
+            format!("pid {pid} was not running before the kill"),
+        );
+    }
+    if let Err(e) = signal(pid, Signal::SIGKILL) {
+        return Injected::failed(at, Some(pid), e);
+    }
+    match poll(VERIFY_TIMEOUT, || gone(pid)).await {
+        Some(d) => Injected {
+            at,
+            pid: Some(pid),
+            verified: true,
+            detail: format!(
+                "SIGKILL sent; pid {pid} gone after {:.1}ms",
+                d.as_secs_f64() * 1e3
+            ),
+        },
+        None => Injected::failed(
+            at,
+            Some(pid),
+            format!("SIGKILL sent; pid {pid} still alive after {VERIFY_TIMEOUT:?}"),
+        ),
+    }
+}
+
+async fn sim_pid(p: &ProcRef) -> Result<u32, String> {
+    match p {
+        ProcRef::Sim(sp) => {
+            let mut w = sp.lock().await;
+            match w.exited() {
+                Some(st) => Err(format!("process {} has exited ({st})", w.pid)),
+                None => Ok(w.pid),
+            }
+        }
+        other => resolve(other),
+    }
+}
+
+/// SIGSTOP, verified by the kernel's stopped state; undone with SIGCONT.
+async fn freeze(p: &ProcRef) -> (Injected, Option<Box<dyn Undo>>) {
+    let at = Instant::now();
+    let pid = match sim_pid(p).await {
+        Ok(pid) => pid,
+        Err(e) => return (Injected::failed(at, None, e), None),
+    };
+    let start = proc_stat(pid).map(|s| s.1);
+    if let Err(e) = signal(pid, Signal::SIGSTOP) {
+        return (Injected::failed(at, Some(pid), e), None);
+    }
+    // Registered even if verification fails: a stop that lands late is still resumed.
+    let undo: Box<dyn Undo> = Box::new(Resume { pid, start });
+    let inj = match poll(VERIFY_TIMEOUT, || stopped(pid)).await {
+        Some(d) => Injected {
+            at,
+            pid: Some(pid),
+            verified: true,
+            detail: format!(
+                "SIGSTOP sent; pid {pid} stopped (state T) after {:.1}ms",
+                d.as_secs_f64() * 1e3
+            ),
+        },
+        None => Injected::failed(
+            at,
+            Some(pid),
+            format!("SIGSTOP sent; pid {pid} not stopped after {VERIFY_TIMEOUT:?}"),
+        ),
+    };
+    (inj, Some(undo))
+}
+
+/// Resumes a frozen process (SIGCONT), verified by the kernel's state.
+pub struct Resume {
+    pub pid: u32,
+    pub start: Option<u64>,
+}
+
+impl Undo for Resume {
+    fn undo(&mut self) -> Healed {
+        let pid = self.pid;
+        match proc_stat(pid) {
+            None => {
+                return Healed {
+                    verified: true,
+                    detail: format!("pid {pid} no longer exists: nothing left frozen"),
+                };
+            }
+            Some((_, s)) if self.start.is_some_and(|want| want != s) => {
+                return Healed {
+                    verified: true,
+                    detail: format!("pid {pid} was reused by another process: not signalled"),
+                };
+            }
+            _ => {}
+        }
+        if let Err(e) = signal(pid, Signal::SIGCONT) {
+            return Healed {
+                verified: gone(pid),
+                detail: format!("SIGCONT failed: {e}"),
+            };
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while stopped(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if stopped(pid) {
+            Healed {
+                verified: false,
+                detail: format!("SIGCONT sent; pid {pid} still stopped"),
+            }
+        } else {
+            Healed {
+                verified: true,
+                detail: format!("SIGCONT sent; pid {pid} running again"),
+            }
+        }
+    }
+}
+
+/// SIGTERM: a planned drain. Verified when the replica stops being ready (or exits);
+/// its exit is then watched and recorded (`exited`).
+async fn drain(p: &ProcRef, r: &Replica, f: &FaultPlan, cx: &Context) -> Injected {
+    let at = Instant::now();
+    let pid = match sim_pid(p).await {
+        Ok(pid) => pid,
+        Err(e) => return Injected::failed(at, None, e),
+    };
+    if let Err(e) = signal(pid, Signal::SIGTERM) {
+        return Injected::failed(at, Some(pid), e);
+    }
+    let ready_url = r.direct_url().map(|u| format!("{u}{}", r.ready_path));
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .ok();
+    let deadline = at + VERIFY_TIMEOUT;
+    let detail = loop {
+        if gone_or_exited(p, pid).await {
+            break Some(format!(
+                "SIGTERM sent; pid {pid} exited after {:.0}ms",
+                at.elapsed().as_secs_f64() * 1e3
+            ));
+        }
+        if let (Some(h), Some(u)) = (&http, &ready_url) {
+            let ok = h.get(u).send().await.is_ok_and(|r| r.status().is_success());
+            if !ok {
+                break Some(format!(
+                    "SIGTERM sent; pid {pid} alive and no longer ready ({u}) after {:.0}ms: draining",
+                    at.elapsed().as_secs_f64() * 1e3
+                ));
+            }
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    tokio::spawn(watch_exit(
+        p.clone(),
+        pid,
+        r.name.clone(),
+        f.name.clone(),
+        cx.trace.clone(),
+        cx.clock,
+    ));
+    match detail {
+        Some(d) => Injected {
+            at,
+            pid: Some(pid),
+            verified: true,
+            detail: d,
+        },
+        None => Injected::failed(
+            at,
+            Some(pid),
+            format!("SIGTERM sent; pid {pid} still ready and running after {VERIFY_TIMEOUT:?}"),
+        ),
+    }
+}
+
+async fn gone_or_exited(p: &ProcRef, pid: u32) -> bool {
+    match p {
+        ProcRef::Sim(sp) => sp.lock().await.exited().is_some(),
+        _ => gone(pid),
+    }
+}
+
+/// Longest a drained process is watched for its exit.
+const DRAIN_WATCH: Duration = Duration::from_secs(600);
+
+async fn watch_exit(
+    p: ProcRef,
+    pid: u32,
+    replica: String,
+    fault: String,
+    trace: TraceWriter,
+    clock: crate::trace::Clock,
+) {
+    let start = Instant::now();
+    while start.elapsed() < DRAIN_WATCH {
+        let status = match &p {
+            ProcRef::Sim(sp) => {
+                let mut w = sp.lock().await;
+                if w.pid != pid {
+                    return; // replaced meanwhile
+                }
+                w.exited().map(|st| (st.code(), st.signal()))
+            }
+            _ => gone(pid).then_some((None, None)),
+        };
+        if let Some((code, signal)) = status {
+            trace.emit(Event::Exited {
+                t: clock.now_us(),
+                replica,
+                pid,
+                code,
+                signal,
+                fault: Some(fault),
+            });
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,488 @@
+//! The proxy against a scripted upstream that streams SSE events one chunk at a time,
+//! with raw TCP clients: exact bytes, exact boundaries, real RST/FIN.
+
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+use crate::trace::{Event, ProxyEndKind};
+
+/// An upstream that answers every POST with `n` SSE events `gap` apart (one chunk
+/// each), then `[DONE]`. `kill` makes every connection drop at once (a crash).
+struct Upstream {
+    addr: SocketAddr,
+    /// Events written so far (all connections).
+    written: Arc<AtomicU32>,
+    /// Requests received (their x-request-id).
+    received: Arc<Mutex<Vec<String>>>,
+    kill: watch::Sender<bool>,
+}
+
+fn event(i: u32) -> String {
+    format!("data: {{\"i\":{i}}}\n\n")
+}
+
+fn chunk(s: &str) -> String {
+    format!("{:x}\r\n{s}\r\n", s.len())
+}
+
+async fn upstream(n: u32, gap: Duration) -> Upstream {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let written = Arc::new(AtomicU32::new(0));
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let (kill, _) = watch::channel(false);
+    let (w, r, k) = (written.clone(), received.clone(), kill.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            let (w, r, mut k) = (w.clone(), r.clone(), k.subscribe());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    // Read one request (head + content-length body).
+                    let mut tmp = [0u8; 4096];
+                    let head_end = loop {
+                        if let Some(p) = buf.windows(4).position(|x| x == b"\r\n\r\n") {
+                            break p + 4;
+                        }
+                        tokio::select! {
+                            n = s.read(&mut tmp) => match n {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                            },
+                            _ = k.wait_for(|x| *x) => return,
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < head_end + len {
+                        match s.read(&mut tmp).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    }
+                    let id = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("x-request-id:"))
+                        .map(|v| v.trim().to_string())
+                        .unwrap_or_default();
+                    lock(&r).push(id);
+                    buf.drain(..head_end + len);
+                    let get = head.starts_with("get");
+                    let mut out = String::from(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+                    );
+                    if get {
+                        out = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".into();
+                    }
+                    if s.write_all(out.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if get {
+                        continue;
+                    }
+                    for i in 1..=n {
+                        tokio::select! {
+                            _ = tokio::time::sleep(gap) => {}
+                            _ = k.wait_for(|x| *x) => return,
+                        }
+                        if s.write_all(chunk(&event(i)).as_bytes()).await.is_err() {
+                            return;
+                        }
+                        w.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let tail = format!("{}0\r\n\r\n", chunk("data: [DONE]\n\n"));
+                    if s.write_all(tail.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Upstream {
+        addr,
+        written,
+        received,
+        kill,
+    }
+}
+
+struct Fixture {
+    set: ProxySet,
+    trace: std::path::PathBuf,
+    handle: Option<crate::trace::TraceHandle>,
+}
+
+impl Fixture {
+    async fn new(upstream: Option<String>) -> Fixture {
+        let dir = std::env::temp_dir().join(format!(
+            "haq-proxy-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let trace = dir.join("trace.jsonl");
+        let (tw, th) = TraceWriter::create(&trace).expect("trace");
+        let set = ProxySet::start(
+            &[ProxySpec {
+                name: "w1".into(),
+                listen: "127.0.0.1:0".parse().expect("addr"),
+                upstream,
+            }],
+            &tw,
+            &Clock::start(),
+        )
+        .await
+        .expect("proxy");
+        Fixture {
+            set,
+            trace,
+            handle: Some(th),
+        }
+    }
+
+    fn p(&self) -> &Arc<ReplicaProxy> {
+        &self.set.replicas[0]
+    }
+
+    /// Stops the proxy and returns the proxy events of the trace.
+    fn events(&mut self) -> Vec<Event> {
+        self.set.stop();
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(h) = self.handle.take() {
+            h.finish().expect("trace");
+        }
+        crate::trace::read(&self.trace)
+            .expect("read")
+            .map_while(Result::ok)
+            .collect()
+    }
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn request(id: &str) -> String {
+    let body = r#"{"stream":true}"#;
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-request-id: {id}\r\nx-haq-attempt: {id}/a1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+async fn client(p: &ReplicaProxy, id: &str) -> TcpStream {
+    let mut s = TcpStream::connect(p.listen).await.expect("connect");
+    s.write_all(request(id).as_bytes()).await.expect("send");
+    s
+}
+
+/// Reads until `until` is in what was read, EOF, an error, or `wait` passes.
+async fn read_for(
+    s: &mut TcpStream,
+    wait: Duration,
+    until: &str,
+) -> (String, Option<std::io::Result<()>>) {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + wait;
+    let mut tmp = [0u8; 4096];
+    loop {
+        if !until.is_empty() && String::from_utf8_lossy(&got).contains(until) {
+            return (String::from_utf8_lossy(&got).into_owned(), None);
+        }
+        match tokio::time::timeout_at(deadline.into(), s.read(&mut tmp)).await {
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), None),
+            Ok(Ok(0)) => return (String::from_utf8_lossy(&got).into_owned(), Some(Ok(()))),
+            Ok(Ok(n)) => got.extend_from_slice(&tmp[..n]),
+            Ok(Err(e)) => return (String::from_utf8_lossy(&got).into_owned(), Some(Err(e))),
+        }
+    }
+}
+
+const LONG: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_bytes_unchanged_and_records_each_exchange() {
+    let up = upstream(5, Duration::from_millis(2)).await;
+    let mut fx = Fixture::new(Some(up.addr.to_string())).await;
+    let mut direct = TcpStream::connect(up.addr).await.expect("direct");
+    direct
+        .write_all(request("d").as_bytes())
+        .await
+        .expect("send");
+    let (want, _) = read_for(&mut direct, LONG, "0\r\n\r\n").await;
+    let mut s = client(fx.p(), "r1").await;
+    let (got, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert_eq!(got, want, "the proxy must not change a byte");
+    // A second request on the same (keep-alive) connection, and a health check.
+    s.write_all(request("r2").as_bytes()).await.expect("send");
+    let (got2, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert_eq!(got2, want);
+    s.write_all(b"GET /ready HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("send");
+    let (ok, _) = read_for(&mut s, LONG, "\r\n\r\nok").await;
+    assert!(ok.ends_with("ok"), "{ok}");
+    drop(s);
+    assert_eq!(fx.p().other_requests.load(Ordering::Relaxed), 1);
+    let evs = fx.events();
+    let reqs: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::ProxyRequest {
+                id,
+                attempt,
+                replica,
+                ..
+            } => Some((id.clone(), attempt.clone(), replica.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reqs,
+        vec![
+            (Some("r1".into()), Some("r1/a1".into()), "w1".to_string()),
+            (Some("r2".into()), Some("r2/a1".into()), "w1".to_string())
+        ]
+    );
+    for e in &evs {
+        if let Event::ProxyEnd {
+            events,
+            end,
+            status,
+            first_event,
+            ..
+        } = e
+        {
+            assert_eq!(*events, 6, "5 events and [DONE]");
+            assert_eq!(*end, ProxyEndKind::Completed);
+            assert_eq!(*status, Some(200));
+            assert!(first_event.is_some());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackhole_forwards_nothing_keeps_sockets_open_and_heals() {
+    let up = upstream(40, Duration::from_millis(10)).await;
+    let fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    let mut s = client(&p, "r1").await;
+    let (before, _) = read_for(&mut s, LONG, "\"i\":3}").await;
+    assert!(before.contains("\"i\":3}"));
+    let (id, epoch) = p.add_rule(Rule::Blackhole);
+    assert_eq!(p.applied(epoch, LONG).await, Ok(1));
+    // Whatever was already in flight drains; then nothing passes.
+    let _ = read_for(&mut s, Duration::from_millis(100), "").await;
+    let written = up.written.load(Ordering::SeqCst);
+    let (during, end) = read_for(&mut s, Duration::from_millis(400), "").await;
+    assert_eq!(during, "", "bytes passed a blackhole");
+    assert!(end.is_none(), "the socket must stay open: {end:?}");
+    // The replica kept working (its writes went into the path's buffers).
+    assert!(up.written.load(Ordering::SeqCst) >= written);
+    // A new connection is accepted and held too.
+    let mut s2 = client(&p, "r2").await;
+    let (d2, e2) = read_for(&mut s2, Duration::from_millis(200), "").await;
+    assert_eq!((d2.as_str(), e2.is_none()), ("", true));
+    assert!(p.remove_rule(id).is_some());
+    let (after, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(
+        after.contains("[DONE]"),
+        "the stream resumes after heal: {after}"
+    );
+    let (after2, _) = read_for(&mut s2, LONG, "0\r\n\r\n").await;
+    assert!(after2.contains("[DONE]"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_sends_rst_and_close_sends_fin() {
+    let up = upstream(100, Duration::from_millis(10)).await;
+    let fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    for (rule, want_reset) in [(Rule::Reset, true), (Rule::Close, false)] {
+        let mut s = client(&p, "r").await;
+        let _ = read_for(&mut s, LONG, "\"i\":1}").await;
+        let (id, epoch) = p.add_rule(rule);
+        assert_eq!(
+            p.applied(epoch, LONG).await,
+            Ok(0),
+            "{rule:?}: every connection cut"
+        );
+        let (_, end) = read_for(&mut s, LONG, "").await;
+        match (end, want_reset) {
+            (Some(Err(e)), true) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+            (Some(Ok(())), false) => {}
+            other => panic!("{rule:?}: {other:?}"),
+        }
+        // While the rule lasts, new connections are cut on accept (the cut may even
+        // beat the end of connect or the write of the request).
+        if let Ok(mut s2) = TcpStream::connect(p.listen).await {
+            let _ = s2.write_all(request("r").as_bytes()).await;
+            let (d, end2) = read_for(&mut s2, LONG, "").await;
+            assert!(d.is_empty() && end2.is_some(), "{rule:?}: {d} {end2:?}");
+        }
+        p.remove_rule(id);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_and_throttle_slow_the_path() {
+    let up = upstream(1, Duration::from_millis(1)).await;
+    let fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    let (id, _) = p.add_rule(Rule::Delay(Duration::from_millis(300)));
+    let t = Instant::now();
+    let mut s = client(&p, "r").await;
+    let (got, _) = read_for(&mut s, LONG, "HTTP/1.1").await;
+    assert!(got.starts_with("HTTP/1.1"));
+    // Request and response each wait 300 ms: a lower bound only.
+    assert!(
+        t.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        t.elapsed()
+    );
+    p.remove_rule(id);
+    // 400 B/s: the ~200-byte response cannot pass in less than ~0.5 s after the burst.
+    p.add_rule(Rule::Throttle(400));
+    let t = Instant::now();
+    let mut s = client(&p, "r").await;
+    let (got, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(got.ends_with("0\r\n\r\n"), "{got}");
+    let min = (got.len() as f64 - 256.0) / 400.0;
+    assert!(
+        t.elapsed().as_secs_f64() >= min * 0.9,
+        "{:?} for {} bytes",
+        t.elapsed(),
+        got.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_event_k_until_the_replica_dies_then_drops_it() {
+    let up = upstream(20, Duration::from_millis(20)).await;
+    let mut fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    let mut seen = fx.set.board().watch("probe-x", ProxyPoint::Event(3));
+    let mut s = client(&p, "probe-x").await;
+    // Attribution first, then the point.
+    assert!(
+        matches!(seen.recv().await, Some(ProxySeen::Routed { ref replica, .. }) if replica == "w1")
+    );
+    let Some(ProxySeen::Reached {
+        release,
+        replica,
+        attempt,
+        ..
+    }) = seen.recv().await
+    else {
+        panic!("not reached")
+    };
+    assert_eq!(
+        (replica.as_str(), attempt.as_deref()),
+        ("w1", Some("probe-x/a1"))
+    );
+    // The replica computed and wrote event 3; the gateway side has events 1 and 2 only.
+    assert!(up.written.load(Ordering::SeqCst) >= 3);
+    let (got, _) = read_for(&mut s, Duration::from_millis(300), "").await;
+    assert!(got.contains("\"i\":2}"), "{got}");
+    assert!(!got.contains("\"i\":3}"), "event 3 leaked: {got}");
+    // The replica dies; the held event is dropped and the gateway side closes.
+    up.kill.send_replace(true);
+    let _ = release.send(Release::Drop);
+    let (rest, end) = read_for(&mut s, LONG, "").await;
+    assert!(
+        !rest.contains("\"i\":3}"),
+        "event 3 leaked after the kill: {rest}"
+    );
+    assert!(end.is_some(), "the gateway side must end");
+    // A retry of the same request (to a replacement) is not held again: one firing.
+    let fresh = upstream(5, Duration::from_millis(1)).await;
+    p.set_upstream(&fresh.addr.to_string());
+    let mut s2 = client(&p, "probe-x").await;
+    let (again, _) = read_for(&mut s2, LONG, "0\r\n\r\n").await;
+    assert!(
+        again.contains("\"i\":3}") && again.contains("[DONE]"),
+        "{again}"
+    );
+    assert!(matches!(seen.recv().await, Some(ProxySeen::Routed { .. })));
+    assert!(seen.try_recv().is_err(), "fired twice");
+    let evs = fx.events();
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::ProxyEnd { id: Some(i), end: ProxyEndKind::HeldDropped, held: Some(3), events, .. } if i == "probe-x" && *events >= 3)),
+        "{evs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_and_prefill_points_hold_before_the_engine_and_before_the_first_byte() {
+    let up = upstream(3, Duration::from_millis(5)).await;
+    let fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    // Queued: the replica never sees the request while it is held.
+    let mut seen = fx.set.board().watch("q", ProxyPoint::Queued);
+    let mut s = client(&p, "q").await;
+    let _ = seen.recv().await; // routed
+    let Some(ProxySeen::Reached { release, .. }) = seen.recv().await else {
+        panic!("not reached")
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        lock(&up.received).is_empty(),
+        "the replica saw a held request"
+    );
+    let _ = release.send(Release::Forward);
+    let (got, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(got.contains("[DONE]"));
+    assert_eq!(*lock(&up.received), vec!["q".to_string()]);
+    // Prefill: the replica has the request, the gateway gets no byte until released.
+    let mut seen = fx.set.board().watch("pf", ProxyPoint::Prefill);
+    let mut s = client(&p, "pf").await;
+    let _ = seen.recv().await;
+    let Some(ProxySeen::Reached { release, .. }) = seen.recv().await else {
+        panic!("not reached")
+    };
+    let (none, _) = read_for(&mut s, Duration::from_millis(300), "").await;
+    assert_eq!(none, "");
+    assert_eq!(lock(&up.received).len(), 2);
+    let _ = release.send(Release::Forward);
+    let (got, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.contains("[DONE]"),
+        "{got}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_dead_replica_is_attributed_then_reset() {
+    let dead = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = dead.local_addr().expect("addr");
+    drop(dead);
+    let mut fx = Fixture::new(Some(addr.to_string())).await;
+    let mut s = client(fx.p(), "r9").await;
+    let (got, end) = read_for(&mut s, LONG, "").await;
+    assert_eq!(got, "");
+    assert!(
+        matches!(end, Some(Err(ref e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{end:?}"
+    );
+    let evs = fx.events();
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, Event::ProxyRequest { id: Some(i), .. } if i == "r9"))
+    );
+    assert!(evs.iter().any(|e| matches!(
+        e,
+        Event::ProxyEnd {
+            end: ProxyEndKind::UpstreamRefused,
+            ..
+        }
+    )));
+}

@@ -1,0 +1,230 @@
+//! report.md: the summary, the verdict table, the timeline, per-phase latency, the
+//! findings and the HA worksheet (Q14). GitHub-flavoured Markdown, small enough for a
+//! CI step summary (`cat report.md >> $GITHUB_STEP_SUMMARY`).
+
+use std::fmt::Write;
+
+use super::worksheet::Section;
+use crate::check::{Judgement, Status};
+use crate::scenario::Plan;
+
+/// Findings listed in full; the rest are counted (report.json has them all).
+const FINDINGS_SHOWN: usize = 20;
+
+pub fn mark(s: Status) -> &'static str {
+    match s {
+        Status::Pass => "✅ PASS",
+        Status::Fail => "❌ FAIL",
+        Status::Unknown => "❓ UNKNOWN",
+        Status::NotEvaluated => "➖ NOT_EVALUATED",
+    }
+}
+
+/// One table cell: no pipes, no line breaks.
+pub fn cell(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+}
+
+fn table(out: &mut String, head: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
+    for r in rows {
+        let cells: Vec<String> = r.iter().map(|c| cell(c)).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    out.push('\n');
+}
+
+fn section(out: &mut String, s: &Section) {
+    let _ = writeln!(out, "### {}\n", s.title);
+    let head: Vec<&str> = s.columns.iter().map(String::as_str).collect();
+    table(out, &head, s.rows.iter().cloned());
+}
+
+pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
+    let mut out = String::new();
+    let sc = &plan.scenario;
+    let _ = writeln!(out, "# haq · {} · {}\n", sc.name, j.result_label());
+    if !sc.description.is_empty() {
+        let _ = writeln!(out, "> {}\n", sc.description.trim().replace('\n', " "));
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for v in &j.verdicts {
+        *counts.entry(v.status).or_insert(0) += 1;
+    }
+    let tally: Vec<String> = counts
+        .iter()
+        .map(|(s, n)| format!("{n} {}", s.as_str()))
+        .collect();
+    let phases: Vec<String> = plan
+        .phases
+        .iter()
+        .map(|p| format!("{} {:.0}s", p.name, p.duration.as_secs_f64()))
+        .collect();
+    let c = &j.client;
+    table(
+        &mut out,
+        &["", ""],
+        [
+            vec![
+                "result".into(),
+                format!("**{}** ({})", j.result_label(), tally.join(", ")),
+            ],
+            vec![
+                "run".into(),
+                format!("seed {} · started {}", plan.seed, j.run.wall),
+            ],
+            vec![
+                "load".into(),
+                format!(
+                    "protected {} · phases {}",
+                    sc.protected_load,
+                    phases.join(" → ")
+                ),
+            ],
+            vec![
+                "client".into(),
+                format!(
+                    "{} requests · schedule slip p99 {:.2} ms{}",
+                    c.requests,
+                    c.slip_p99_ms,
+                    if j.invalid() {
+                        format!(" · **INVALID**: {}", c.invalid_reasons.join("; "))
+                    } else {
+                        String::new()
+                    }
+                ),
+            ],
+        ],
+    );
+    if !j.run.complete || j.run.interrupted {
+        let _ = writeln!(
+            out,
+            "**The run did not complete** ({}): what it did not see is UNKNOWN.\n",
+            j.run.reason.as_deref().unwrap_or("no run_end in the trace")
+        );
+    }
+
+    out.push_str("## Verdicts (Q13)\n\n");
+    table(
+        &mut out,
+        &["Verdict", "Result", "Why"],
+        j.verdicts
+            .iter()
+            .map(|v| vec![v.name.clone(), mark(v.status).into(), v.summary.clone()]),
+    );
+
+    out.push_str("## Timeline (Q11)\n\n");
+    let entries: Vec<Vec<String>> = j
+        .timeline
+        .entries
+        .iter()
+        .map(|e| {
+            vec![
+                format!("{:.3}", e.at_s),
+                e.after_fault_ms
+                    .map(|m| format!("+{m:.0} ms"))
+                    .unwrap_or_default(),
+                e.event.clone(),
+                e.source.clone(),
+                e.detail.clone(),
+            ]
+        })
+        .collect();
+    if entries.is_empty() {
+        out.push_str("No phase ran.\n\n");
+    } else {
+        table(
+            &mut out,
+            &["t (s)", "after fault", "event", "source", "detail"],
+            entries,
+        );
+    }
+
+    out.push_str("## Latency per phase\n\n");
+    table(
+        &mut out,
+        &[
+            "Phase",
+            "kind",
+            "req",
+            "ok",
+            "failed",
+            "rejected",
+            "offered/s",
+            "goodput/s",
+            "TTFT p50/p95/p99 ms",
+            "ITL p50/p95 ms",
+            "E2E p50/p95 ms",
+        ],
+        j.phases.iter().map(|p| {
+            vec![
+                p.name.clone(),
+                p.kind.clone(),
+                p.requests.to_string(),
+                p.completed.to_string(),
+                p.failed.to_string(),
+                p.rejected.to_string(),
+                format!("{:.2}", p.offered_rps),
+                format!("{:.2}", p.goodput_rps),
+                format!(
+                    "{:.0} / {:.0} / {:.0}",
+                    p.ttft_ms.p50, p.ttft_ms.p95, p.ttft_ms.p99
+                ),
+                format!("{:.1} / {:.1}", p.itl_ms.p50, p.itl_ms.p95),
+                format!("{:.0} / {:.0}", p.e2e_ms.p50, p.e2e_ms.p95),
+            ]
+        }),
+    );
+
+    out.push_str("## Findings\n\n");
+    if j.findings.is_empty() {
+        out.push_str("None: no request showed a duplicate, stitched, truncated or otherwise wrong answer.\n\n");
+    } else {
+        table(
+            &mut out,
+            &["kind", "request", "detail"],
+            j.findings.iter().take(FINDINGS_SHOWN).map(|f| {
+                vec![
+                    f.kind.as_str().into(),
+                    format!("`{}`", f.request),
+                    f.detail.clone(),
+                ]
+            }),
+        );
+        let total: u64 = j.finding_counts.iter().map(|(_, n)| n).sum();
+        if total as usize > FINDINGS_SHOWN.min(j.findings.len()) {
+            let _ = writeln!(
+                out,
+                "… {} findings in all ({}); report.json keeps them.\n",
+                total,
+                j.finding_counts
+                    .iter()
+                    .map(|(k, n)| format!("{} ×{n}", k.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+
+    out.push_str("## HA worksheet (Q14)\n\n");
+    for s in worksheet {
+        section(&mut out, s);
+    }
+
+    out.push_str("<details><summary>Evidence behind each verdict</summary>\n\n");
+    for v in &j.verdicts {
+        let _ = writeln!(out, "**{}** — {}\n", v.name, mark(v.status));
+        if v.evidence.is_empty() {
+            out.push_str("- (none)\n");
+        }
+        for e in &v.evidence {
+            let _ = writeln!(out, "- {}", e.replace('\n', " "));
+        }
+        out.push('\n');
+    }
+    out.push_str("</details>\n");
+    out
+}

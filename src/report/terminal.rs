@@ -1,0 +1,138 @@
+//! The terminal summary: per-phase latency, faults, the failure timeline, the top
+//! findings and the verdict table.
+
+use std::path::Path;
+
+use comfy_table::{Cell, Color, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+
+use crate::check::{Judgement, Status};
+use crate::scenario::Plan;
+
+fn status_cell(s: Status) -> Cell {
+    let c = Cell::new(s.as_str());
+    match s {
+        Status::Pass => c.fg(Color::Green),
+        Status::Fail => c.fg(Color::Red),
+        Status::Unknown => c.fg(Color::Yellow),
+        Status::NotEvaluated => c.fg(Color::DarkGrey),
+    }
+}
+
+fn table() -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(110);
+    t
+}
+
+/// The terminal summary: verdicts, per-phase latency, faults, top findings.
+pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
+    let mut out = String::new();
+    let mut v = table();
+    v.set_header(vec!["Verdict", "Result", "Why"]);
+    for x in &j.verdicts {
+        v.add_row(vec![
+            Cell::new(&x.name),
+            status_cell(x.status),
+            Cell::new(&x.summary),
+        ]);
+    }
+    let mut p = table();
+    p.set_header(vec![
+        "Phase",
+        "Req",
+        "OK",
+        "Fail",
+        "Rej",
+        "TTFT p50/p95 ms",
+        "ITL p50/p95 ms",
+        "E2E p50/p95 ms",
+    ]);
+    for s in &j.phases {
+        p.add_row(vec![
+            s.name.clone(),
+            s.requests.to_string(),
+            s.completed.to_string(),
+            s.failed.to_string(),
+            s.rejected.to_string(),
+            format!("{:.0} / {:.0}", s.ttft_ms.p50, s.ttft_ms.p95),
+            format!("{:.1} / {:.1}", s.itl_ms.p50, s.itl_ms.p95),
+            format!("{:.0} / {:.0}", s.e2e_ms.p50, s.e2e_ms.p95),
+        ]);
+    }
+    out.push_str(&format!(
+        "haq · scenario {} · seed {} · {}\n",
+        plan.scenario.name, plan.seed, j.run.wall
+    ));
+    out.push_str(&p.to_string());
+    out.push('\n');
+    for f in &j.faults {
+        out.push_str(&format!(
+            "fault {} at +{:.1}s: {} {} (pid {}), verified: {} — {}\n",
+            f.name,
+            j.run
+                .load_start
+                .map(|l| f.t.saturating_sub(l) as f64 / 1e6)
+                .unwrap_or(0.0),
+            f.action,
+            f.replica,
+            f.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            f.verified,
+            f.detail
+        ));
+    }
+    let tl: Vec<_> = j
+        .timeline
+        .entries
+        .iter()
+        .filter(|e| e.after_fault_ms.is_some())
+        .collect();
+    if !tl.is_empty() {
+        out.push_str("timeline (Q11):\n");
+        for e in tl {
+            out.push_str(&format!(
+                "  +{:>8.3}s {:>10}  {} — {}: {}\n",
+                e.at_s,
+                e.after_fault_ms
+                    .map(|m| format!("(+{m:.0} ms)"))
+                    .unwrap_or_default(),
+                e.event,
+                e.source,
+                e.detail
+            ));
+        }
+    }
+    for f in j.findings.iter().take(5) {
+        out.push_str(&format!(
+            "finding {:?} {}: {}\n",
+            f.kind, f.request, f.detail
+        ));
+    }
+    if j.findings.len() > 5 {
+        out.push_str(&format!(
+            "… {} more findings in report.json\n",
+            j.findings.len() - 5
+        ));
+    }
+    out.push_str(&v.to_string());
+    out.push('\n');
+    let c = &j.client;
+    out.push_str(&format!(
+        "client: schedule slip p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
+        c.slip_p50_ms, c.slip_p99_ms, c.slip_max_ms, c.requests
+    ));
+    if j.invalid() {
+        out.push_str(&format!(
+            "INVALID: {} — the verdicts above (would be {}) are not evidence\n",
+            c.invalid_reasons.join("; "),
+            j.overall().as_str()
+        ));
+    }
+    out.push_str(&format!(
+        "result: {} · {}\n",
+        j.result_label(),
+        run_dir.display()
+    ));
+    out
+}

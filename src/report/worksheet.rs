@@ -1,0 +1,421 @@
+//! The HA worksheet of SPEC Q14, filled from the scenario and the measurements:
+//! service objective, topology, failure budget, healthy vs degraded, recovery, and the
+//! request-fate matrix. Sections of rows, rendered alike in Markdown, HTML and JSON.
+
+use serde::Serialize;
+
+use crate::check::Judgement;
+use crate::check::timeline::{FaultTimeline, Mark, ms};
+use crate::metrics::PhaseStats;
+use crate::scenario::{Fate, PhaseKind, Plan, TargetKind};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Section {
+    pub title: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Section {
+    fn new(title: &str, columns: &[&str]) -> Self {
+        Section {
+            title: title.into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+    fn row<const N: usize>(&mut self, cells: [String; N]) {
+        self.rows.push(cells.to_vec());
+    }
+}
+
+pub fn dur(d: crate::scenario::units::Dur) -> String {
+    d.to_string()
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn fate_name(f: Fate) -> String {
+    format!("{f:?}").to_lowercase()
+}
+
+/// The worksheet as sections.
+pub fn build(plan: &Plan, j: &Judgement) -> Vec<Section> {
+    vec![
+        objective(plan),
+        topology(plan),
+        budget(plan, j),
+        healthy_vs_degraded(plan, j),
+        recovery(plan, j),
+        fate_matrix(plan, j),
+    ]
+}
+
+fn objective(plan: &Plan) -> Section {
+    let s = &plan.scenario;
+    let mut o = Section::new("Service objective (Q1, Q2)", &["item", "value"]);
+    o.row(["protected load".into(), s.protected_load.to_string()]);
+    o.row([
+        "offered load".into(),
+        format!(
+            "{:.2}/s on average over {:.0}s",
+            plan.rate,
+            plan.total.as_secs_f64()
+        ),
+    ]);
+    o.row(["p95 TTFT".into(), dur(s.slo.ttft_p95)]);
+    o.row(["p95 ITL".into(), dur(s.slo.itl_p95)]);
+    o.row(["p95 E2E".into(), dur(s.slo.e2e_p95)]);
+    o.row([
+        "error rate".into(),
+        format!("≤ {}", pct(s.slo.error_rate_max.0)),
+    ]);
+    o.row([
+        "rejection rate".into(),
+        format!("≤ {}", pct(s.slo.rejection_rate_max.0)),
+    ]);
+    let c = &s.criteria;
+    o.row([
+        "traffic removal".into(),
+        c.routing
+            .as_ref()
+            .map(|r| format!("≤ {}", dur(r.traffic_removal_max)))
+            .unwrap_or_else(|| "not declared (default: half the degraded interval, ≤ 10 s)".into()),
+    ]);
+    o.row([
+        "recovery objective".into(),
+        c.recovery
+            .as_ref()
+            .map(|r| format!("ready and serving ≤ {}", dur(r.ready_and_serving_max)))
+            .unwrap_or_else(|| "not declared".into()),
+    ]);
+    let classes: Vec<String> = plan
+        .mix
+        .classes
+        .iter()
+        .map(|c| format!("{} ({:?}, weight {})", c.name, c.priority, c.weight).to_lowercase())
+        .collect();
+    o.row(["request mix".into(), classes.join(", ")]);
+    o
+}
+
+fn topology(plan: &Plan) -> Section {
+    let t = &plan.scenario.target;
+    let mut o = Section::new("Topology", &["item", "value"]);
+    match t.kind {
+        TargetKind::Sim => {
+            o.row([
+                "target".into(),
+                format!(
+                    "embedded sim, {} replicas ({})",
+                    plan.replicas.len(),
+                    plan.replicas.join(", ")
+                ),
+            ]);
+            o.row([
+                "gateway".into(),
+                format!(
+                    "{:?} policy, retry budget {}, health check every {} ({} failures)",
+                    t.gateway.policy,
+                    t.gateway.retry_budget,
+                    t.gateway.health_interval,
+                    t.gateway.health_failures
+                ),
+            ]);
+            o.row([
+                "engine".into(),
+                format!(
+                    "max_num_seqs {}, decode step {}, startup {}",
+                    t.engine.max_num_seqs, t.engine.decode_step, t.engine.startup
+                ),
+            ]);
+        }
+        TargetKind::Url => {
+            o.row(["target".into(), t.url.clone().unwrap_or_default()]);
+        }
+    }
+    o.row(["model".into(), t.model.clone()]);
+    o
+}
+
+fn budget(plan: &Plan, j: &Judgement) -> Section {
+    let mut o = Section::new(
+        "Failure budget (Q3)",
+        &[
+            "fault", "domain", "action", "target", "when", "removed", "verified",
+        ],
+    );
+    for f in &plan.faults {
+        let rec = j.faults.iter().find(|r| r.name == f.name);
+        o.row([
+            f.name.clone(),
+            format!("{:?}", f.domain).to_lowercase(),
+            format!("{:?}", f.action).to_lowercase(),
+            f.replica.clone(),
+            format!("+{:.1}s ({})", f.at.as_secs_f64(), f.phase),
+            rec.map(|r| r.replica.clone()).unwrap_or_else(|| "—".into()),
+            rec.map(|r| r.verified.to_string())
+                .unwrap_or_else(|| "not recorded".into()),
+        ]);
+    }
+    if plan.faults.is_empty() {
+        o.row([
+            "none".into(),
+            "—".into(),
+            "—".into(),
+            "—".into(),
+            "—".into(),
+            "—".into(),
+            "—".into(),
+        ]);
+    }
+    o
+}
+
+/// The first phase (with requests) of the first kind in `kinds` that has one.
+fn first_of<'a>(j: &'a Judgement, plan: &Plan, kinds: &[PhaseKind]) -> Option<&'a PhaseStats> {
+    kinds.iter().find_map(|k| {
+        plan.phases
+            .iter()
+            .filter(|p| p.kind == *k)
+            .find_map(|p| j.phases.iter().find(|s| s.name == p.name && s.requests > 0))
+    })
+}
+
+fn healthy_vs_degraded(plan: &Plan, j: &Judgement) -> Section {
+    let slo = &plan.scenario.slo;
+    let healthy = first_of(j, plan, &[PhaseKind::Baseline]);
+    let degraded = first_of(j, plan, &[PhaseKind::Degraded, PhaseKind::Fault]);
+    let name = |p: Option<&PhaseStats>| p.map(|p| p.name.clone()).unwrap_or_else(|| "—".into());
+    let mut o = Section::new(
+        "Healthy vs degraded (Q2, Q4)",
+        &[
+            "measure",
+            &format!("healthy ({})", name(healthy)),
+            &format!("degraded ({})", name(degraded)),
+            "SLO",
+        ],
+    );
+    let cell = |p: Option<&PhaseStats>, f: &dyn Fn(&PhaseStats) -> String| {
+        p.map(f).unwrap_or_else(|| "—".into())
+    };
+    type Measure<'a> = (&'a str, &'a dyn Fn(&PhaseStats) -> String, String);
+    let rows: [Measure; 8] = [
+        (
+            "p95 TTFT",
+            &|p| format!("{:.0} ms", p.ttft_ms.p95),
+            dur(slo.ttft_p95),
+        ),
+        (
+            "p95 ITL",
+            &|p| format!("{:.1} ms", p.itl_ms.p95),
+            dur(slo.itl_p95),
+        ),
+        (
+            "p95 E2E",
+            &|p| format!("{:.0} ms", p.e2e_ms.p95),
+            dur(slo.e2e_p95),
+        ),
+        (
+            "offered",
+            &|p| format!("{:.2}/s", p.offered_rps),
+            plan.scenario.protected_load.to_string(),
+        ),
+        (
+            "achieved",
+            &|p| format!("{:.2}/s", p.achieved_rps),
+            String::new(),
+        ),
+        (
+            "goodput (in SLO)",
+            &|p| format!("{:.2}/s", p.goodput_rps),
+            String::new(),
+        ),
+        (
+            "failed",
+            &|p| pct(p.failed as f64 / p.requests.max(1) as f64),
+            format!("≤ {}", pct(slo.error_rate_max.0)),
+        ),
+        (
+            "rejected",
+            &|p| pct(p.rejected as f64 / p.requests.max(1) as f64),
+            format!("≤ {}", pct(slo.rejection_rate_max.0)),
+        ),
+    ];
+    for (m, f, s) in rows {
+        o.row([m.into(), cell(healthy, f), cell(degraded, f), s]);
+    }
+    let cap = j
+        .verdicts
+        .iter()
+        .find(|v| v.name == "Capacity")
+        .map(|v| format!("{} (Capacity verdict)", v.status.as_str()))
+        .unwrap_or_default();
+    o.row([
+        "C_degraded ≥ L_protected".into(),
+        "—".into(),
+        cap,
+        plan.scenario.protected_load.to_string(),
+    ]);
+    if let Some(h) = healthy {
+        let n = plan.replicas.len().max(1) as f64;
+        let lost = plan.faults.len() as f64;
+        if n > lost && lost > 0.0 {
+            o.row([
+                "(N−k)/N × healthy achieved (a hypothesis, never the measure, Q4)".into(),
+                format!("{:.2}/s", h.achieved_rps),
+                format!("{:.2}/s", h.achieved_rps * (n - lost) / n),
+                String::new(),
+            ]);
+        }
+    }
+    o
+}
+
+fn since(f: &FaultTimeline, m: &Option<Mark>) -> (String, String) {
+    match m {
+        Some(m) => (format!("+{:.0} ms", ms(f.injected, m.t)), m.source.clone()),
+        None => ("—".into(), "not observed".into()),
+    }
+}
+
+fn recovery(plan: &Plan, j: &Judgement) -> Section {
+    let mut o = Section::new(
+        "Recovery (Q11)",
+        &[
+            "fault",
+            "measurement",
+            "after the fault",
+            "objective",
+            "source",
+        ],
+    );
+    let c = &plan.scenario.criteria;
+    for f in &j.timeline.faults {
+        let mut put = |what: &str, v: (String, String), obj: String| {
+            o.rows
+                .push(vec![f.fault.clone(), what.into(), v.0, obj, v.1]);
+        };
+        put("detection", since(f, &f.detected), String::new());
+        let removal = f.removal.as_ref().map(|r| {
+            (
+                format!("+{:.0} ms", ms(f.injected, r.t)),
+                r.last
+                    .as_ref()
+                    .map(|l| l.source.clone())
+                    .unwrap_or_else(|| r.sources.join(", ")),
+            )
+        });
+        put(
+            "traffic removal",
+            removal.unwrap_or(("—".into(), "no routing evidence".into())),
+            c.routing
+                .as_ref()
+                .map(|r| format!("≤ {}", dur(r.traffic_removal_max)))
+                .unwrap_or_default(),
+        );
+        let req = f.in_flight.settled.map(|s| {
+            (
+                format!(
+                    "+{:.0} ms ({} caught: {} recovered, {} terminated)",
+                    ms(f.injected, s),
+                    f.in_flight.caught,
+                    f.in_flight.recovered,
+                    f.in_flight.terminated
+                ),
+                "client trace".to_string(),
+            )
+        });
+        put(
+            "request recovery",
+            req.unwrap_or(("—".into(), "no request was in flight".into())),
+            String::new(),
+        );
+        put(
+            "degraded interval",
+            (
+                format!("{:.1} s", ms(f.injected, f.degraded_until) / 1000.0),
+                "phases".into(),
+            ),
+            String::new(),
+        );
+        let r = &f.replacement;
+        put(
+            "replacement requested",
+            since(f, &r.requested),
+            String::new(),
+        );
+        put("replacement started", since(f, &r.started), String::new());
+        put("replacement ready", since(f, &r.ready), String::new());
+        put(
+            "replacement receiving traffic",
+            since(f, &r.serving),
+            c.recovery
+                .as_ref()
+                .map(|r| format!("≤ {}", dur(r.ready_and_serving_max)))
+                .unwrap_or_default(),
+        );
+    }
+    let full = j.timeline.full_recovery.as_ref();
+    let first = j.timeline.faults.first().map(|f| f.injected);
+    o.row([
+        "all".into(),
+        "full recovery".into(),
+        match (full, first) {
+            (Some(m), Some(t0)) => format!("+{:.0} ms", ms(t0, m.t)),
+            _ => "—".into(),
+        },
+        String::new(),
+        full.map(|m| m.source.clone())
+            .unwrap_or_else(|| "not observed".into()),
+    ]);
+    o
+}
+
+fn fate_matrix(plan: &Plan, j: &Judgement) -> Section {
+    let p = &plan.scenario.policy;
+    let mut o = Section::new(
+        "Request-fate matrix (Q8)",
+        &["stage", "declared", "observed (count)"],
+    );
+    let stages = [
+        ("new", Some(p.new)),
+        ("queued", Some(p.queued)),
+        ("prefill", Some(p.prefill)),
+        ("decode", Some(p.decode)),
+        ("before_first_delta", None),
+        ("streaming", Some(p.streaming)),
+    ];
+    for (stage, declared) in stages {
+        let seen: Vec<String> = j
+            .fate_table
+            .iter()
+            .filter(|r| r.stage.as_str() == stage)
+            .map(|r| {
+                format!(
+                    "{} as {} ({})",
+                    format!("{:?}", r.observed).to_lowercase(),
+                    r.outcome.as_str(),
+                    r.count
+                )
+            })
+            .collect();
+        if declared.is_none() && seen.is_empty() {
+            continue;
+        }
+        o.row([
+            stage.into(),
+            declared
+                .map(fate_name)
+                .unwrap_or_else(|| "(queued, prefill or decode)".into()),
+            if seen.is_empty() {
+                "—".into()
+            } else {
+                seen.join(", ")
+            },
+        ]);
+    }
+    o
+}

@@ -1,0 +1,273 @@
+//! Validation of declared replicas and faults: each bad input is one error naming the
+//! field, before anything runs.
+
+use crate::scenario::{FaultAction, Plan, ProbePoint, ScenarioError, Trigger, load_str};
+
+const SIM: &str = "name: t
+target: {kind: sim, replicas: 3}
+workload:
+  mix: {classes: [{name: c, prompt_tokens: 10, output_tokens: 10}]}
+protected_load: 1/s
+slo: {ttft_p95: 1s, itl_p95: 1s, e2e_p95: 5s}
+phases: [{name: fault, duration: 10s}]
+faults:
+";
+
+const URL: &str = "name: t
+target:
+  kind: url
+  url: http://127.0.0.1:9000/v1
+  replicas:
+    - {name: a, upstream: 127.0.0.1:8001, listen: 127.0.0.1:9101, node: n1, process: {pid: 4242, restart: run-a}}
+    - {name: b, upstream: 127.0.0.1:8002, listen: 127.0.0.1:9102, node: n1, process: {pid_file: /tmp/b.pid}}
+    - {name: c, upstream: localhost:8003, node: n2}
+workload:
+  mix: {classes: [{name: c, prompt_tokens: 10, output_tokens: 10}]}
+protected_load: 1/s
+slo: {ttft_p95: 1s, itl_p95: 1s, e2e_p95: 5s}
+phases: [{name: fault, duration: 10s}]
+faults:
+";
+
+fn load(base: &str, faults: &str) -> Result<Plan, ScenarioError> {
+    let faults = if faults.is_empty() { " []\n" } else { faults };
+    load_str(
+        &format!("{base}{faults}"),
+        "t.yaml",
+        std::path::Path::new("."),
+        &[],
+        None,
+    )
+}
+
+fn err(base: &str, faults: &str) -> ScenarioError {
+    match load(base, faults) {
+        Ok(_) => panic!("accepted:\n{faults}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn url_replicas_and_their_faults_become_a_plan() {
+    let p = load(
+        URL,
+        "  - {name: k, domain: node, action: kill, target: {node: n1}, at: {phase: fault, offset: 1s}, restart: {command: run-x}}
+  - {name: cut, domain: network, backend: proxy, action: blackhole, target: {replica: b}, at: {phase: fault, offset: 2s}, duration: 1s}
+  - {name: hot, domain: worker, action: freeze, target: {replica: a}, at: {phase: fault}, when: {in_flight: 4}}
+",
+    )
+    .expect("valid");
+    assert_eq!(p.replicas, vec!["a", "b", "c"]);
+    assert_eq!(p.faults[0].replicas, vec!["a", "b"]);
+    assert_eq!(p.faults[0].node.as_deref(), Some("n1"));
+    assert_eq!(p.faults[1].action, FaultAction::Blackhole);
+    assert!(matches!(
+        p.faults[2].trigger,
+        Trigger::InFlight { n: 4, .. }
+    ));
+}
+
+#[test]
+fn probe_faults_may_leave_the_target_to_the_probe() {
+    let p = load(
+        SIM,
+        "  - {at: {phase: fault, offset: 1s}, when: {probe: {computed_not_sent: 2}}}\n",
+    )
+    .expect("valid");
+    assert!(p.faults[0].replicas.is_empty());
+    assert_eq!(p.faults[0].name, "kill-probe");
+    assert!(matches!(
+        p.faults[0].trigger,
+        Trigger::Probe {
+            point: ProbePoint::ComputedNotSent(2),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn bad_replica_lists() {
+    let e = err(&URL.replace("upstream: 127.0.0.1:8001, ", ""), "");
+    assert_eq!(e.field, "target.replicas[0].upstream");
+    let e = err(&URL.replace("127.0.0.1:8002", "http://x:8002/v1"), "");
+    assert_eq!(e.field, "target.replicas[1].upstream");
+    let e = err(&URL.replace("127.0.0.1:9102", "127.0.0.1:9101"), "");
+    assert_eq!(e.field, "target.replicas[1].listen");
+    let e = err(
+        &URL.replace("{pid: 4242, restart: run-a}", "{restart: run-a}"),
+        "",
+    );
+    assert_eq!(e.field, "target.replicas[0].process");
+    let e = err(&URL.replace("name: b", "name: a"), "");
+    assert_eq!(e.field, "target.replicas[1].name");
+    let e = err(
+        &SIM.replace("replicas: 3", "replicas: [{name: x, upstream: 'h:1'}]"),
+        "",
+    );
+    assert_eq!(e.field, "target.replicas[0].upstream");
+    assert!(e.reason.contains("sim starts its own"), "{e}");
+    let e = err(
+        &URL.replace("  replicas:\n", "  replicas: 3\n  other:\n"),
+        "",
+    );
+    assert!(
+        e.to_string().contains("other") || e.field == "target.replicas",
+        "{e}"
+    );
+}
+
+#[test]
+fn every_target_stays_inside_the_declared_replicas() {
+    let e = err(URL, "  - {target: {replica: z}, at: {phase: fault}}\n");
+    assert_eq!(e.field, "faults[0].target.replica");
+    assert!(e.reason.contains("no such replica"), "{e}");
+    let e = err(
+        URL,
+        "  - {domain: node, target: {node: n9}, at: {phase: fault}}\n",
+    );
+    assert_eq!(e.field, "faults[0].target.node");
+    let e = err(URL, "  - {at: {phase: fault}}\n");
+    assert_eq!(e.field, "faults[0].target");
+}
+
+#[test]
+fn backends_must_reach_their_targets() {
+    // c has no process and no proxy.
+    let e = err(URL, "  - {target: {replica: c}, at: {phase: fault}}\n");
+    assert_eq!(e.field, "faults[0].backend");
+    assert!(e.reason.contains("process"), "{e}");
+    let e = err(
+        URL,
+        "  - {domain: network, backend: proxy, action: reset, target: {replica: c}, at: {phase: fault}}\n",
+    );
+    assert!(e.reason.contains("listen"), "{e}");
+    let e = err(URL, "  - {at: {phase: fault}, when: {probe: prefill}}\n");
+    assert_eq!(e.field, "faults[0].when.probe");
+    let e = err(
+        URL,
+        "  - {target: {replica: c}, at: {phase: fault}, restart: {}}\n",
+    );
+    assert_eq!(e.field, "faults[0].backend");
+    let e = err(
+        URL,
+        "  - {target: {replica: b}, at: {phase: fault}, restart: {}}\n",
+    );
+    assert_eq!(e.field, "faults[0].restart.command");
+}
+
+#[test]
+fn domains_actions_and_parameters_must_agree() {
+    let cases = [
+        (
+            "{domain: network, action: kill, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].domain",
+        ),
+        (
+            "{domain: worker, backend: proxy, action: reset, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].domain",
+        ),
+        (
+            "{action: drain, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].domain",
+        ),
+        (
+            "{domain: drain, action: kill, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].domain",
+        ),
+        (
+            "{backend: proxy, domain: network, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].action",
+        ),
+        (
+            "{action: reset, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].action",
+        ),
+        (
+            "{action: kill, duration: 2s, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].duration",
+        ),
+        (
+            "{domain: network, backend: proxy, action: delay, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].delay",
+        ),
+        (
+            "{domain: network, backend: proxy, action: throttle, bytes_per_s: 0, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].bytes_per_s",
+        ),
+        (
+            "{action: freeze, delay: 1s, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].delay",
+        ),
+        (
+            "{backend: command, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].command",
+        ),
+        (
+            "{backend: command, command: {inject: x}, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].command.verify",
+        ),
+        (
+            "{backend: command, command: {inject: x, verify: v}, duration: 1s, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].command.heal",
+        ),
+        (
+            "{command: {inject: x}, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].command",
+        ),
+        (
+            "{action: freeze, restart: {}, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].restart",
+        ),
+        (
+            "{domain: node, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].target.node",
+        ),
+        (
+            "{at: {phase: fault}, when: {probe: {after_deltas: 0}}}",
+            "faults[0].when.probe",
+        ),
+        (
+            "{at: {phase: fault}, when: {probe: {after_deltas: 9}, max_tokens: 4}}",
+            "faults[0].when.max_tokens",
+        ),
+        (
+            "{at: {phase: fault}, when: {in_flight: 3}}",
+            "faults[0].target",
+        ),
+        (
+            "{at: {phase: fault}, when: {in_flight: 3, probe: prefill}, target: {replica: w1}}",
+            "faults[0].when",
+        ),
+        (
+            "{at: {phase: fault}, when: {}, target: {replica: w1}}",
+            "faults[0].when",
+        ),
+    ];
+    for (f, field) in cases {
+        let e = err(SIM, &format!("  - {f}\n"));
+        assert_eq!(e.field, field, "{f}: {e}");
+        assert!(
+            e.pos.is_some() || e.field.is_empty(),
+            "{f}: no position: {e}"
+        );
+    }
+}
+
+#[test]
+fn fault_names_are_unique_and_a_killed_replica_is_gone_unless_replaced() {
+    let e = err(
+        SIM,
+        "  - {name: x, target: {replica: w1}, at: {phase: fault}}\n  - {name: x, target: {replica: w2}, at: {phase: fault}}\n",
+    );
+    assert_eq!(e.field, "faults[1].name");
+    let e = err(
+        SIM,
+        "  - {target: {replica: w1}, at: {phase: fault, offset: 5s}, action: freeze}\n  - {target: {replica: w1}, at: {phase: fault, offset: 1s}}\n",
+    );
+    assert_eq!(e.field, "faults[0].target.replica", "{e}");
+    load(
+        SIM,
+        "  - {target: {replica: w1}, at: {phase: fault, offset: 1s}, restart: {}}\n  - {target: {replica: w1}, at: {phase: fault, offset: 5s}, name: again}\n",
+    )
+    .expect("a replaced replica can be faulted again");
+}

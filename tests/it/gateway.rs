@@ -1,0 +1,693 @@
+//! The sim gateway end to end on real worker processes: the reference policy's request
+//! fate at each token-loop fault point (M9), leases and fencing (M5), cancel on client
+//! disconnect (M4), drain (Q7), shedding (Q10), retry budget (M8), and every flawed
+//! policy's flaw visible on the wire.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use haq::sim::SimCluster;
+use haq::trace::journal::{FenceHow, GatewayEntry, Stamped, ToolExecution};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+use crate::simkit::*;
+use crate::support::{haq_bin, scratch};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Sim {
+    c: SimCluster,
+    dir: PathBuf,
+}
+
+impl Sim {
+    async fn start(name: &str, replicas: u32, gateway: Value, engine: Value) -> Sim {
+        let dir = scratch(name);
+        let mut e = json!({"startup": "50ms", "decode_step": "5ms"});
+        for (k, v) in engine.as_object().into_iter().flatten() {
+            e[k] = v.clone();
+        }
+        let mut g = json!({"health_interval": "100ms"});
+        for (k, v) in gateway.as_object().into_iter().flatten() {
+            g[k] = v.clone();
+        }
+        let target: haq::scenario::Target = serde_json::from_value(json!({
+            "kind": "sim", "replicas": replicas, "gateway": g, "engine": e,
+            "tools": {"exec_time": "5ms"}}))
+        .expect("target");
+        let c = SimCluster::start(&target, &haq_bin(), &dir)
+            .await
+            .expect("cluster");
+        Sim { c, dir }
+    }
+    fn chat_url(&self) -> String {
+        format!("{}/chat/completions", self.c.api_url)
+    }
+    fn worker(&self, name: &str) -> String {
+        self.c
+            .info
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.url.clone())
+            .expect("worker")
+    }
+    async fn arm(&self, worker: &str, spec: Value) {
+        let (s, r) = post_json(&format!("{}/admin/faults", self.worker(worker)), spec).await;
+        assert_eq!(s, 200, "{r}");
+    }
+    async fn signal(&self, worker: &str, sig: Signal) {
+        let p = self.c.worker(worker).expect("worker");
+        p.lock().await.signal(sig).expect("signal");
+    }
+    async fn req(&self, rid: &str, body: &Value, extra: &[(&str, &str)]) -> Seen {
+        let mut h = vec![("x-request-id", rid)];
+        h.extend_from_slice(extra);
+        stream(&self.chat_url(), body, &h, LIMIT).await
+    }
+    /// The gateway journal once it holds `ev` for `req` (it is flushed every 50 ms).
+    async fn journal_with(&self, what: impl Fn(&GatewayEntry) -> bool) -> Vec<GatewayEntry> {
+        let p = self.dir.join("gateway.jsonl");
+        let mut out = Vec::new();
+        eventually("gateway journal entry", LIMIT, async || {
+            out = gw_journal(&p);
+            out.iter().any(&what)
+        })
+        .await;
+        out
+    }
+    async fn stop(self) {
+        self.c.stop().await;
+    }
+}
+
+fn gw_journal(p: &Path) -> Vec<GatewayEntry> {
+    if !p.exists() {
+        return Vec::new();
+    }
+    journal::<Stamped<GatewayEntry>>(p)
+        .into_iter()
+        .map(|s| s.entry)
+        .collect()
+}
+
+fn of<'a>(j: &'a [GatewayEntry], rid: &str) -> Vec<&'a GatewayEntry> {
+    j.iter().filter(|e| e.req() == Some(rid)).collect()
+}
+
+fn ends(rid: &str) -> impl Fn(&GatewayEntry) -> bool {
+    let rid = rid.to_string();
+    move |e| matches!(e, GatewayEntry::RequestEnd { req, .. } if *req == rid)
+}
+
+/// The answer a healthy worker gives to `prompt` (temperature 0).
+async fn expected(sim: &Sim, prompt: &str, n: u32) -> Vec<String> {
+    let u = format!("{}/v1/chat/completions", sim.worker("w3"));
+    stream(&u, &chat(prompt, n), &[], LIMIT).await.content()
+}
+
+fn explicit_error(seen: &Seen) -> Option<Value> {
+    seen.data().into_iter().find(|v| v["error"].is_object())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_retries_only_before_the_first_delta_and_only_after_fencing() {
+    let sim = Sim::start("gw-fate", 3, json!({}), json!({})).await;
+    let want = expected(&sim, "the answer", 12).await;
+
+    // M9 case 1: killed during prefill → one complete answer after a retry.
+    sim.arm("w1", json!({"point": "prefill", "request_id": "v1"}))
+        .await;
+    let s = sim
+        .req("v1", &chat("the answer", 12), &[("x-haq-route", "w1")])
+        .await;
+    assert!(s.done(), "{:?}", s.broken);
+    assert_eq!(s.content(), want, "exactly one complete answer");
+    assert_eq!(s.headers["x-haq-attempt"], "v1/a2");
+    assert_ne!(s.headers["x-haq-worker"], "w1");
+    let j = sim.journal_with(ends("v1")).await;
+    let v1 = of(&j, "v1");
+    let fence = v1.iter().position(|e| {
+        matches!(
+            e,
+            GatewayEntry::Fence {
+                how: FenceHow::ConfirmedDead,
+                ..
+            }
+        )
+    });
+    let retry = v1
+        .iter()
+        .position(|e| matches!(e, GatewayEntry::Retry { .. }));
+    let second = v1.iter().position(
+        |e| matches!(e, GatewayEntry::AttemptStart { attempt, .. } if attempt == "v1/a2"),
+    );
+    assert!(
+        fence < retry && retry < second && fence.is_some(),
+        "fence, then retry: {v1:?}"
+    );
+
+    // M9 case 2: token computed, event not written (k=0) → retry, no fragment.
+    sim.arm(
+        "w2",
+        json!({"point": "before_event", "k": 0, "request_id": "v2"}),
+    )
+    .await;
+    let s = sim
+        .req("v2", &chat("the answer", 12), &[("x-haq-route", "w2")])
+        .await;
+    assert!(s.done());
+    assert_eq!(s.content(), want);
+    assert_eq!(s.headers["x-haq-attempt"], "v2/a2");
+
+    // M9 case 3: right after the first delta → explicit error, no second generation.
+    sim.arm(
+        "w3",
+        json!({"point": "after_event", "k": 2, "request_id": "v3"}),
+    )
+    .await;
+    let s = sim
+        .req("v3", &chat("the answer", 12), &[("x-haq-route", "w3")])
+        .await;
+    assert_eq!(s.content(), want[..3].to_vec());
+    let e = explicit_error(&s).expect("explicit error event");
+    assert_eq!(e["error"]["code"], "upstream_decode_interrupted");
+    assert_eq!(e["error"]["request_id"], "v3");
+    assert_eq!(e["error"]["partial_output"], true);
+    assert_eq!(e["error"]["delivered_output_tokens"], 3);
+    assert_eq!(e["error"]["retryable"], false);
+    assert!(!s.done());
+    let j = sim.journal_with(ends("v3")).await;
+    assert!(
+        !of(&j, "v3")
+            .iter()
+            .any(|e| matches!(e, GatewayEntry::AttemptStart { attempt, .. } if attempt == "v3/a2"))
+    );
+    assert!(of(&j, "v3").iter().any(|e| matches!(
+        e,
+        GatewayEntry::FirstDelta {
+            revision: Some(_),
+            ..
+        }
+    )));
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_worker_is_fenced_by_lease_expiry_then_the_stream_ends_explicitly() {
+    let sim = Sim::start(
+        "gw-frozen",
+        2,
+        json!({"lease_ttl": "600ms", "health_interval": "100ms"}),
+        json!({"decode_step": "10ms"}),
+    )
+    .await;
+    let u = sim.chat_url();
+    let h = tokio::spawn(async move {
+        stream(
+            &u,
+            &chat("freeze mid stream", 300),
+            &[("x-request-id", "v4"), ("x-haq-route", "w1")],
+            LIMIT,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sim.signal("w1", Signal::SIGSTOP).await;
+    let stopped = std::time::Instant::now();
+    let s = h.await.expect("task");
+    let took = stopped.elapsed();
+    sim.signal("w1", Signal::SIGCONT).await;
+    let e = explicit_error(&s).expect("explicit error");
+    assert_eq!(e["error"]["code"], "upstream_decode_interrupted");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    let j = sim.journal_with(ends("v4")).await;
+    assert!(
+        j.iter()
+            .any(|e| matches!(e, GatewayEntry::LeaseRenewFailed { worker, .. } if worker == "w1"))
+    );
+    let v4 = of(&j, "v4");
+    assert!(
+        v4.iter()
+            .any(|e| matches!(e, GatewayEntry::CancelSent { .. }))
+    );
+    assert!(
+        v4.iter()
+            .any(|e| matches!(e, GatewayEntry::CancelUnconfirmed { .. })),
+        "{v4:?}"
+    );
+    assert!(
+        v4.iter().any(|e| matches!(
+            e,
+            GatewayEntry::Fence {
+                how: FenceHow::LeaseExpired,
+                ..
+            }
+        )),
+        "{v4:?}"
+    );
+    sim.stop().await;
+}
+
+fn tool_body() -> Value {
+    let mut b = chat("open a ticket for the outage", 40);
+    b["tools"] =
+        json!([{"type": "function", "function": {"name": "create_ticket", "parameters": {}}}]);
+    b
+}
+
+async fn tool_runs(policy: &str) -> (Seen, Vec<ToolExecution>) {
+    let sim = Sim::start(
+        &format!("gw-tools-{policy}"),
+        2,
+        json!({"policy": policy}),
+        json!({}),
+    )
+    .await;
+    sim.arm(
+        "w1",
+        json!({"point": "after_tool_call", "request_id": "v5"}),
+    )
+    .await;
+    let s = sim.req("v5", &tool_body(), &[("x-haq-route", "w1")]).await;
+    let p = sim.dir.join("tools.jsonl");
+    let mut log = Vec::new();
+    eventually("two tool executions logged", LIMIT, async || {
+        log = journal::<Stamped<ToolExecution>>(&p)
+            .into_iter()
+            .map(|e| e.entry)
+            .collect();
+        log.len() >= 2
+    })
+    .await;
+    sim.stop().await;
+    (s, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_executed_before_a_crash_is_not_executed_again_unless_keys_follow_the_attempt()
+{
+    // M9 case 5 on the reference: the retry re-sends the same key; deduplicated.
+    let (s, log) = tool_runs("reference").await;
+    assert!(s.done());
+    assert_eq!(s.headers["x-haq-attempt"], "v5/a2");
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(
+        log[0].idempotency_key,
+        format!("v5:{}", log[0].tool_call_id)
+    );
+    assert_eq!(log[0].idempotency_key, log[1].idempotency_key);
+    assert_eq!((log[0].deduplicated, log[1].deduplicated), (false, true));
+    assert_eq!(log[1].attempt.as_deref(), Some("v5/a2"));
+
+    // FLAW no-tool-idempotency: keys derive from the attempt, the tool runs twice.
+    let (s, log) = tool_runs("no-tool-idempotency").await;
+    assert!(s.done());
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert!(
+        log.iter().all(|e| !e.deduplicated),
+        "executed twice: {log:?}"
+    );
+    assert_eq!(
+        log[0].idempotency_key,
+        format!("v5/a1:{}", log[0].tool_call_id)
+    );
+    assert_ne!(log[0].idempotency_key, log[1].idempotency_key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_disconnect_cancels_the_upstream_and_starts_no_spare() {
+    let sim = Sim::start("gw-gone", 2, json!({}), json!({"decode_step": "10ms"})).await;
+    let resp = http()
+        .post(sim.chat_url())
+        .json(&chat("leave early", 300))
+        .header("x-request-id", "v6")
+        .header("x-haq-route", "w1")
+        .send()
+        .await
+        .expect("head");
+    let mut resp = resp;
+    let _ = resp.chunk().await;
+    drop(resp);
+    let j = sim
+        .journal_with(|e| matches!(e, GatewayEntry::CancelConfirmed { req, .. } if req == "v6"))
+        .await;
+    let v6 = of(&j, "v6");
+    assert!(
+        v6.iter()
+            .any(|e| matches!(e, GatewayEntry::ClientGone { .. }))
+    );
+    assert!(
+        v6.iter()
+            .any(|e| matches!(e, GatewayEntry::CancelSent { .. }))
+    );
+    assert!(
+        !v6.iter()
+            .any(|e| matches!(e, GatewayEntry::AttemptStart { attempt, .. } if attempt == "v6/a2"))
+    );
+    // The worker freed the slot.
+    let w1 = sim.worker("w1");
+    eventually("worker slot freed", LIMIT, async || {
+        get_json(&format!("{w1}/admin/state")).await.1["running"] == 0
+    })
+    .await;
+    sim.stop().await;
+}
+
+async fn drain_run(policy: &str) -> (Vec<Seen>, Seen, Vec<GatewayEntry>) {
+    let sim = Sim::start(
+        &format!("gw-drain-{policy}"),
+        2,
+        json!({"policy": policy}),
+        json!({"decode_step": "10ms"}),
+    )
+    .await;
+    let mut hs = Vec::new();
+    for k in 0..2 {
+        let u = sim.chat_url();
+        let rid = format!("d{k}");
+        hs.push(tokio::spawn(async move {
+            stream(
+                &u,
+                &chat("drain", 80),
+                &[("x-request-id", &rid), ("x-haq-route", "w1")],
+                LIMIT,
+            )
+            .await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    sim.signal("w1", Signal::SIGTERM).await;
+    sim.journal_with(
+        |e| matches!(e, GatewayEntry::UpstreamRemoved { worker, .. } if worker == "w1"),
+    )
+    .await;
+    let after = sim.req("late", &chat("after drain", 4), &[]).await;
+    let mut inflight = Vec::new();
+    for h in hs {
+        inflight.push(h.await.expect("task"));
+    }
+    let j = sim.journal_with(ends("d1")).await;
+    sim.stop().await;
+    (inflight, after, j)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_drain_lets_streams_finish_and_hard_drain_cuts_them() {
+    let (inflight, after, j) = drain_run("reference").await;
+    for s in &inflight {
+        assert!(
+            s.done() && s.content().len() == 80,
+            "finished: {:?}",
+            s.broken
+        );
+        assert_eq!(s.headers["x-haq-worker"], "w1");
+    }
+    assert_eq!(
+        after.headers["x-haq-worker"], "w2",
+        "new traffic avoids the draining worker"
+    );
+    assert!(j.iter().any(|e| matches!(e, GatewayEntry::UpstreamRemoved { worker, cause: haq::trace::journal::RemovalCause::Draining, .. } if worker == "w1")));
+
+    // FLAW hard-drain: the draining worker's in-flight streams are cut.
+    let (inflight, _, j) = drain_run("hard-drain").await;
+    for s in &inflight {
+        assert!(!s.done(), "cut, not finished");
+        let e = explicit_error(s).expect("explicit error");
+        assert_eq!(e["error"]["code"], "upstream_decode_interrupted");
+    }
+    assert!(
+        j.iter()
+            .any(|e| matches!(e, GatewayEntry::HardDrainAbort { .. }))
+    );
+}
+
+async fn overload(policy: &str) -> Vec<(String, u16, Option<String>)> {
+    let sim = Sim::start(
+        &format!("gw-shed-{policy}"),
+        1,
+        json!({"policy": policy, "max_inflight_per_worker": 1, "queue_limit": 2, "best_effort_queue_limit": 1}),
+        json!({"decode_step": "20ms"}),
+    )
+    .await;
+    let order = [
+        ("p1", "protected"),
+        ("b1", "best_effort"),
+        ("p2", "protected"),
+        ("p3", "protected"),
+        ("p4", "protected"),
+    ];
+    let mut hs = Vec::new();
+    for (rid, prio) in order {
+        let u = sim.chat_url();
+        hs.push(tokio::spawn(async move {
+            let s = stream(
+                &u,
+                &chat("load", 40),
+                &[("x-request-id", rid), ("x-haq-priority", prio)],
+                LIMIT,
+            )
+            .await;
+            let ra = s
+                .headers
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            (rid.to_string(), s.status, ra)
+        }));
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    let mut out = Vec::new();
+    for h in hs {
+        out.push(h.await.expect("task"));
+    }
+    sim.stop().await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_sheds_best_effort_first_with_429_and_no_shedding_queues_everything() {
+    // One slot, queue of 2 (1 for best-effort): p1 runs; b1 queues; p2 queues ahead of
+    // it; p3 evicts b1; p4 finds the queue full.
+    let got = overload("reference").await;
+    let status: Vec<_> = got.iter().map(|(r, s, _)| (r.as_str(), *s)).collect();
+    assert_eq!(
+        status,
+        vec![
+            ("p1", 200),
+            ("b1", 429),
+            ("p2", 200),
+            ("p3", 200),
+            ("p4", 429)
+        ]
+    );
+    assert!(
+        got.iter()
+            .filter(|g| g.1 == 429)
+            .all(|g| g.2.as_deref() == Some("1")),
+        "Retry-After: {got:?}"
+    );
+
+    // FLAW no-shedding: everything queues, nothing is refused.
+    let got = overload("no-shedding").await;
+    assert!(got.iter().all(|g| g.1 == 200), "{got:?}");
+}
+
+fn cids(s: &Seen) -> BTreeSet<String> {
+    s.data()
+        .iter()
+        .filter(|v| v["choices"][0]["delta"]["content"].is_string())
+        .filter_map(|v| v["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+async fn slow_run(policy: &str) -> (Seen, Vec<GatewayEntry>) {
+    let sim = Sim::start(
+        &format!("gw-slow-{policy}"),
+        2,
+        json!({"policy": policy, "soft_timeout": "300ms"}),
+        json!({}),
+    )
+    .await;
+    let (s, _) = post_json(
+        &format!("{}/admin/hang", sim.worker("w1")),
+        json!({"on": true}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let u = sim.chat_url();
+    let h = tokio::spawn(async move {
+        stream(
+            &u,
+            &chat("slow is not dead", 20),
+            &[("x-request-id", "v8"), ("x-haq-route", "w1")],
+            LIMIT,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    post_json(
+        &format!("{}/admin/hang", sim.worker("w1")),
+        json!({"on": false}),
+    )
+    .await;
+    let seen = h.await.expect("task");
+    let j = sim.journal_with(ends("v8")).await;
+    sim.stop().await;
+    (seen, j)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_is_not_dead_and_soft_timeout_failover_publishes_two_attempts() {
+    let (s, j) = slow_run("reference").await;
+    assert!(s.done());
+    assert_eq!(cids(&s).len(), 1, "one writer");
+    assert_eq!(s.content().len(), 20);
+    assert!(
+        of(&j, "v8")
+            .iter()
+            .any(|e| matches!(e, GatewayEntry::SlowUpstream { .. }))
+    );
+
+    // FLAW soft-timeout: a spare attempt starts unfenced; both publish into one stream.
+    let (s, j) = slow_run("soft-timeout").await;
+    assert_eq!(cids(&s).len(), 2, "two writers: {:?}", cids(&s));
+    assert!(s.content().len() > 20, "duplicated output");
+    assert!(
+        of(&j, "v8")
+            .iter()
+            .any(|e| matches!(e, GatewayEntry::SoftTimeoutFailover { .. }))
+    );
+}
+
+async fn dead_worker_run(policy: &str) -> (Vec<Seen>, Vec<GatewayEntry>) {
+    let sim = Sim::start(
+        &format!("gw-dead-{policy}"),
+        2,
+        json!({"policy": policy}),
+        json!({}),
+    )
+    .await;
+    sim.signal("w1", Signal::SIGKILL).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut seen = Vec::new();
+    for k in 0..6 {
+        seen.push(
+            sim.req(&format!("n{k}"), &chat("after the crash", 4), &[])
+                .await,
+        );
+    }
+    let j = sim.journal_with(ends("n5")).await;
+    sim.stop().await;
+    (seen, j)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_worker_leaves_rotation_unless_health_checks_are_off() {
+    let attempts_on_w1 = |j: &[GatewayEntry]| {
+        j.iter()
+            .filter(|e| matches!(e, GatewayEntry::AttemptStart { worker, .. } if worker == "w1"))
+            .count()
+    };
+    let (seen, j) = dead_worker_run("reference").await;
+    assert!(seen.iter().all(|s| s.done()));
+    assert!(
+        attempts_on_w1(&j) <= 1,
+        "at most the attempt that found it dead"
+    );
+    assert!(
+        j.iter()
+            .any(|e| matches!(e, GatewayEntry::UpstreamRemoved { worker, .. } if worker == "w1"))
+    );
+
+    // FLAW no-health-check: the dead worker stays in rotation; requests keep hitting it.
+    let (seen, j) = dead_worker_run("no-health-check").await;
+    assert!(attempts_on_w1(&j) >= 2, "kept routing to the dead worker");
+    assert!(
+        !j.iter()
+            .any(|e| matches!(e, GatewayEntry::UpstreamRemoved { .. }))
+    );
+    assert!(seen.iter().any(|s| {
+        s.headers
+            .get("x-haq-attempt")
+            .is_some_and(|a| a.to_str().is_ok_and(|a| a.ends_with("/a2")))
+    }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_are_budgeted_and_priced() {
+    let sim = Sim::start("gw-budget", 2, json!({"retry_budget": 0}), json!({})).await;
+    sim.arm("w1", json!({"point": "prefill", "request_id": "b1"}))
+        .await;
+    let r = http()
+        .post(sim.chat_url())
+        .json(&chat("no budget", 4))
+        .header("x-request-id", "b1")
+        .header("x-haq-route", "w1")
+        .send()
+        .await
+        .expect("response");
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    let e: Value = r.json().await.expect("json");
+    assert_eq!(e["error"]["code"], "retry_budget_exhausted");
+    sim.stop().await;
+
+    let sim = Sim::start(
+        "gw-cost",
+        2,
+        json!({"retry_max_prompt_tokens": 3}),
+        json!({}),
+    )
+    .await;
+    sim.arm("w1", json!({"point": "prefill", "request_id": "b2"}))
+        .await;
+    let r = http()
+        .post(sim.chat_url())
+        .json(&chat("a prompt of six words here", 4))
+        .header("x-request-id", "b2")
+        .header("x-haq-route", "w1")
+        .send()
+        .await
+        .expect("response");
+    assert_eq!(r.status(), 503);
+    let e: Value = r.json().await.expect("json");
+    assert_eq!(e["error"]["code"], "retry_cost_exceeded");
+    let j = sim.journal_with(ends("b2")).await;
+    assert!(
+        of(&j, "b2")
+            .iter()
+            .any(|e| matches!(e, GatewayEntry::RetryDenied { .. }))
+    );
+    sim.stop().await;
+}
+
+/// The official OpenAI Python SDK streams from the gateway unchanged. Opt-in (needs
+/// Python with `openai`): `HAQ_PYTHON=/path/to/python cargo test --test it -- --ignored
+/// openai_sdk`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Python with the openai package (HAQ_PYTHON)"]
+async fn the_openai_python_sdk_streams_from_the_gateway() {
+    let python = std::env::var("HAQ_PYTHON").unwrap_or_else(|_| "python3".into());
+    let sim = Sim::start("gw-sdk", 2, json!({}), json!({})).await;
+    let script = crate::support::root().join("examples/openai_sdk_stream.py");
+    let out = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(&sim.c.api_url)
+        .output()
+        .await
+        .expect("python runs");
+    sim.stop().await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{python} {}: {stdout}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("finish_reason=length"), "{stdout}");
+}

@@ -1,0 +1,149 @@
+//! The reports people read, on a fixed stored run (tests/data/report-run): golden files
+//! for report.md and junit.xml, the JSON Schema of report.json, the HTML in a browser.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::{root, scratch};
+
+/// A copy of the fixture run (judging writes latency.hlog next to the trace).
+pub fn fixture() -> PathBuf {
+    let src = root().join("tests/data/report-run");
+    let dir = scratch("report-run");
+    for f in [
+        "scenario.json",
+        "scenario.yaml",
+        "trace.jsonl",
+        "gateway.jsonl",
+        "tools.jsonl",
+        "worker-w1.jsonl",
+        "worker-w2.jsonl",
+        "worker-w3.jsonl",
+    ] {
+        std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
+    }
+    dir
+}
+
+/// Compares `got` with the golden file; `HAQ_BLESS=1` rewrites it instead. The copy's
+/// own path (named in the evidence sources) reads `RUN_DIR`.
+fn golden(name: &str, dir: &Path, got: &str) {
+    let got = &got.replace(&dir.display().to_string(), "RUN_DIR");
+    let path: PathBuf = root().join("tests/data/report-run/golden").join(name);
+    if std::env::var_os("HAQ_BLESS").is_some() {
+        std::fs::write(&path, got).expect("bless");
+        return;
+    }
+    let want = std::fs::read_to_string(&path).expect("golden file (HAQ_BLESS=1 to create)");
+    if want != *got {
+        let line = want
+            .lines()
+            .zip(got.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| want.lines().count().min(got.lines().count()));
+        panic!(
+            "{name} differs from {} at line {}:\n  want: {:?}\n  got:  {:?}\n(HAQ_BLESS=1 re-blesses after an intended change)",
+            path.display(),
+            line + 1,
+            want.lines().nth(line),
+            got.lines().nth(line)
+        );
+    }
+}
+
+fn judged(dir: &Path) -> (haq::scenario::Plan, haq::check::Judgement) {
+    haq::check::judge_dir(dir).expect("judge the fixture")
+}
+
+#[test]
+fn report_md_matches_the_golden_file() {
+    let dir = fixture();
+    let (plan, j) = judged(&dir);
+    let md = haq::report::markdown(&plan, &j);
+    // What a reader needs is there: the verdicts, the timeline with its sources, the
+    // per-phase latency, the worksheet.
+    for want in [
+        "# haq · sample · PASS",
+        "| Routing | ✅ PASS | kill-w2: traffic removed from w2",
+        "| w2 detected | gateway journal | upstream_removed w2",
+        "## Latency per phase",
+        "### Healthy vs degraded (Q2, Q4)",
+        "### Request-fate matrix (Q8)",
+    ] {
+        assert!(md.contains(want), "report.md lacks {want:?}:\n{md}");
+    }
+    assert!(md.len() < 64 * 1024, "too big for a step summary");
+    golden("report.md", &dir, &md);
+}
+
+#[test]
+fn junit_xml_matches_the_golden_file() {
+    let dir = fixture();
+    let (plan, j) = judged(&dir);
+    let xml = haq::report::junit(&plan, &j);
+    assert_eq!(xml.matches("<testcase ").count(), 8);
+    assert_eq!(xml.matches("<skipped ").count(), 3);
+    assert!(!xml.contains("<failure"));
+    golden("junit.xml", &dir, &xml);
+}
+
+#[test]
+fn requests_csv_has_a_row_per_request() {
+    let (_, j) = judged(&fixture());
+    let text = haq::report::requests_csv(&j).expect("csv");
+    let mut rd = csv::Reader::from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.expect("row")).collect();
+    assert_eq!(rows.len(), j.facts.requests.len());
+    assert!(rows.len() > 50);
+    let h = rd.headers().expect("header").clone();
+    let col = |name: &str| h.iter().position(|x| x == name).expect(name);
+    let cut: Vec<&csv::StringRecord> = rows
+        .iter()
+        .filter(|r| &r[col("outcome")] == "explicit_error")
+        .collect();
+    assert!(!cut.is_empty());
+    for r in cut {
+        assert_eq!(&r[col("caught_stage")], "streaming");
+        assert_eq!(&r[col("caught_by")], "kill-w2");
+        assert_eq!(&r[col("worker")], "w2");
+    }
+}
+
+fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(root().join("schemas/report.schema.json")).expect("schema");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("schema is JSON");
+    jsonschema::validator_for(&v).expect("schema is a valid JSON Schema")
+}
+
+/// Validates `report` against schemas/report.schema.json, listing every error.
+pub fn assert_valid_report(report: &serde_json::Value) {
+    let errors: Vec<String> = schema()
+        .iter_errors(report)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "report.json does not match its schema:\n{}",
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn report_json_validates_against_its_schema() {
+    let dir = fixture();
+    let (plan, j) = judged(&dir);
+    let v: serde_json::Value =
+        serde_json::from_str(&haq::report::json(&plan, &j).expect("json")).expect("parse");
+    assert_valid_report(&v);
+    assert_eq!(v["verdicts"][1]["name"], "Routing");
+    assert_eq!(
+        v["timeline"]["faults"][0]["detected"]["source"],
+        "gateway journal"
+    );
+    // The schema is not a rubber stamp: a broken report fails it.
+    let mut bad = v.clone();
+    bad["verdicts"][0]["status"] = "MAYBE".into();
+    bad["timeline"]["faults"][0]["removal"]["sources"] = serde_json::json!([]);
+    bad.as_object_mut().expect("object").remove("worksheet");
+    let errors: Vec<String> = schema().iter_errors(&bad).map(|e| e.to_string()).collect();
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+}
