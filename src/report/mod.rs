@@ -45,10 +45,6 @@ pub struct Report<'a> {
     /// Each request caught by a fault: stage, declared and observed fate, attempts,
     /// workers, delivered deltas (M1).
     pub request_fates: &'a [crate::check::fate::RequestFate],
-    /// Every finding kind with its full count (`findings` keeps examples).
-    pub finding_counts: &'a [(crate::check::fate::FindingKind, u64)],
-    /// Which evidence sources Request-Fate read, and how they stood.
-    pub evidence: &'a [crate::check::evidence::SourceReport],
     /// Checkers that panicked (their verdict is UNKNOWN).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub checker_crashes: &'a [crate::check::fate::Crash],
@@ -94,8 +90,6 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         findings: &j.findings,
         request_fate: &j.fate_table,
         request_fates: &j.fate_requests,
-        finding_counts: &j.finding_counts,
-        evidence: &j.evidence,
         checker_crashes: &j.checker_crashes,
         unfinished_requests: j.unfinished,
         timeline: &j.timeline,

@@ -68,8 +68,8 @@ fn haq_check_finds_every_anomaly_of_a_stored_run_from_all_its_evidence() {
             .as_array()
             .is_some_and(|a| a.len() >= 5)
     );
-    assert_eq!(report["evidence"][0]["source"], "gateway journal");
-    assert_eq!(report["evidence"][0]["state"], "used");
+    assert_eq!(report["evidence_sources"][0]["source"], "gateway journal");
+    assert_eq!(report["evidence_sources"][0]["state"], "used");
 
     // Without the tool log the tool side effect is not seen; the rest still is.
     std::fs::remove_file(dir.join("tools.jsonl")).expect("rm");
