@@ -14,7 +14,7 @@ use super::fate::{self, Stage};
 use super::history::{FaultRec, RequestRecord};
 use crate::scenario::{PhaseKind, Plan};
 use crate::trace::journal::GatewayEntry;
-use crate::trace::{Edge, Event, Outcome, ReplicaInfo};
+use crate::trace::{Edge, Event, Outcome, ReplacementStage, ReplicaInfo};
 
 /// What the run kept of one finished request.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -134,6 +134,24 @@ pub struct Healed {
     pub detail: String,
 }
 
+/// A replacement stage as the fault backend recorded it (Q11).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Replaced {
+    pub t: u64,
+    pub fault: String,
+    pub replica: String,
+    pub stage: ReplacementStage,
+    pub detail: Option<String>,
+}
+
+/// A request haq's proxy forwarded to a replica (Routing attribution).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Proxied {
+    pub t: u64,
+    pub replica: String,
+    pub id: Option<String>,
+}
+
 /// A gateway journal entry on the trace clock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GwEntry {
@@ -152,6 +170,10 @@ pub struct Evidence {
     pub faults: Vec<FaultRec>,
     pub heals: Vec<Healed>,
     pub observations: Vec<Observed>,
+    pub replacements: Vec<Replaced>,
+    pub proxied: Vec<Proxied>,
+    /// haq's proxy was in the request path (it recorded a request).
+    pub has_proxy: bool,
     pub replicas: Vec<ReplicaInfo>,
     /// `None` when the run has no gateway journal (a `url` target).
     pub gateway: Option<Vec<GwEntry>>,
@@ -274,6 +296,28 @@ impl EvidenceAcc {
                 name: name.clone(),
                 detail: detail.clone(),
             }),
+            Event::Replacement {
+                t,
+                fault,
+                replica,
+                stage,
+                detail,
+                ..
+            } => self.ev.replacements.push(Replaced {
+                t: *t,
+                fault: fault.clone(),
+                replica: replica.clone(),
+                stage: *stage,
+                detail: detail.clone(),
+            }),
+            Event::ProxyRequest { t, replica, id, .. } => {
+                self.ev.has_proxy = true;
+                self.ev.proxied.push(Proxied {
+                    t: *t,
+                    replica: replica.clone(),
+                    id: id.clone(),
+                });
+            }
             Event::Observation {
                 t,
                 source,
@@ -335,6 +379,8 @@ impl EvidenceAcc {
         self.ev.load_start = self.ev.phases.first().map(|p| p.start).unwrap_or(0);
         self.ev.faults = faults.to_vec();
         self.ev.observations.sort_by_key(|o| o.t);
+        self.ev.replacements.sort_by_key(|r| r.t);
+        self.ev.proxied.sort_by_key(|p| p.t);
         self.ev.heals.sort_by_key(|h| h.t);
         if self.journal {
             self.gateway.sort_by_key(|g| g.t);

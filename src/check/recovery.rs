@@ -18,7 +18,7 @@ fn exercised(plan: &Plan, tl: &Timeline) -> bool {
         || plan.scenario.criteria.recovery.is_some()
         || tl.faults.iter().any(|f| {
             let r = &f.replacement;
-            r.requested.is_some() || r.started.is_some() || r.ready.is_some()
+            r.requested.is_some() || r.started.is_some() || r.ready.is_some() || r.failed.is_some()
         })
 }
 
@@ -29,8 +29,10 @@ fn stages(f: &FaultTimeline) -> String {
         ("started", &r.started),
         ("ready", &r.ready),
         ("receiving traffic", &r.serving),
+        ("failed", &r.failed),
     ]
     .iter()
+    .filter(|(label, m)| *label != "failed" || m.is_some())
     .map(|(label, m)| match m {
         Some(m) => format!("{label} +{:.0} ms ({})", ms(f.injected, m.t), m.source),
         None => format!("{label} —"),
@@ -68,6 +70,15 @@ pub fn verdict(plan: &Plan, ev: &Evidence, tl: &Timeline, phases: &[PhaseStats])
         }
         let r = &f.replacement;
         match (&r.ready, &r.serving) {
+            (None, _) if r.failed.is_some() => parts.push((
+                Status::Fail,
+                format!(
+                    "{}: the replacement for {} failed: {}",
+                    f.fault,
+                    f.replica,
+                    r.failed.as_ref().map(|m| m.detail.as_str()).unwrap_or_default()
+                ),
+            )),
             (None, _) => parts.push((
                 if complete_run {
                     Status::Fail

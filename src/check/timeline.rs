@@ -10,11 +10,13 @@ use super::facts::{self, Evidence, says_routed, says_unusable};
 use super::history::FaultRec;
 use crate::metrics::SecondStats;
 use crate::scenario::{PhaseKind, Plan};
-use crate::trace::Outcome;
 use crate::trace::journal::GatewayEntry;
+use crate::trace::{Outcome, ReplacementStage};
 
 pub const JOURNAL: &str = "gateway journal";
 pub const HEADER: &str = "x-haq-worker header";
+pub const PROXY: &str = "haq proxy";
+pub const BACKEND: &str = "haq fault backend";
 
 /// A point on the timeline and what says so.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -67,6 +69,8 @@ pub struct Replacement {
     pub ready: Option<Mark>,
     /// The first request routed to the replacement once ready.
     pub serving: Option<Mark>,
+    /// The backend could not start it, or it never became ready.
+    pub failed: Option<Mark>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -142,6 +146,21 @@ pub fn routed_to(ev: &Evidence, replica: &str, from: u64, until: u64) -> Vec<Mar
             }),
     );
     out.extend(
+        ev.proxied
+            .iter()
+            .filter(|p| p.replica == replica && p.t >= from && p.t < until)
+            .map(|p| {
+                mark(
+                    p.t,
+                    PROXY,
+                    format!(
+                        "{} forwarded to {replica}",
+                        p.id.as_deref().unwrap_or("a request")
+                    ),
+                )
+            }),
+    );
+    out.extend(
         ev.requests
             .iter()
             .filter(|r| {
@@ -184,7 +203,22 @@ fn routed_elsewhere(ev: &Evidence, replica: &str, t: u64) -> Option<Mark> {
             o.t > t && says_routed(&o.what) && o.replica.as_deref().is_some_and(|x| x != replica)
         })
         .map(|o| mark(o.t, &o.source, o.detail.clone().unwrap_or_default()));
-    [journal, header, observed]
+    let proxied = ev
+        .proxied
+        .iter()
+        .find(|p| p.t > t && p.replica != replica)
+        .map(|p| {
+            mark(
+                p.t,
+                PROXY,
+                format!(
+                    "{} forwarded to {}",
+                    p.id.as_deref().unwrap_or("a request"),
+                    p.replica
+                ),
+            )
+        });
+    [journal, header, observed, proxied]
         .into_iter()
         .flatten()
         .min_by_key(|m| m.t)
@@ -205,6 +239,9 @@ pub fn routing_sources(ev: &Evidence) -> Vec<String> {
     obs.sort();
     obs.dedup();
     s.extend(obs);
+    if ev.has_proxy {
+        s.push(PROXY.to_string());
+    }
     if ev.requests.iter().any(|r| r.worker.is_some()) {
         s.push(HEADER.to_string());
     }
@@ -245,6 +282,26 @@ fn first_observed(
                     .unwrap_or_else(|| format!("{label}: {}", o.what)),
             )
         })
+}
+
+/// The backend's own record of a replacement stage for this fault's replica.
+fn staged(ev: &Evidence, f: &FaultRec, stage: ReplacementStage) -> Option<Mark> {
+    ev.replacements
+        .iter()
+        .find(|r| r.fault == f.name && r.replica == f.replica && r.stage == stage && r.t >= f.t)
+        .map(|r| {
+            mark(
+                r.t,
+                BACKEND,
+                r.detail
+                    .clone()
+                    .unwrap_or_else(|| format!("{stage:?}").to_lowercase()),
+            )
+        })
+}
+
+fn earliest(ms: impl IntoIterator<Item = Option<Mark>>) -> Option<Mark> {
+    ms.into_iter().flatten().min_by_key(|m| m.t)
 }
 
 fn replacement(ev: &Evidence, f: &FaultRec) -> Replacement {
@@ -288,18 +345,21 @@ fn replacement(ev: &Evidence, f: &FaultRec) -> Replacement {
         ],
         "ready",
     );
-    let ready = [journal_ready, observed_ready]
-        .into_iter()
-        .flatten()
-        .min_by_key(|m| m.t);
-    let serving = ready
+    let ready = earliest([
+        journal_ready,
+        observed_ready,
+        staged(ev, f, ReplacementStage::Ready),
+    ]);
+    let routed = ready
         .as_ref()
         .and_then(|m| routed_to(ev, r, m.t, u64::MAX).into_iter().next());
+    let serving = earliest([routed, staged(ev, f, ReplacementStage::FirstRequestServed)]);
     Replacement {
-        requested,
-        started,
+        requested: earliest([requested, staged(ev, f, ReplacementStage::Requested)]),
+        started: earliest([started, staged(ev, f, ReplacementStage::ProcessStarted)]),
         ready,
         serving,
+        failed: staged(ev, f, ReplacementStage::Failed),
     }
 }
 
@@ -550,6 +610,7 @@ pub fn build(plan: &Plan, ev: &Evidence, seconds: &[SecondStats]) -> Timeline {
             ("replacement started", &f.replacement.started),
             ("replacement ready", &f.replacement.ready),
             ("replacement receiving traffic", &f.replacement.serving),
+            ("replacement failed", &f.replacement.failed),
         ];
         for (label, s) in stages {
             if let Some(s) = s {

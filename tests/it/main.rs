@@ -10,5 +10,6 @@ mod report;
 mod run;
 mod simkit;
 mod support;
+mod verdicts;
 mod worker;
 mod workload;

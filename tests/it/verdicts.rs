@@ -1,0 +1,150 @@
+//! The run-level verdicts end to end on the sim (SPEC Q13): each shown to PASS on the
+//! reference gateway and to FAIL on the flawed policy it is for. Short phases; the FAIL
+//! sides with every reason are unit-tested on hand-written traces in src/check/.
+
+use haq::check::Status;
+
+use crate::support::{LOOSE_SLO, plan, run, verdict};
+
+/// The quickstart, short: `phases` and the first fault overridden.
+fn short(extra: &[&str]) -> haq::scenario::Plan {
+    let mut sets = vec![
+        "workload.mix.classes[0].output_tokens={uniform: [40, 80]}",
+        "workload.mix.classes[0].prompt_tokens={uniform: [50, 200]}",
+        "client.max_slip_p99=250ms",
+        "client.max_late=2s",
+    ];
+    sets.extend(LOOSE_SLO);
+    sets.extend(extra);
+    plan("scenarios/quickstart.yaml", &sets)
+}
+
+fn status_of(r: &haq::engine::RunResult, name: &str) -> (Status, String) {
+    let v = verdict(r, name);
+    (v.status, format!("{v:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_that_serves_within_the_bound_passes_recovery() {
+    let r = run(
+        short(&[
+            "phases=[{name: baseline, duration: 3s}, {name: fault, duration: 5s}, {name: recovered, duration: 4s}]",
+            "faults[0].at.offset=1s",
+            "faults[0].restart={after: 300ms, cold_start: 300ms}",
+            "criteria.recovery.ready_and_serving_max=5s",
+            "criteria.routing.traffic_removal_max=2s",
+        ]),
+        "recovery",
+    )
+    .await;
+    for name in ["Failure-Domain", "Routing", "Recovery"] {
+        let (s, v) = status_of(&r, name);
+        assert_eq!(s, Status::Pass, "{v}");
+    }
+    let f = &r.judgement.timeline.faults[0];
+    let rp = &f.replacement;
+    let (req, ready, serving) = (
+        rp.requested.as_ref().expect("requested"),
+        rp.ready.as_ref().expect("ready"),
+        rp.serving.as_ref().expect("serving"),
+    );
+    assert!(
+        f.injected <= req.t && req.t <= ready.t && ready.t <= serving.t,
+        "{rp:?}"
+    );
+    // The replacement's traffic is not counted as traffic to the dead endpoint.
+    let removal = f.removal.as_ref().expect("removal");
+    assert!(removal.t < ready.t, "{removal:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_without_health_checks_fails_routing() {
+    let r = run(
+        short(&[
+            "phases=[{name: baseline, duration: 3s}, {name: fault, duration: 3s}, {name: degraded, duration: 4s}]",
+            "faults[0].at.offset=500ms",
+            "target.gateway.policy=no-health-check",
+            "criteria.routing.traffic_removal_max=1s",
+        ]),
+        "no-health-check",
+    )
+    .await;
+    let (s, v) = status_of(&r, "Routing");
+    assert_eq!(s, Status::Fail, "{v}");
+    let removal = r.judgement.timeline.faults[0]
+        .removal
+        .as_ref()
+        .expect("removal");
+    assert!(removal.routed_after_fault > 3, "{removal:?}");
+    // The gateway journal and haq's proxy both saw requests reach the dead w2.
+    let src = removal.last.as_ref().map(|m| m.source.as_str());
+    assert!(
+        matches!(src, Some("gateway journal" | "haq proxy")),
+        "{removal:?}"
+    );
+}
+
+fn drain(policy: &str) -> haq::scenario::Plan {
+    short(&[
+        // Long streams, so several are in flight on w2 when the drain begins.
+        "workload.mix.classes[0].output_tokens={uniform: [200, 300]}",
+        "phases=[{name: baseline, duration: 3s}, {name: drain, duration: 4s}, {name: degraded, duration: 3s}]",
+        "faults[0]={name: drain-w2, domain: drain, action: drain, target: {replica: w2}, at: {phase: drain, offset: 1s}}",
+        &format!("target.gateway.policy={policy}"),
+        "criteria.maintenance.removal_max=2s",
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_drain_passes_maintenance_and_a_hard_drain_fails_it() {
+    let ok = run(drain("reference"), "drain").await;
+    let (s, v) = status_of(&ok, "Maintenance");
+    assert_eq!(s, Status::Pass, "{v}");
+    let f = &ok.judgement.timeline.faults[0];
+    assert!(f.drain && f.detected.is_some(), "{f:?}");
+
+    let bad = run(drain("hard-drain"), "hard-drain").await;
+    let (s, v) = status_of(&bad, "Maintenance");
+    assert_eq!(s, Status::Fail, "{v}");
+    assert!(v.contains("lost or truncated"), "{v}");
+}
+
+fn overload(policy: &str) -> haq::scenario::Plan {
+    short(&[
+        // ~1.6 s streams: 3 workers × 4 in flight serve ~7.5/s, above the 6/s baseline
+        // and far below the 24/s of the overload phase.
+        "workload.mix.classes[0].output_tokens={uniform: [200, 300]}",
+        "phases=[{name: baseline, duration: 3s}, {name: overload, load: 4, duration: 4s}, {name: after, kind: degraded, duration: 2s}]",
+        "faults=[]",
+        "slo.ttft_p95=2s",
+        "target.gateway.max_inflight_per_worker=4",
+        // The engines batch 4 sequences: beyond that a worker queues (no-shedding's
+        // unbounded load lands there).
+        "target.engine.max_num_seqs=4",
+        "target.gateway.queue_limit=2",
+        "target.gateway.best_effort_queue_limit=1",
+        &format!("target.gateway.policy={policy}"),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shedding_passes_overload_and_queueing_without_bound_fails_it() {
+    let ok = run(overload("reference"), "overload").await;
+    let (s, v) = status_of(&ok, "Overload");
+    assert_eq!(s, Status::Pass, "{v}");
+    let p = ok
+        .judgement
+        .phases
+        .iter()
+        .find(|p| p.name == "overload")
+        .expect("phase");
+    assert!(
+        p.rejected > 0,
+        "no shedding at 4× the protected load: {p:?}"
+    );
+
+    let bad = run(overload("no-shedding"), "no-shedding").await;
+    let (s, v) = status_of(&bad, "Overload");
+    assert_eq!(s, Status::Fail, "{v}");
+    assert!(v.contains("queued instead of shedding"), "{v}");
+}
