@@ -275,17 +275,19 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
             }
         },
         Command::Report(a) => match crate::check::judge_dir(&a.run_dir) {
-            Ok((plan, j)) => match crate::report::write_all(&a.run_dir, &plan, &j) {
-                Ok(files) => {
-                    print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
-                    println!("wrote {} in {}", files.join(", "), a.run_dir.display());
-                    exit_for_run(&j, j.run.interrupted)
+            Ok((plan, j)) => {
+                match crate::report::write(&a.run_dir, &plan, &j, &crate::report::EVERY) {
+                    Ok(files) => {
+                        print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
+                        println!("wrote {} in {}", files.join(", "), a.run_dir.display());
+                        exit_for_run(&j, j.run.interrupted)
+                    }
+                    Err(e) => {
+                        eprintln!("error: writing the reports in {}: {e}", a.run_dir.display());
+                        Exit::Unusable
+                    }
                 }
-                Err(e) => {
-                    eprintln!("error: writing the reports in {}: {e}", a.run_dir.display());
-                    Exit::Unusable
-                }
-            },
+            }
             Err(e) => {
                 eprintln!("error: {e:#}");
                 Exit::Unusable

@@ -117,67 +117,15 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
     );
 
     out.push_str("## Timeline (Q11)\n\n");
-    let entries: Vec<Vec<String>> = j
-        .timeline
-        .entries
-        .iter()
-        .map(|e| {
-            vec![
-                format!("{:.3}", e.at_s),
-                e.after_fault_ms
-                    .map(|m| format!("+{m:.0} ms"))
-                    .unwrap_or_default(),
-                e.event.clone(),
-                e.source.clone(),
-                e.detail.clone(),
-            ]
-        })
-        .collect();
+    let entries = super::rows::timeline(j);
     if entries.is_empty() {
         out.push_str("No phase ran.\n\n");
     } else {
-        table(
-            &mut out,
-            &["t (s)", "after fault", "event", "source", "detail"],
-            entries,
-        );
+        table(&mut out, &super::rows::TIMELINE_HEAD, entries);
     }
 
     out.push_str("## Latency per phase\n\n");
-    table(
-        &mut out,
-        &[
-            "Phase",
-            "kind",
-            "req",
-            "ok",
-            "failed",
-            "rejected",
-            "offered/s",
-            "goodput/s",
-            "TTFT p50/p95/p99 ms",
-            "ITL p50/p95 ms",
-            "E2E p50/p95 ms",
-        ],
-        j.phases.iter().map(|p| {
-            vec![
-                p.name.clone(),
-                p.kind.clone(),
-                p.requests.to_string(),
-                p.completed.to_string(),
-                p.failed.to_string(),
-                p.rejected.to_string(),
-                format!("{:.2}", p.offered_rps),
-                format!("{:.2}", p.goodput_rps),
-                format!(
-                    "{:.0} / {:.0} / {:.0}",
-                    p.ttft_ms.p50, p.ttft_ms.p95, p.ttft_ms.p99
-                ),
-                format!("{:.1} / {:.1}", p.itl_ms.p50, p.itl_ms.p95),
-                format!("{:.0} / {:.0}", p.e2e_ms.p50, p.e2e_ms.p95),
-            ]
-        }),
-    );
+    table(&mut out, &super::rows::PHASE_HEAD, super::rows::phases(j));
 
     out.push_str("## Findings\n\n");
     if j.findings.is_empty() {

@@ -2,9 +2,12 @@
 //! re-renders a stored run exactly: the terminal summary, report.json (schema in
 //! `schemas/report.schema.json`), report.md, junit.xml, report.html and requests.csv.
 
+mod html;
 mod junit;
 mod markdown;
 mod requests;
+mod rows;
+mod svg;
 mod terminal;
 pub mod worksheet;
 
@@ -25,6 +28,7 @@ use crate::scenario::{Plan, ReportFormat};
 pub const REPORT_JSON: &str = "report.json";
 pub const REPORT_MD: &str = "report.md";
 pub const JUNIT_XML: &str = "junit.xml";
+pub const REPORT_HTML: &str = "report.html";
 pub const REQUESTS_CSV: &str = "requests.csv";
 
 #[derive(Debug, Clone, Serialize)]
@@ -118,6 +122,10 @@ pub fn markdown(plan: &Plan, j: &Judgement) -> String {
     markdown::render(plan, j, &worksheet::build(plan, j))
 }
 
+pub fn html(plan: &Plan, j: &Judgement) -> String {
+    html::render(plan, j, &worksheet::build(plan, j))
+}
+
 pub fn junit(plan: &Plan, j: &Judgement) -> String {
     junit::render(plan, j)
 }
@@ -126,16 +134,36 @@ pub fn requests_csv(j: &Judgement) -> Result<String, csv::Error> {
     requests::render(j)
 }
 
-/// Writes every file output the scenario's `report.formats` asks for into `dir`;
+/// Writes the file outputs the scenario's `report.formats` asks for into `dir`;
 /// returns the names written.
 pub fn write_all(dir: &Path, plan: &Plan, j: &Judgement) -> std::io::Result<Vec<&'static str>> {
+    write(dir, plan, j, &plan.scenario.report.formats)
+}
+
+/// Every file output, whatever the scenario asked for (`haq report`).
+pub const EVERY: [ReportFormat; 5] = [
+    ReportFormat::Json,
+    ReportFormat::Markdown,
+    ReportFormat::Junit,
+    ReportFormat::Html,
+    ReportFormat::Csv,
+];
+
+/// Writes the outputs in `formats` into `dir`; returns the names written.
+pub fn write(
+    dir: &Path,
+    plan: &Plan,
+    j: &Judgement,
+    formats: &[ReportFormat],
+) -> std::io::Result<Vec<&'static str>> {
     let mut written = Vec::new();
-    for f in &plan.scenario.report.formats {
+    for f in formats {
         let (name, text) = match f {
             ReportFormat::Terminal => continue,
             ReportFormat::Json => (REPORT_JSON, json(plan, j).map_err(std::io::Error::other)?),
             ReportFormat::Markdown => (REPORT_MD, markdown(plan, j)),
             ReportFormat::Junit => (JUNIT_XML, junit(plan, j)),
+            ReportFormat::Html => (REPORT_HTML, html(plan, j)),
             ReportFormat::Csv => (
                 REQUESTS_CSV,
                 requests_csv(j).map_err(std::io::Error::other)?,

@@ -147,3 +147,154 @@ fn report_json_validates_against_its_schema() {
     let errors: Vec<String> = schema().iter_errors(&bad).map(|e| e.to_string()).collect();
     assert_eq!(errors.len(), 3, "{errors:#?}");
 }
+
+/// Debian's chromium, if installed (.ci/run installs it and sets HAQ_REQUIRE_CHROMIUM).
+fn chromium() -> Option<PathBuf> {
+    let found = ["chromium", "chromium-browser"].iter().find_map(|b| {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(b))
+                .find(|f| f.is_file())
+        })
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("HAQ_REQUIRE_CHROMIUM").is_none(),
+            "HAQ_REQUIRE_CHROMIUM is set but no chromium is on PATH"
+        );
+        eprintln!("SKIPPED: no chromium on PATH (apt-get install -y chromium)");
+    }
+    found
+}
+
+/// Runs headless chromium on `page` with `args`, bounded in time; returns stdout.
+fn headless(bin: &Path, page: &Path, args: &[&str]) -> String {
+    let profile = scratch("chromium-profile");
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start chromium");
+    let mut out = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within 90 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    reader.join().expect("reader")
+}
+
+fn body_attr(dom: &str, name: &str) -> u64 {
+    let body = &dom[dom.find("<body").expect("<body>")..];
+    let body = &body[..body.find('>').expect("body tag end")];
+    let key = format!("{name}=\"");
+    let at = body
+        .find(&key)
+        .unwrap_or_else(|| panic!("{name} not set: {body}"))
+        + key.len();
+    body[at..at + body[at..].find('"').expect("quote")]
+        .parse()
+        .expect("number")
+}
+
+#[test]
+fn report_html_renders_its_plots_and_markers_in_a_real_browser() {
+    let dir = fixture();
+    let (plan, j) = judged(&dir);
+    let page = dir.join("report.html");
+    std::fs::write(&page, haq::report::html(&plan, &j)).expect("write html");
+    let Some(bin) = chromium() else { return };
+    // The page's own check runs in the browser and writes what it measured on <body>.
+    let dom = headless(&bin, &page, &["--dump-dom"]);
+    assert_eq!(
+        body_attr(&dom, "data-plots"),
+        6,
+        "TTFT, ITL, throughput, tokens, errors, in flight"
+    );
+    assert_eq!(body_attr(&dom, "data-plots-rendered"), 6);
+    assert!(
+        body_attr(&dom, "data-series-drawn") >= 10,
+        "lines with geometry"
+    );
+    // Fault, detection and removal, on each of the six plots.
+    assert_eq!(body_attr(&dom, "data-markers"), 18);
+    for kind in ["fault", "detection", "removal"] {
+        assert!(
+            dom.contains(&format!("data-marker=\"{kind}\"")),
+            "{kind} marker"
+        );
+    }
+    let shot = dir.join("report.png");
+    headless(
+        &bin,
+        &page,
+        &[
+            "--window-size=1000,2400",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 50_000,
+        "{} bytes",
+        png.len()
+    );
+}
+
+#[test]
+fn haq_report_rerenders_every_output_from_the_stored_trace() {
+    let dir = fixture();
+    let out = std::process::Command::new(crate::support::haq_bin())
+        .args(["report", dir.to_str().expect("utf8")])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for f in [
+        "report.json",
+        "report.md",
+        "junit.xml",
+        "report.html",
+        "requests.csv",
+        "latency.hlog",
+    ] {
+        assert!(dir.join(f).is_file(), "{f} not written:\n{stdout}");
+    }
+    assert!(stdout.contains("result: PASS"), "{stdout}");
+    // Re-rendering is deterministic: the same trace gives the same report.md.
+    let (plan, j) = judged(&dir);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("report.md")).expect("md"),
+        haq::report::markdown(&plan, &j)
+    );
+    // A directory with no run in it is unusable: exit 2.
+    let out = std::process::Command::new(crate::support::haq_bin())
+        .args(["report", scratch("empty").to_str().expect("utf8")])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}

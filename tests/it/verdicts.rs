@@ -52,6 +52,9 @@ async fn a_replacement_that_serves_within_the_bound_passes_recovery() {
         f.injected <= req.t && req.t <= ready.t && ready.t <= serving.t,
         "{rp:?}"
     );
+    // report.html marks the recovery on its plots.
+    let html = std::fs::read_to_string(r.run_dir.join("report.html")).expect("report.html");
+    assert!(html.contains("data-marker=\"recovery\""));
     // The replacement's traffic is not counted as traffic to the dead endpoint.
     let removal = f.removal.as_ref().expect("removal");
     assert!(removal.t < ready.t, "{removal:?}");

@@ -70,6 +70,8 @@ pub enum ReportFormat {
     Markdown,
     /// junit.xml: one testcase per verdict.
     Junit,
+    /// report.html: self-contained, plots over time with fault/recovery markers.
+    Html,
     /// requests.csv: one row per request.
     Csv,
 }
@@ -87,6 +89,7 @@ fn default_formats() -> Vec<ReportFormat> {
         ReportFormat::Json,
         ReportFormat::Markdown,
         ReportFormat::Junit,
+        ReportFormat::Html,
         ReportFormat::Csv,
     ]
 }

@@ -1,0 +1,282 @@
+//! Inline SVG line plots over the time of a run, with phase bands, an SLO line and
+//! vertical markers (fault, detection, removal, recovery). No scripts, no external
+//! resources: the file is read as it is, anywhere.
+
+use std::fmt::Write;
+
+use super::html::esc;
+
+/// Points per plotted line at most: longer series are bucketed (max per bucket, so a
+/// spike is never averaged away).
+pub const MAX_POINTS: usize = 1200;
+
+pub struct Line<'a> {
+    pub label: &'a str,
+    pub color: &'a str,
+    /// (seconds since the start of load, value); `None` leaves a gap.
+    pub points: Vec<(f64, Option<f64>)>,
+}
+
+pub struct Marker {
+    pub at_s: f64,
+    pub kind: &'static str,
+    pub label: String,
+    pub color: &'static str,
+}
+
+pub struct Band {
+    pub from_s: f64,
+    pub to_s: f64,
+    pub label: String,
+}
+
+pub struct Plot<'a> {
+    /// Stable id, e.g. `ttft`.
+    pub id: &'a str,
+    pub title: &'a str,
+    pub unit: &'a str,
+    pub lines: Vec<Line<'a>>,
+    /// A horizontal objective line (the SLO), in the plot's unit.
+    pub limit: Option<(f64, String)>,
+}
+
+const W: f64 = 920.0;
+const H: f64 = 220.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 28.0;
+const BOTTOM: f64 = 34.0;
+
+/// Buckets `points` to at most [`MAX_POINTS`], keeping each bucket's maximum.
+pub fn thin(points: Vec<(f64, Option<f64>)>) -> Vec<(f64, Option<f64>)> {
+    if points.len() <= MAX_POINTS {
+        return points;
+    }
+    let k = points.len().div_ceil(MAX_POINTS);
+    points
+        .chunks(k)
+        .map(|c| {
+            let y = c
+                .iter()
+                .filter_map(|p| p.1)
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+            (c[0].0, y)
+        })
+        .collect()
+}
+
+/// A "nice" axis top at or above `v` (1, 2, 2.5 or 5 × 10^k).
+fn nice(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let e = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if m * e >= v {
+            return m * e;
+        }
+    }
+    10.0 * e
+}
+
+fn fmt_tick(v: f64) -> String {
+    if v >= 100.0 || v == v.round() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> String {
+    let x_max = x_max.max(1.0);
+    let data_max = p
+        .lines
+        .iter()
+        .flat_map(|l| l.points.iter().filter_map(|q| q.1))
+        .fold(0.0f64, f64::max);
+    let y_max = nice(data_max.max(p.limit.as_ref().map(|l| l.0).unwrap_or(0.0)) * 1.05);
+    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    let x = |s: f64| LEFT + s.clamp(0.0, x_max) / x_max * pw;
+    let y = |v: f64| TOP + ph - v.clamp(0.0, y_max) / y_max * ph;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r##"<svg class="plot" data-plot="{id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{t}">"##,
+        id = esc(p.id),
+        t = esc(p.title)
+    );
+    let _ = write!(
+        o,
+        r##"<text x="{LEFT}" y="16" class="title">{} ({})</text>"##,
+        esc(p.title),
+        esc(p.unit)
+    );
+    for (i, b) in bands.iter().enumerate() {
+        let (x0, x1) = (x(b.from_s), x(b.to_s));
+        let fill = if i % 2 == 0 { "#f4f6f8" } else { "#e9edf1" };
+        let _ = write!(
+            o,
+            r##"<rect class="band" x="{x0:.1}" y="{TOP}" width="{:.1}" height="{ph}" fill="{fill}"/><text class="band-label" x="{:.1}" y="{:.1}">{}</text>"##,
+            (x1 - x0).max(0.0),
+            x0 + 3.0,
+            TOP + 11.0,
+            esc(&b.label)
+        );
+    }
+    // Axes and ticks.
+    for k in 0..=4 {
+        let v = y_max * k as f64 / 4.0;
+        let yy = y(v);
+        let _ = write!(
+            o,
+            r##"<line class="grid" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            LEFT + pw,
+            LEFT - 6.0,
+            yy + 4.0,
+            fmt_tick(v)
+        );
+    }
+    let step = nice(x_max / 8.0);
+    let mut t = 0.0;
+    while t <= x_max + 1e-9 {
+        let _ = write!(
+            o,
+            r##"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            x(t),
+            TOP + ph + 16.0,
+            fmt_tick(t)
+        );
+        t += step;
+    }
+    let _ = write!(
+        o,
+        r##"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">s since start of load</text>"##,
+        LEFT + pw,
+        H - 2.0
+    );
+    if let Some((v, label)) = &p.limit {
+        let yy = y(*v);
+        let _ = write!(
+            o,
+            r##"<line class="limit" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text class="limit-label" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            LEFT + pw,
+            LEFT + pw - 2.0,
+            yy - 3.0,
+            esc(label)
+        );
+    }
+    for l in &p.lines {
+        let mut d = String::new();
+        let mut pen_up = true;
+        for (s, v) in &l.points {
+            match v {
+                Some(v) => {
+                    let _ = write!(
+                        d,
+                        "{}{:.1},{:.1} ",
+                        if pen_up { "M" } else { "L" },
+                        x(*s),
+                        y(*v)
+                    );
+                    pen_up = false;
+                }
+                None => pen_up = true,
+            }
+        }
+        let _ = write!(
+            o,
+            r##"<path class="series" data-series="{}" d="{}" fill="none" stroke="{}" stroke-width="1.6"/>"##,
+            esc(l.label),
+            d.trim_end(),
+            l.color
+        );
+    }
+    for (i, m) in markers.iter().enumerate() {
+        let xx = x(m.at_s);
+        let _ = write!(
+            o,
+            r##"<g class="marker" data-marker="{kind}"><line x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{:.1}" stroke="{c}" stroke-width="1.4" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" fill="{c}" class="marker-label">{}</text><title>{}</title></g>"##,
+            TOP + ph,
+            xx + 3.0,
+            TOP + 24.0 + (i % 4) as f64 * 11.0,
+            esc(&m.label),
+            esc(&format!("{} at +{:.3}s", m.label, m.at_s)),
+            kind = m.kind,
+            c = m.color
+        );
+    }
+    // Legend.
+    let mut lx = LEFT + pw;
+    for l in p.lines.iter().rev() {
+        lx -= 14.0 + 7.0 * l.label.len() as f64;
+        let _ = write!(
+            o,
+            r##"<rect x="{lx:.1}" y="8" width="10" height="3" fill="{}"/><text class="legend" x="{:.1}" y="13">{}</text>"##,
+            l.color,
+            lx + 13.0,
+            esc(l.label)
+        );
+    }
+    o.push_str("</svg>");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_axis_tops() {
+        assert_eq!(nice(0.0), 1.0);
+        assert_eq!(nice(7.0), 10.0);
+        assert_eq!(nice(1.2), 2.0);
+        assert_eq!(nice(230.0), 250.0);
+    }
+
+    #[test]
+    fn long_series_are_bucketed_keeping_the_spikes() {
+        let mut pts: Vec<(f64, Option<f64>)> = (0..5000).map(|i| (i as f64, Some(1.0))).collect();
+        pts[4321].1 = Some(99.0);
+        pts[10].1 = None;
+        let t = thin(pts);
+        assert!(t.len() <= MAX_POINTS);
+        assert_eq!(t.iter().filter_map(|p| p.1).fold(0.0, f64::max), 99.0);
+    }
+
+    #[test]
+    fn a_plot_has_its_lines_gaps_limit_and_markers() {
+        let p = Plot {
+            id: "ttft",
+            title: "TTFT",
+            unit: "ms",
+            lines: vec![Line {
+                label: "p95",
+                color: "#c00",
+                points: vec![
+                    (0.0, Some(10.0)),
+                    (1.0, None),
+                    (2.0, Some(30.0)),
+                    (3.0, Some(20.0)),
+                ],
+            }],
+            limit: Some((50.0, "SLO 50 ms".into())),
+        };
+        let m = [Marker {
+            at_s: 1.5,
+            kind: "fault",
+            label: "kill <w2>".into(),
+            color: "#d00",
+        }];
+        let s = render(&p, 4.0, &[], &m);
+        assert!(s.starts_with("<svg class=\"plot\" data-plot=\"ttft\""));
+        // The gap starts a new sub-path.
+        let d = s.split("data-series=\"p95\" d=\"").nth(1).expect("path");
+        assert_eq!(d.matches('M').count(), 2, "{d}");
+        assert!(s.contains("class=\"limit\""));
+        assert!(s.contains("data-marker=\"fault\""));
+        assert!(s.contains("kill &lt;w2&gt;"));
+    }
+}
