@@ -52,11 +52,12 @@ struct Ready {
     intended: u64,
 }
 
-/// Offers the schedule and fires phase edges on time from `load_start`, then drains.
+/// Offers the schedule and fires phase edges on time from the start of load (told to
+/// `started`, whose clock the fault schedule shares), then drains.
 pub(super) async fn drive(
     plan: &Plan,
     target: &Target,
-    load_start: Instant,
+    started: tokio::sync::oneshot::Sender<Instant>,
     clock: &Clock,
     tw: &TraceWriter,
     cancel: &CancellationToken,
@@ -78,6 +79,8 @@ pub(super) async fn drive(
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
     let tracker = TaskTracker::new();
+    let load_start = Instant::now() + Duration::from_millis(50);
+    let _ = started.send(load_start);
     let d = Dispatcher {
         plan: plan.clone(),
         api_url: target.api_url.clone(),

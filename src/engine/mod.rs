@@ -355,13 +355,12 @@ fn fault_env(
     clock: &Clock,
     guard: &HealGuard,
     progress: &Progress,
-    load_start: Instant,
     load_done: &CancellationToken,
     stop: &CancellationToken,
-) -> anyhow::Result<Arc<crate::faults::schedule::Env>> {
+) -> anyhow::Result<crate::faults::schedule::Env> {
     let c = &plan.scenario.client;
     let progress = progress.clone();
-    Ok(Arc::new(crate::faults::schedule::Env {
+    Ok(crate::faults::schedule::Env {
         registry: target.registry.clone(),
         heals: guard.heals(),
         trace: tw.clone(),
@@ -378,11 +377,13 @@ fn fault_env(
                 idle: c.idle_timeout.0,
             },
         },
+        admin: crate::faults::admin_client()?,
         say: Arc::new(move |s| progress.line(&s)),
-        load_start,
+        // Set when the load starts.
+        load_start: Instant::now(),
         load_done: load_done.clone(),
         stop: stop.clone(),
-    }))
+    })
 }
 
 /// After the load: lets faults still running (probe requests, replacements) end
@@ -455,10 +456,9 @@ pub async fn run(
     // Faults fire in their own task on the load's clock; the guard heals whatever is
     // still applied if this function unwinds or returns early.
     let guard = HealGuard::new(tw.clone(), clock);
-    let load_start = Instant::now() + Duration::from_millis(50);
     let load_done = CancellationToken::new();
     let stop_faults = cancel.child_token();
-    let env = fault_env(
+    let mut env = fault_env(
         &plan,
         &target,
         &dir,
@@ -466,12 +466,18 @@ pub async fn run(
         &clock,
         &guard,
         &progress,
-        load_start,
         &load_done,
         &stop_faults,
     )?;
-    let faults = tokio::spawn(crate::faults::schedule::run(plan.faults.clone(), env));
-    let driven = load::drive(&plan, &target, load_start, &clock, &tw, &cancel, &progress).await;
+    let (started, load_start) = tokio::sync::oneshot::channel();
+    let fault_plans = plan.faults.clone();
+    let faults = tokio::spawn(async move {
+        if let Ok(t) = load_start.await {
+            env.load_start = t;
+            crate::faults::schedule::run(fault_plans, Arc::new(env)).await;
+        }
+    });
+    let driven = load::drive(&plan, &target, started, &clock, &tw, &cancel, &progress).await;
     load_done.cancel();
     finish_faults(faults, &plan, &stop_faults).await;
     guard.heals().heal_all("the run ended").await;

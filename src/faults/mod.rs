@@ -13,6 +13,7 @@
 
 pub mod command;
 pub mod guard;
+pub mod hook;
 pub mod probe;
 pub mod process;
 pub mod proxy;
@@ -64,6 +65,18 @@ pub struct Context {
     pub trace: TraceWriter,
     /// The probe request that fired the fault, when one did.
     pub probe: Option<String>,
+    /// For the replicas' own endpoints (readiness, admin): built once, off the load's
+    /// hot path.
+    pub http: reqwest::Client,
+}
+
+/// The client fault backends use to reach replicas directly (readiness, admin hooks).
+pub fn admin_client() -> reqwest::Result<reqwest::Client> {
+    crate::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
 }
 
 /// A fault backend: applies a fault to one replica and verifies it took effect;

@@ -1,10 +1,11 @@
 //! Probe requests: a tagged request (`probe-<fault>`, `probe` set on its `request`
 //! trace event) sent when its fault's time comes, whose token loop fires the fault.
 //! The proxy tells which replica serves each attempt and holds the probe at the
-//! points only the path can see (queued, prefill, event k computed but not sent); the
-//! client's read loop reports the deltas it delivered (first delta, after k deltas).
-//! The probe is a real request: the client records it like any other, and the
-//! request-fate checks judge what happened to it.
+//! points only the path can see (queued, prefill, delta k computed but not sent, the
+//! first tool-call delta); the client's read loop reports the deltas it delivered
+//! (first delta, after k deltas); with `via: hook` the sim worker's own fault hook
+//! crashes it at the exact engine point. The probe is a real request: the client
+//! records it like any other, and the request-fate checks judge what happened to it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::schedule::{self, Env, Fired};
 use crate::client::{self, Call, Observe, Seen, Timeouts};
 use crate::proxy::{ProxyPoint, ProxySeen, Release};
-use crate::scenario::{FaultPlan, ProbePoint, Trigger};
+use crate::scenario::{FaultPlan, ProbePoint, Trigger, Via};
 use crate::trace::Event;
 
 /// How probe requests are sent.
@@ -32,11 +33,11 @@ pub fn probe_id(fault: &str) -> String {
     format!("probe-{fault}")
 }
 
-fn body(env: &Env, f: &FaultPlan, prompt_tokens: u32, max_tokens: u32) -> bytes::Bytes {
+fn body(env: &Env, f: &FaultPlan, point: ProbePoint, prompt: u32, max_tokens: u32) -> bytes::Bytes {
     // Its own prompt (distinct from every scheduled request), deterministic by seed.
     let idx = crate::sim::text::fnv1a(f.name.as_bytes()) | (1 << 63);
-    let prompt = crate::workload::prompt_text(env.seed, idx, prompt_tokens);
-    let v = serde_json::json!({
+    let prompt = crate::workload::prompt_text(env.seed, idx, prompt);
+    let mut v = serde_json::json!({
         "model": env.probes.model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
@@ -45,15 +46,23 @@ fn body(env: &Env, f: &FaultPlan, prompt_tokens: u32, max_tokens: u32) -> bytes:
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if point == ProbePoint::ToolCall {
+        v["tools"] = serde_json::json!([{"type": "function", "function": {
+            "name": "haq_probe_action",
+            "description": "an action with a side effect, to be executed once",
+            "parameters": {"type": "object", "properties": {}}}}]);
+    }
     bytes::Bytes::from(v.to_string())
 }
 
-fn proxy_point(p: ProbePoint) -> ProxyPoint {
-    match p {
-        ProbePoint::Queued => ProxyPoint::Queued,
-        ProbePoint::Prefill => ProxyPoint::Prefill,
-        ProbePoint::ComputedNotSent(k) => ProxyPoint::Event(k),
-        ProbePoint::FirstDelta | ProbePoint::AfterDeltas(_) => ProxyPoint::Route,
+fn proxy_point(p: ProbePoint, via: Via) -> ProxyPoint {
+    match (p, via) {
+        // A hook is armed on the serving worker while its request waits at the proxy.
+        (_, Via::Hook) | (ProbePoint::Queued, _) => ProxyPoint::Queued,
+        (ProbePoint::Prefill, _) => ProxyPoint::Prefill,
+        (ProbePoint::ComputedNotSent(k), _) => ProxyPoint::Event(k),
+        (ProbePoint::ToolCall, _) => ProxyPoint::ToolCall,
+        (ProbePoint::FirstDelta | ProbePoint::AfterDeltas(_), _) => ProxyPoint::Route,
     }
 }
 
@@ -66,6 +75,13 @@ fn client_k(p: ProbePoint) -> Option<u32> {
     }
 }
 
+/// Where the probe got to.
+struct Reached {
+    replica: String,
+    fired: Fired,
+    release: Option<oneshot::Sender<Release>>,
+}
+
 /// Sends the probe, waits for its point, fires the fault, lets the probe finish.
 pub async fn run(f: &FaultPlan, env: &Env) {
     let Trigger::Probe {
@@ -73,6 +89,7 @@ pub async fn run(f: &FaultPlan, env: &Env) {
         within,
         prompt_tokens,
         max_tokens,
+        via,
     } = f.trigger
     else {
         return;
@@ -87,7 +104,7 @@ pub async fn run(f: &FaultPlan, env: &Env) {
             "no proxy to follow the probe".into(),
         );
     };
-    let mut seen = board.watch(&id, proxy_point(point));
+    let mut seen = board.watch(&id, proxy_point(point, via));
     let (ctx, mut crx) = mpsc::unbounded_channel::<(u32, Option<String>)>();
     let observe = Observe(Arc::new(move |s: Seen<'_>| {
         let _ = match s {
@@ -98,7 +115,7 @@ pub async fn run(f: &FaultPlan, env: &Env) {
     let mut call = Call::new(
         id.clone(),
         env.probes.url.clone(),
-        body(env, f, prompt_tokens, max_tokens),
+        body(env, f, point, prompt_tokens, max_tokens),
     );
     call.observe = Some(observe);
     env.trace.emit(Event::Request {
@@ -130,21 +147,24 @@ pub async fn run(f: &FaultPlan, env: &Env) {
     let mut serving: Option<String> = None;
     let mut head_worker: Option<String> = None;
     let mut request_done = false;
-    let outcome: Result<(String, Fired, Option<oneshot::Sender<Release>>), String> = loop {
+    let outcome: Result<Reached, String> = loop {
         tokio::select! {
             Some(s) = seen.recv() => match s {
                 ProxySeen::Routed { replica, .. } => serving = Some(replica),
                 ProxySeen::Reached { replica, attempt, t, release } => {
-                    break Ok((replica.clone(), Fired {
-                        trigger: format!(
-                            "probe {} reached {} on {replica}{} (held at haq's proxy)",
-                            id,
-                            point.describe(),
-                            attempt.map(|a| format!(" attempt {a}")).unwrap_or_default()
-                        ),
-                        t,
-                        probe: Some(id.clone()),
-                    }, Some(release)));
+                    let at = if via == Via::Hook { "routed to".to_string() } else { format!("reached {} on", point.describe()) };
+                    break Ok(Reached {
+                        fired: Fired {
+                            trigger: format!(
+                                "probe {id} {at} {replica}{} (held at haq's proxy)",
+                                attempt.map(|a| format!(" attempt {a}")).unwrap_or_default()
+                            ),
+                            t,
+                            probe: Some(id.clone()),
+                        },
+                        replica,
+                        release: Some(release),
+                    });
                 }
             },
             Some((n, worker)) = crx.recv() => {
@@ -162,11 +182,15 @@ pub async fn run(f: &FaultPlan, env: &Env) {
                     let Some(r) = serving.clone().or(head_worker.clone()) else {
                         break Err(format!("{n} deltas delivered but no replica is known to serve the probe"));
                     };
-                    break Ok((r.clone(), Fired {
-                        trigger: format!("probe {id}: {n} deltas delivered to the client, served by {r}"),
-                        t: env.clock.now_us(),
-                        probe: Some(id.clone()),
-                    }, None));
+                    break Ok(Reached {
+                        fired: Fired {
+                            trigger: format!("probe {id}: {n} deltas delivered to the client, served by {r}"),
+                            t: env.clock.now_us(),
+                            probe: Some(id.clone()),
+                        },
+                        replica: r,
+                        release: None,
+                    });
                 }
             }
             r = &mut request, if !request_done => {
@@ -188,10 +212,24 @@ pub async fn run(f: &FaultPlan, env: &Env) {
     };
     board.unwatch(&id);
     match outcome {
-        Err(why) => {
-            schedule::missed(f, env, serving.unwrap_or_default(), Some(id), why);
+        Err(why) => schedule::missed(f, env, serving.unwrap_or_default(), Some(id), why),
+        Ok(reached) if via == Via::Hook => {
+            super::hook::fire(
+                f,
+                env,
+                point,
+                reached.replica,
+                reached.fired,
+                reached.release,
+                within,
+            )
+            .await;
         }
-        Ok((replica, fired, release)) => match schedule::probe_targets(f, env, &replica) {
+        Ok(Reached {
+            replica,
+            fired,
+            release,
+        }) => match schedule::probe_targets(f, env, &replica) {
             Err(why) => {
                 if let Some(r) = release {
                     let _ = r.send(Release::Forward);

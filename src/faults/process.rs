@@ -109,7 +109,16 @@ impl Injector for ProcessInjector {
                 );
             };
             match f.action {
-                FaultAction::Kill => (kill(&p).await, None),
+                FaultAction::Kill => {
+                    let inj = kill(&p).await;
+                    // The gateway must find the path as dead as the replica.
+                    if inj.verified
+                        && let Some(px) = &r.proxy
+                    {
+                        px.check_dead().await;
+                    }
+                    (inj, None)
+                }
                 FaultAction::Freeze => freeze(&p).await,
                 FaultAction::Drain => (drain(&p, r, f, cx).await, None),
                 other => (
@@ -301,11 +310,6 @@ async fn drain(p: &ProcRef, r: &Replica, f: &FaultPlan, cx: &Context) -> Injecte
         return Injected::failed(at, Some(pid), e);
     }
     let ready_url = r.direct_url().map(|u| format!("{u}{}", r.ready_path));
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_millis(500))
-        .build()
-        .ok();
     let deadline = at + VERIFY_TIMEOUT;
     let detail = loop {
         if gone_or_exited(p, pid).await {
@@ -314,8 +318,14 @@ async fn drain(p: &ProcRef, r: &Replica, f: &FaultPlan, cx: &Context) -> Injecte
                 at.elapsed().as_secs_f64() * 1e3
             ));
         }
-        if let (Some(h), Some(u)) = (&http, &ready_url) {
-            let ok = h.get(u).send().await.is_ok_and(|r| r.status().is_success());
+        if let Some(u) = &ready_url {
+            let ok = cx
+                .http
+                .get(u)
+                .timeout(Duration::from_millis(500))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
             if !ok {
                 break Some(format!(
                     "SIGTERM sent; pid {pid} alive and no longer ready ({u}) after {:.0}ms: draining",
@@ -335,6 +345,7 @@ async fn drain(p: &ProcRef, r: &Replica, f: &FaultPlan, cx: &Context) -> Injecte
         f.name.clone(),
         cx.trace.clone(),
         cx.clock,
+        r.proxy.clone(),
     ));
     match detail {
         Some(d) => Injected {
@@ -361,6 +372,7 @@ async fn gone_or_exited(p: &ProcRef, pid: u32) -> bool {
 /// Longest a drained process is watched for its exit.
 const DRAIN_WATCH: Duration = Duration::from_secs(600);
 
+#[allow(clippy::too_many_arguments)]
 async fn watch_exit(
     p: ProcRef,
     pid: u32,
@@ -368,6 +380,7 @@ async fn watch_exit(
     fault: String,
     trace: TraceWriter,
     clock: crate::trace::Clock,
+    proxy: Option<std::sync::Arc<crate::proxy::ReplicaProxy>>,
 ) {
     let start = Instant::now();
     while start.elapsed() < DRAIN_WATCH {
@@ -382,6 +395,9 @@ async fn watch_exit(
             _ => gone(pid).then_some((None, None)),
         };
         if let Some((code, signal)) = status {
+            if let Some(px) = &proxy {
+                px.check_dead().await;
+            }
             trace.emit(Event::Exited {
                 t: clock.now_us(),
                 replica,

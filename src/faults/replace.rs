@@ -210,21 +210,17 @@ async fn start_command(
 }
 
 async fn poll_ready(r: &Replica, env: &Env, timeout: Duration) -> Option<Duration> {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(1))
-        .build()
-        .ok()?;
     let start = Instant::now();
     while start.elapsed() < timeout {
         if let Some(u) = r.direct_url() {
             let url = format!("{u}{}", r.ready_path);
-            if http
+            let got = env
+                .admin
                 .get(&url)
+                .timeout(Duration::from_secs(1))
                 .send()
-                .await
-                .is_ok_and(|x| x.status().is_success())
-            {
+                .await;
+            if got.is_ok_and(|x| x.status().is_success()) {
                 return Some(start.elapsed());
             }
         }

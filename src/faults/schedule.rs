@@ -30,6 +30,8 @@ pub struct Env {
     /// The proxies' probe board (none when no replica has a proxy).
     pub board: Option<Arc<ProbeBoard>>,
     pub probes: ProbeClient,
+    /// For the replicas' own endpoints (readiness, admin hooks).
+    pub admin: reqwest::Client,
     /// Progress lines for the person watching.
     pub say: Arc<dyn Fn(String) + Send + Sync>,
     pub load_start: Instant,
@@ -47,6 +49,7 @@ impl Env {
             clock: self.clock,
             trace: self.trace.clone(),
             probe,
+            http: self.admin.clone(),
         }
     }
 }
@@ -211,32 +214,37 @@ pub async fn apply(f: &FaultPlan, env: &Env, targets: &[Arc<Replica>], fired: &F
         if let Some(u) = undo {
             ids.push(env.heals.register(&f.name, &r.name, u));
         }
-        (env.say)(format!(
-            "fault {}: {} {} ({}) — {}{}",
-            f.name,
-            f.action.as_str(),
-            r.name,
-            fired.trigger,
-            i.detail,
-            if i.verified { "" } else { " [NOT VERIFIED]" }
-        ));
-        env.trace.emit(Event::Fault {
-            t: env.clock.us_of(i.at),
-            name: f.name.clone(),
-            domain: format!("{:?}", f.domain).to_lowercase(),
-            action: f.action.as_str().into(),
-            replica: r.name.clone(),
-            pid: i.pid,
-            verified: i.verified,
-            detail: i.detail,
-            backend: Some(backend_str(f.backend).into()),
-            node: r.node.clone(),
-            trigger: Some(fired.trigger.clone()),
-            triggered: Some(fired.t),
-            probe: fired.probe.clone(),
-        });
+        record(f, env, r, i, fired);
     }
     ids
+}
+
+/// Writes one applied fault (its verification) to the trace.
+pub fn record(f: &FaultPlan, env: &Env, r: &Replica, i: Injected, fired: &Fired) {
+    (env.say)(format!(
+        "fault {}: {} {} ({}) — {}{}",
+        f.name,
+        f.action.as_str(),
+        r.name,
+        fired.trigger,
+        i.detail,
+        if i.verified { "" } else { " [NOT VERIFIED]" }
+    ));
+    env.trace.emit(Event::Fault {
+        t: env.clock.us_of(i.at),
+        name: f.name.clone(),
+        domain: format!("{:?}", f.domain).to_lowercase(),
+        action: f.action.as_str().into(),
+        replica: r.name.clone(),
+        pid: i.pid,
+        verified: i.verified,
+        detail: i.detail,
+        backend: Some(backend_str(f.backend).into()),
+        node: r.node.clone(),
+        trigger: Some(fired.trigger.clone()),
+        triggered: Some(fired.t),
+        probe: fired.probe.clone(),
+    });
 }
 
 /// After a fault is applied: heal it when its duration ends (or when the load ends),

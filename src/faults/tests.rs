@@ -86,6 +86,7 @@ fn context(dir: &std::path::Path) -> Context {
         clock: crate::trace::Clock::start(),
         trace: TraceWriter::sink(),
         probe: None,
+        http: admin_client().expect("client"),
     }
 }
 

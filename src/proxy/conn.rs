@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::http::{self, Body, Framing, SseScan};
 use super::{Cut, PathRules, ProxyPoint, ProxySeen, Release, ReplicaProxy, lock};
-use crate::trace::{Event, ProxyEndKind};
+use crate::trace::{ChunkKind, Event, ProxyEndKind};
 
 /// Bytes queued or held per direction before reading from that side pauses.
 const QUEUE_CAP: usize = 1 << 20;
@@ -125,6 +125,8 @@ struct Exchange {
     /// The watch on this request, when it is a probe.
     probe: Option<(ProxyPoint, mpsc::UnboundedSender<ProxySeen>)>,
     held: Option<u32>,
+    /// Output deltas seen (watched responses only).
+    deltas: u32,
 }
 
 enum ReqState {
@@ -166,7 +168,12 @@ struct Conn {
     discard_down: bool,
     /// After a drop: when to stop waiting for the replica's side to end.
     cut_deadline: Option<Instant>,
-    marks: Vec<(usize, u32)>,
+    /// Event ends found in the last read: (raw offset, event number, decoded offset).
+    marks: Vec<(usize, u32, usize)>,
+    /// A watched response: its decoded bytes not yet classified (event by event)…
+    wbuf: Vec<u8>,
+    /// …and the raw bytes of its current event, held until the event is classified.
+    pending: BytesMut,
 }
 
 /// Removes the connection from the live set when it ends, however it ends.
@@ -201,6 +208,8 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
         discard_down: false,
         cut_deadline: None,
         marks: Vec::new(),
+        wbuf: Vec::new(),
+        pending: BytesMut::new(),
     };
     // Until the first request head is in, there is no upstream connection: a request
     // to a dead replica is still seen (and attributed) before it fails.
@@ -234,6 +243,8 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
         None => {
             c.on_down(Instant::now());
             c.end_all(ProxyEndKind::UpstreamRefused);
+            // The next connection is refused by the kernel, as without haq.
+            c.p.check_dead().await;
             return close_one(&down, Cut::Reset);
         }
     };
@@ -396,6 +407,9 @@ impl Conn {
                     r = ur.read_buf(&mut self.ubuf), if can_read_up => match r {
                         Ok(0) => {
                             up_eof = true;
+                            // A replica that died makes its address refuse at once,
+                            // before the gateway learns of the broken connection.
+                            self.p.check_dead().await;
                             // A body that runs until close ends here, complete.
                             if matches!(self.resp, RespState::Body { ref body, .. } if body.until_close()) {
                                 self.complete_front(ProxyEndKind::Completed);
@@ -405,6 +419,7 @@ impl Conn {
                         Ok(_) => self.on_up(Instant::now()),
                         Err(_) => {
                             // Deliver what the replica sent before it failed, then reset.
+                            self.p.check_dead().await;
                             self.end_upstream(ProxyEndKind::UpstreamReset);
                             self.flush_then_rst(&mut dw).await;
                             break Close::Rst;
@@ -582,7 +597,8 @@ impl Conn {
 
     /// A new exchange from its request head: attributed, recorded, watched.
     fn begin(&mut self, h: &http::RequestHead) -> Exchange {
-        let recorded = h.method.eq_ignore_ascii_case("POST");
+        // Inference requests only: not health checks, metrics, lease renewals.
+        let recorded = h.method.eq_ignore_ascii_case("POST") && h.path.starts_with("/v1/");
         let t = self.now_us();
         let probe = self.p.board.hit(h.request_id.as_deref());
         if let Some((_, tx)) = &probe {
@@ -616,6 +632,7 @@ impl Conn {
             first_event: None,
             probe,
             held: None,
+            deltas: 0,
         }
     }
 
@@ -629,9 +646,15 @@ impl Conn {
         }
     }
 
-    fn hold_at(&self) -> Option<u32> {
-        match self.xs.front()?.probe {
-            Some((ProxyPoint::Event(k), _)) => Some(k),
+    /// The point a watched response is stopped at, while it has not been reached.
+    fn watch_point(&self) -> Option<ProxyPoint> {
+        let x = self.xs.front()?;
+        match x.probe {
+            Some((p @ (ProxyPoint::Event(_) | ProxyPoint::ToolCall), _))
+                if x.held.is_none() && self.down_hold.is_none() =>
+            {
+                Some(p)
+            }
             _ => None,
         }
     }
@@ -674,9 +697,7 @@ impl Conn {
                                 body: Body::new(h.framing),
                                 sse: h.sse.then(SseScan::default),
                             };
-                            if self.hold_at() == Some(1) {
-                                self.start_event_hold();
-                            }
+                            self.wbuf.clear();
                         }
                     }
                 }
@@ -689,16 +710,24 @@ impl Conn {
         }
     }
 
-    /// Walks response body bytes; returns true when it needs more bytes.
+    /// Walks response body bytes; returns true when it needs more bytes. A watched
+    /// response passes event by event: each is held until it is complete and
+    /// classified, then delivered, or — at the watched point — kept back while the fault
+    /// is applied.
     fn on_body(&mut self, now: Instant) -> bool {
+        let watch = self.watch_point();
         let RespState::Body { body, sse } = &mut self.resp else {
             return true;
         };
-        let marks = &mut self.marks;
+        let (marks, wbuf) = (&mut self.marks, &mut self.wbuf);
         marks.clear();
         let r = body.feed(&self.ubuf, |d, off| {
             if let Some(s) = sse.as_mut() {
-                s.feed(d, |e, n| marks.push((off + e, n)));
+                let base = wbuf.len();
+                if watch.is_some() {
+                    wbuf.extend_from_slice(d);
+                }
+                s.feed(d, |e, n| marks.push((off + e, n, base + e)));
             }
         });
         let (end, done) = match r {
@@ -709,58 +738,81 @@ impl Conn {
             Ok(Some(n)) => (n, true),
             Ok(None) => (self.ubuf.len(), false),
         };
-        let hold_at = self.hold_at();
         let chunked = matches!(self.resp, RespState::Body { ref body, .. } if body.chunked());
-        let mut taken = 0;
+        let (mut taken, mut dec_from) = (0, 0);
         for i in 0..self.marks.len() {
-            let (mut m, n) = self.marks[i];
+            let (mut m, n, dec) = self.marks[i];
             // An event that ends its chunk takes the chunk's CR LF with it.
             if chunked && self.ubuf[m - taken..].starts_with(b"\r\n") && m + 2 <= end {
                 m += 2;
             }
             let seg = self.ubuf.split_to(m - taken).freeze();
             taken = m;
-            self.forward_down(now, seg);
             let t = self.now_us();
             if let Some(x) = self.xs.front_mut() {
                 x.events = n;
                 x.first_event.get_or_insert(t);
             }
-            if let Some(k) = hold_at {
-                if n + 1 == k {
-                    self.start_event_hold();
-                } else if n == k && self.down_hold.as_ref().is_some_and(|h| h.release.is_none()) {
-                    let rx = self.xs.front().and_then(|x| self.reach(x));
-                    match rx {
-                        Some(rx) => {
-                            if let Some(h) = &mut self.down_hold {
-                                h.release = Some(rx);
-                            }
-                            if let Some(x) = self.xs.front_mut() {
-                                x.held = Some(k);
-                            }
-                        }
-                        None => self.release_down(Release::Forward, false),
-                    }
+            match watch {
+                Some(point) if self.down_hold.is_none() => {
+                    self.pending.extend_from_slice(&seg);
+                    let kind = event_kind(&self.wbuf[dec_from..dec]);
+                    self.on_event(now, point, n, kind);
                 }
+                _ => self.forward_down(now, seg),
             }
+            dec_from = dec;
+        }
+        if watch.is_some() {
+            self.wbuf.drain(..dec_from);
         }
         let seg = self.ubuf.split_to(end - taken).freeze();
-        self.forward_down(now, seg);
+        if watch.is_some() && self.down_hold.is_none() {
+            self.pending.extend_from_slice(&seg);
+        } else {
+            self.forward_down(now, seg);
+        }
         if done {
-            // A hold armed for an event that never came: deliver what was held.
-            if self.down_hold.as_ref().is_some_and(|h| h.release.is_none()) {
-                self.release_down(Release::Forward, false);
-            }
+            // The point never came: what was waiting for classification goes on.
+            let rest = self.pending.split().freeze();
+            self.forward_down(now, rest);
             self.complete_front(ProxyEndKind::Completed);
             self.resp = RespState::Head;
         }
         !done
     }
 
-    fn start_event_hold(&mut self) {
-        if self.down_hold.is_none() {
-            self.down_hold = Some(Hold::new(None));
+    /// A watched response's event `n` is complete: deliver it, or stop here.
+    fn on_event(&mut self, now: Instant, point: ProxyPoint, n: u32, kind: ChunkKind) {
+        let Some(x) = self.xs.front_mut() else { return };
+        if kind.is_delta() {
+            x.deltas += 1;
+        }
+        let here = match point {
+            ProxyPoint::Event(k) => kind.is_delta() && x.deltas == k,
+            ProxyPoint::ToolCall => kind == ChunkKind::ToolCall,
+            _ => false,
+        };
+        let rx = if here {
+            self.xs.front().and_then(|x| self.reach(x))
+        } else {
+            None
+        };
+        match rx {
+            Some(rx) => {
+                if let Some(x) = self.xs.front_mut() {
+                    x.held = Some(n);
+                }
+                self.down_hold = Some(Hold {
+                    held: self.pending.split(),
+                    release: Some(rx),
+                    auto_until: None,
+                });
+            }
+            None => {
+                let b = self.pending.split().freeze();
+                self.forward_down(now, b);
+            }
         }
     }
 
@@ -819,6 +871,22 @@ fn settle(hold: &mut Option<Hold>, r: Release, up_ended: bool) -> Option<(Releas
         r => r,
     };
     hold.take().map(|h| (r, h))
+}
+
+/// The kind of one SSE event block (its `data:` lines), as the client classifies it.
+fn event_kind(block: &[u8]) -> ChunkKind {
+    let text = String::from_utf8_lossy(block);
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("data:"))
+        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+        .collect();
+    if data.is_empty() {
+        return ChunkKind::Other;
+    }
+    crate::client::chunk::classify(&data.join("\n"))
+        .kind
+        .unwrap_or(ChunkKind::Other)
 }
 
 async fn released(h: &mut Option<Hold>) -> Release {

@@ -101,9 +101,12 @@ pub enum ProxyPoint {
     Queued,
     /// Once the request reached the replica, hold its response from the first byte.
     Prefill,
-    /// Hold the response from event k on, once event k was received from the replica
-    /// (computed but not sent).
+    /// Hold the response's k-th output delta (1-based: content, reasoning or tool-call)
+    /// once it was received from the replica, whole: computed, not yet sent.
     Event(u32),
+    /// Hold the response's first tool-call delta: the engine wrote it once the tool had
+    /// run (the sim runs the tool before streaming the call).
+    ToolCall,
 }
 
 /// What the proxy tells the watcher of a probe request.
@@ -204,6 +207,10 @@ pub struct ReplicaProxy {
     served: watch::Sender<u64>,
     /// Requests not recorded in the trace (health checks, metrics).
     pub other_requests: AtomicU64,
+    /// The listener is open (false while the replica is dead).
+    listening: watch::Sender<bool>,
+    /// Wakes the accept loop to close the listener.
+    dead: tokio::sync::Notify,
     board: Arc<ProbeBoard>,
     trace: TraceWriter,
     clock: Clock,
@@ -285,6 +292,24 @@ impl ReplicaProxy {
         lock(&self.conns).len()
     }
 
+    /// Checks whether the replica is dead (its address refuses connections); if so,
+    /// closes the listener before returning, so the gateway's next connection is
+    /// refused. Returns true when it is dead.
+    pub async fn check_dead(&self) -> bool {
+        if upstream_alive(self).await != Some(false) {
+            return false;
+        }
+        self.dead.notify_one();
+        let mut l = self.listening.subscribe();
+        let _ = tokio::time::timeout(Duration::from_millis(200), l.wait_for(|v| !*v)).await;
+        true
+    }
+
+    /// The listener is open (the replica is not known dead).
+    pub fn is_listening(&self) -> bool {
+        *self.listening.borrow()
+    }
+
     /// Inference requests in flight on this replica (a watch to wait on).
     pub fn in_flight(&self) -> watch::Receiver<u32> {
         self.in_flight.subscribe()
@@ -340,6 +365,8 @@ impl ProxySet {
                 in_flight: watch::Sender::new(0),
                 served: watch::Sender::new(0),
                 other_requests: AtomicU64::new(0),
+                listening: watch::Sender::new(true),
+                dead: tokio::sync::Notify::new(),
                 board: board.clone(),
                 trace: trace.clone(),
                 clock: *clock,
@@ -374,10 +401,37 @@ impl Drop for ProxySet {
     }
 }
 
+/// How often a dead replica's address is tried while the proxy stands in for it.
+const REVIVE_POLL: Duration = Duration::from_millis(20);
+
+/// Accepts while the replica lives. When it is found dead (its address refuses
+/// connections), the listener is closed, so the gateway meets a refused connection as
+/// it would without haq in between (M4: dead is not cut off); it is reopened, on the
+/// same port, once the replica's address accepts connections again.
 async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationToken) {
+    let mut l = Some(l);
     loop {
+        let Some(listener) = l.take() else {
+            // Dead: wait for the replica (a replacement) to listen again.
+            tokio::select! {
+                _ = tokio::time::sleep(REVIVE_POLL) => {}
+                _ = stop.cancelled() => return,
+            }
+            if upstream_alive(&p).await == Some(true)
+                && let Ok(nl) = TcpListener::bind(p.listen).await
+            {
+                l = Some(nl);
+                p.listening.send_replace(true);
+            }
+            continue;
+        };
         let accepted = tokio::select! {
-            a = l.accept() => a,
+            a = listener.accept() => a,
+            _ = p.dead.notified() => {
+                drop(listener);
+                p.listening.send_replace(false);
+                continue;
+            }
             _ = stop.cancelled() => return,
         };
         match accepted {
@@ -386,8 +440,26 @@ async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationTok
                 tokio::spawn(conn::serve(p.clone(), sock, stop.clone()));
             }
             // Out of descriptors or similar: back off instead of spinning.
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(_) => tokio::time::sleep(REVIVE_POLL).await,
         }
+        l = Some(listener);
+    }
+}
+
+/// Whether the replica's address accepts a TCP connection: `Some(false)` when it is
+/// refused (nothing listens: the replica is dead), `None` when it cannot tell (no
+/// answer in time: frozen or cut off is not dead).
+async fn upstream_alive(p: &ReplicaProxy) -> Option<bool> {
+    let addr = p.upstream()?;
+    match tokio::time::timeout(
+        Duration::from_millis(200),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Some(true),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(false),
+        _ => None,
     }
 }
 

@@ -21,8 +21,9 @@ struct Upstream {
     kill: watch::Sender<bool>,
 }
 
+/// Output delta `i`: an OpenAI chat chunk whose text is `<i>`.
 fn event(i: u32) -> String {
-    format!("data: {{\"i\":{i}}}\n\n")
+    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"<{i}>\"}}}}]}}\n\n")
 }
 
 fn chunk(s: &str) -> String {
@@ -276,8 +277,8 @@ async fn blackhole_forwards_nothing_keeps_sockets_open_and_heals() {
     let fx = Fixture::new(Some(up.addr.to_string())).await;
     let p = fx.p().clone();
     let mut s = client(&p, "r1").await;
-    let (before, _) = read_for(&mut s, LONG, "\"i\":3}").await;
-    assert!(before.contains("\"i\":3}"));
+    let (before, _) = read_for(&mut s, LONG, "<3>").await;
+    assert!(before.contains("<3>"));
     let (id, epoch) = p.add_rule(Rule::Blackhole);
     assert_eq!(p.applied(epoch, LONG).await, Ok(1));
     // Whatever was already in flight drains; then nothing passes.
@@ -309,7 +310,7 @@ async fn reset_sends_rst_and_close_sends_fin() {
     let p = fx.p().clone();
     for (rule, want_reset) in [(Rule::Reset, true), (Rule::Close, false)] {
         let mut s = client(&p, "r").await;
-        let _ = read_for(&mut s, LONG, "\"i\":1}").await;
+        let _ = read_for(&mut s, LONG, "<1>").await;
         let (id, epoch) = p.add_rule(rule);
         assert_eq!(
             p.applied(epoch, LONG).await,
@@ -392,14 +393,14 @@ async fn holds_event_k_until_the_replica_dies_then_drops_it() {
     // The replica computed and wrote event 3; the gateway side has events 1 and 2 only.
     assert!(up.written.load(Ordering::SeqCst) >= 3);
     let (got, _) = read_for(&mut s, Duration::from_millis(300), "").await;
-    assert!(got.contains("\"i\":2}"), "{got}");
-    assert!(!got.contains("\"i\":3}"), "event 3 leaked: {got}");
+    assert!(got.contains("<2>"), "{got}");
+    assert!(!got.contains("<3>"), "event 3 leaked: {got}");
     // The replica dies; the held event is dropped and the gateway side closes.
     up.kill.send_replace(true);
     let _ = release.send(Release::Drop);
     let (rest, end) = read_for(&mut s, LONG, "").await;
     assert!(
-        !rest.contains("\"i\":3}"),
+        !rest.contains("<3>"),
         "event 3 leaked after the kill: {rest}"
     );
     assert!(end.is_some(), "the gateway side must end");
@@ -408,10 +409,7 @@ async fn holds_event_k_until_the_replica_dies_then_drops_it() {
     p.set_upstream(&fresh.addr.to_string());
     let mut s2 = client(&p, "probe-x").await;
     let (again, _) = read_for(&mut s2, LONG, "0\r\n\r\n").await;
-    assert!(
-        again.contains("\"i\":3}") && again.contains("[DONE]"),
-        "{again}"
-    );
+    assert!(again.contains("<3>") && again.contains("[DONE]"), "{again}");
     assert!(matches!(seen.recv().await, Some(ProxySeen::Routed { .. })));
     assert!(seen.try_recv().is_err(), "fired twice");
     let evs = fx.events();
@@ -485,4 +483,44 @@ async fn a_request_to_a_dead_replica_is_attributed_then_reset() {
             ..
         }
     )));
+}
+
+/// A dead replica looks dead through the proxy (connection refused, M4), and the path
+/// comes back on the same port when a replacement listens again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replica_refuses_connections_until_it_listens_again() {
+    let up = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = up.local_addr().expect("addr");
+    let fx = Fixture::new(Some(addr.to_string())).await;
+    let p = fx.p().clone();
+    assert!(p.is_listening());
+    assert!(!p.check_dead().await, "a live replica is not dead");
+    drop(up);
+    assert!(p.check_dead().await);
+    assert!(!p.is_listening());
+    let e = TcpStream::connect(p.listen).await.expect_err("refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    // The replacement listens on the old address: the path reopens by itself.
+    let again = TcpListener::bind(addr).await.expect("rebind");
+    let deadline = Instant::now() + LONG;
+    while !p.is_listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(p.is_listening());
+    let mut s = TcpStream::connect(p.listen).await.expect("connect");
+    s.write_all(request("r").as_bytes()).await.expect("send");
+    // (The proxy's liveness probes connect and close without a byte: skip them.)
+    let got = tokio::time::timeout(LONG, async {
+        loop {
+            let (mut u, _) = again.accept().await.expect("accepted");
+            let mut b = [0u8; 64];
+            let n = u.read(&mut b).await.unwrap_or(0);
+            if n > 0 {
+                return String::from_utf8_lossy(&b[..n]).into_owned();
+            }
+        }
+    })
+    .await
+    .expect("the request reached the replacement");
+    assert!(got.starts_with("POST /v1/chat/completions"), "{got}");
 }

@@ -25,6 +25,7 @@ pub enum Trigger {
         within: Duration,
         prompt_tokens: u32,
         max_tokens: u32,
+        via: Via,
     },
     /// When at least `n` requests are in flight on the target replica.
     InFlight { n: u32, within: Duration },
@@ -34,6 +35,11 @@ impl Trigger {
     pub fn describe(&self) -> String {
         match self {
             Trigger::Time => "time".into(),
+            Trigger::Probe {
+                point,
+                via: Via::Hook,
+                ..
+            } => format!("probe {} (worker hook)", point.describe()),
             Trigger::Probe { point, .. } => format!("probe {}", point.describe()),
             Trigger::InFlight { n, .. } => format!("in_flight >= {n}"),
         }
@@ -316,6 +322,40 @@ fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> {
     for r in &replicas {
         reachable(cx, field, f.backend, r)?;
     }
+    if let Trigger::Probe {
+        via: Via::Hook,
+        point,
+        ..
+    } = trigger
+    {
+        if !cx.sim() {
+            return Err(Issue::new(
+                format!("{field}.when.via"),
+                "hook",
+                "worker hooks exist in the sim's workers only; use `via: proxy` for other engines",
+            ));
+        }
+        if !matches!(
+            point,
+            ProbePoint::Prefill | ProbePoint::ComputedNotSent(_) | ProbePoint::ToolCall
+        ) {
+            return Err(Issue::new(
+                format!("{field}.when.via"),
+                "hook",
+                format!(
+                    "the worker has no hook at {} (hooks: prefill, computed_not_sent, tool_call)",
+                    point.describe()
+                ),
+            ));
+        }
+        if action != FaultAction::Kill || f.backend != FaultBackend::Process {
+            return Err(Issue::new(
+                format!("{field}.action"),
+                action.as_str(),
+                "a worker hook crashes the worker: the fault is `action: kill` (process backend)",
+            ));
+        }
+    }
     if matches!(trigger, Trigger::Probe { .. }) {
         // The proxy tells which replica serves the probe and holds it at its point.
         if let Some(d) = cx.decls.iter().find(|d| !cx.has_proxy(d)) {
@@ -498,6 +538,7 @@ fn trigger(field: &str, f: &Fault) -> Result<Trigger, Issue> {
                 within,
                 prompt_tokens: w.prompt_tokens,
                 max_tokens: w.max_tokens,
+                via: w.via,
             })
         }
         (None, Some(n)) => {

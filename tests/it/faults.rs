@@ -24,14 +24,14 @@ protected_load: 6/s
 slo: {ttft_p95: 10s, itl_p95: 2s, e2e_p95: 60s}
 phases:
   - {name: baseline, duration: 1s}
-  - {name: fault, duration: 8s}
+  - {name: fault, duration: 8500ms}
   - {name: degraded, duration: 1s}
 client: {drain_timeout: 20s}
 faults:
 "#;
 
 /// The seven triggers: (name, `when` and `target` YAML, offset in the fault phase).
-const TRIGGERS: [(&str, &str, &str); 7] = [
+const TRIGGERS: [(&str, &str, &str); 8] = [
     ("time", "target: {replica: w1}", "200ms"),
     ("queued", "when: {probe: queued}", "1200ms"),
     (
@@ -51,6 +51,7 @@ const TRIGGERS: [(&str, &str, &str); 7] = [
         "when: {in_flight: 2}\n    target: {replica: w1}",
         "6200ms",
     ),
+    ("tool", "when: {probe: tool_call}", "7000ms"),
 ];
 
 fn scenario(each: impl Fn(&str) -> String) -> String {

@@ -6,6 +6,7 @@ mod fate;
 mod faults;
 mod gateway;
 mod load;
+mod m9;
 mod report;
 mod run;
 mod simkit;

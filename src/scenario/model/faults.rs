@@ -215,6 +215,22 @@ pub enum ProbePoint {
     FirstDelta,
     /// Right after k deltas reached the client.
     AfterDeltas(u32),
+    /// Right after a tool call ran: the probe offers a tool; the engine streams the
+    /// call once the tool service executed it, and the proxy holds that first
+    /// tool-call delta while the fault is applied.
+    ToolCall,
+}
+
+/// How a probe point is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// haq's proxy holds the probe at the point while the fault is applied (any engine).
+    #[default]
+    Proxy,
+    /// The sim worker's own fault hook crashes it at the exact engine point
+    /// (`prefill`, `computed_not_sent`, `tool_call`; action `kill`).
+    Hook,
 }
 
 impl ProbePoint {
@@ -225,6 +241,7 @@ impl ProbePoint {
             ProbePoint::ComputedNotSent(k) => format!("computed_not_sent k={k}"),
             ProbePoint::FirstDelta => "first_delta".into(),
             ProbePoint::AfterDeltas(k) => format!("after_deltas k={k}"),
+            ProbePoint::ToolCall => "tool_call".into(),
         }
     }
 }
@@ -250,6 +267,9 @@ pub struct When {
     /// Probe output length in tokens.
     #[serde(default = "default_probe_output")]
     pub max_tokens: u32,
+    /// How the probe point is reached: `proxy` (default) or the sim worker's `hook`.
+    #[serde(default)]
+    pub via: Via,
 }
 
 fn default_within() -> Dur {
