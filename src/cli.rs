@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -50,6 +51,8 @@ pub enum Command {
     Init(InitArgs),
     /// The embedded simulated cluster.
     Sim(SimArgs),
+    /// Benchmarks of haq itself.
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -189,6 +192,65 @@ pub enum SimCommand {
     },
 }
 
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Measure haq's own client against a local stamping SSE server: CPU per 100k
+    /// events, observation lag, TTFT against the server's truth, schedule slip, peak
+    /// RSS. Runs the real `haq run` path (dispatcher, client, trace, judging).
+    Client {
+        /// Concurrent streams in steady state.
+        #[arg(long, default_value_t = 64)]
+        streams: u32,
+        /// Tokens per stream.
+        #[arg(long, default_value_t = 200)]
+        tokens: u32,
+        /// Time between tokens of a stream.
+        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
+        itl: Duration,
+        /// Time to the first token.
+        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
+        ttft: Duration,
+        /// How long load is offered.
+        #[arg(long, default_value = "40s", value_parser = scenario::units::parse_duration)]
+        duration: Duration,
+        /// Arrival rate (req/s); default: streams / stream length (steady concurrency).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// The server emits every stream's token on one step clock (batch steps).
+        #[arg(long)]
+        sync: bool,
+        /// Keep the run here (default: a temp dir).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only read the bytes with a bare reqwest client (the floor, for comparison).
+        #[arg(long)]
+        bare: bool,
+    },
+    /// The stamping SSE server (started by `bench client`).
+    #[command(hide = true)]
+    Server {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 200)]
+        tokens: u32,
+        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
+        itl: Duration,
+        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
+        ttft: Duration,
+        #[arg(long)]
+        sync: bool,
+    },
+}
+
 /// Process exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -302,6 +364,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
         }
         Command::Init(a) => init(a),
         Command::Sim(s) => sim(s.command, cancel).await,
+        Command::Bench(b) => bench(b.command).await,
     }
 }
 
@@ -356,6 +419,66 @@ fn init(a: InitArgs) -> Exit {
         }
         Err(e) => {
             eprintln!("error: writing {}: {e}", a.path.display());
+            Exit::Unusable
+        }
+    }
+}
+
+async fn bench(cmd: BenchCommand) -> Exit {
+    let r = match cmd {
+        BenchCommand::Server {
+            listen,
+            tokens,
+            itl,
+            ttft,
+            sync,
+        } => {
+            crate::bench::raise_fd_limit();
+            crate::bench::server::serve(crate::bench::server::ServerConfig {
+                listen,
+                tokens,
+                itl,
+                ttft,
+                sync,
+            })
+            .await
+        }
+        BenchCommand::Client {
+            streams,
+            tokens,
+            itl,
+            ttft,
+            duration,
+            rate,
+            sync,
+            out,
+            json,
+            bare,
+        } => {
+            let cfg = crate::bench::BenchConfig {
+                bare,
+                streams,
+                tokens,
+                itl,
+                ttft,
+                duration,
+                rate,
+                sync,
+                out,
+            };
+            crate::bench::run(cfg).await.map(|r| {
+                if json {
+                    println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                } else {
+                    println!("{r}");
+                }
+            })
+        }
+    };
+    match r {
+        Ok(()) => Exit::Pass,
+        Err(e) => {
+            eprintln!("error: {e:#}");
             Exit::Unusable
         }
     }
