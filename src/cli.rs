@@ -45,6 +45,10 @@ pub enum Command {
     /// Re-render every output of a stored run from its trace, with no network:
     /// report.json, report.md, junit.xml, report.html, requests.csv, latency.hlog.
     Report(CheckArgs),
+    /// Compare two stored runs (or a phase of each, e.g. healthy vs degraded): latency
+    /// percentiles, throughput, goodput and errors side by side. Exit 1 when B regresses
+    /// against A beyond the thresholds.
+    Compare(CompareArgs),
     /// Print the JSON Schema of scenario files (for editors).
     Schema,
     /// Write a commented starter scenario.
@@ -95,6 +99,27 @@ pub struct ValidateArgs {
 pub struct CheckArgs {
     /// A run directory written by `haq run`.
     pub run_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The reference run directory.
+    pub run_a: PathBuf,
+    /// The run compared against it (may be the same directory with other phases).
+    pub run_b: PathBuf,
+    /// Compare only this phase of run A (default: the whole run).
+    #[arg(long)]
+    pub phase_a: Option<String>,
+    /// Compare only this phase of run B (default: the whole run).
+    #[arg(long)]
+    pub phase_b: Option<String>,
+    /// Largest allowed relative change for the worse of p95 TTFT/ITL/E2E (up) and of
+    /// throughput and goodput (down).
+    #[arg(long, default_value = "10%", value_parser = scenario::units::parse_fraction)]
+    pub max_regression: f64,
+    /// Largest allowed increase of the error or the rejection rate, in points.
+    #[arg(long, default_value = "1%", value_parser = scenario::units::parse_fraction)]
+    pub max_error_increase: f64,
 }
 
 #[derive(Debug, Args)]
@@ -355,6 +380,16 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                 Exit::Unusable
             }
         },
+        Command::Compare(a) => crate::report::compare_command(
+            &a.run_a,
+            &a.run_b,
+            a.phase_a.as_deref(),
+            a.phase_b.as_deref(),
+            crate::report::compare::Thresholds {
+                max_regression: a.max_regression,
+                max_error_increase: a.max_error_increase,
+            },
+        ),
         Command::Schema => {
             println!(
                 "{}",
