@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -44,12 +45,18 @@ pub enum Command {
     /// Re-render every output of a stored run from its trace, with no network:
     /// report.json, report.md, junit.xml, report.html, requests.csv, latency.hlog.
     Report(CheckArgs),
+    /// Compare two stored runs (or a phase of each, e.g. healthy vs degraded): latency
+    /// percentiles, throughput, goodput and errors side by side. Exit 1 when B regresses
+    /// against A beyond the thresholds.
+    Compare(CompareArgs),
     /// Print the JSON Schema of scenario files (for editors).
     Schema,
     /// Write a commented starter scenario.
     Init(InitArgs),
     /// The embedded simulated cluster.
     Sim(SimArgs),
+    /// Benchmarks of haq itself.
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -92,6 +99,27 @@ pub struct ValidateArgs {
 pub struct CheckArgs {
     /// A run directory written by `haq run`.
     pub run_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The reference run directory.
+    pub run_a: PathBuf,
+    /// The run compared against it (may be the same directory with other phases).
+    pub run_b: PathBuf,
+    /// Compare only this phase of run A (default: the whole run).
+    #[arg(long)]
+    pub phase_a: Option<String>,
+    /// Compare only this phase of run B (default: the whole run).
+    #[arg(long)]
+    pub phase_b: Option<String>,
+    /// Largest allowed relative change for the worse of p95 TTFT/ITL/E2E (up) and of
+    /// throughput and goodput (down).
+    #[arg(long, default_value = "10%", value_parser = scenario::units::parse_fraction)]
+    pub max_regression: f64,
+    /// Largest allowed increase of the error or the rejection rate, in points.
+    #[arg(long, default_value = "1%", value_parser = scenario::units::parse_fraction)]
+    pub max_error_increase: f64,
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +169,33 @@ pub enum SimCommand {
         #[arg(long)]
         scenario: Option<PathBuf>,
     },
+    /// Measure the sim's timing error under load: replicas × streams concurrent
+    /// streams, token events' lateness against the engine model (docs/performance.md).
+    Bench {
+        #[arg(long, default_value_t = 16)]
+        replicas: u32,
+        /// Concurrent streams per replica.
+        #[arg(long, default_value_t = 64)]
+        streams: u32,
+        #[arg(long, default_value = "20s", value_parser = scenario::units::parse_duration)]
+        duration: std::time::Duration,
+        #[arg(long, default_value = "5s", value_parser = scenario::units::parse_duration)]
+        warmup: std::time::Duration,
+        /// Output tokens per request (each stream re-sends when done).
+        #[arg(long, default_value_t = 512)]
+        max_tokens: u32,
+        #[arg(long, default_value_t = 200)]
+        prompt_tokens: u32,
+        /// Connect straight to the workers instead of through the gateway.
+        #[arg(long)]
+        direct: bool,
+        /// Directory for logs and journals (default: a new temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Exit 1 when the event-lateness p99 exceeds this.
+        #[arg(long, value_parser = scenario::units::parse_duration)]
+        max_p99: Option<std::time::Duration>,
+    },
     /// One simulated engine replica (started by haq).
     #[command(hide = true)]
     Worker {
@@ -186,6 +241,65 @@ pub enum SimCommand {
         /// Tool service configuration as JSON (the scenario's `target.tools`).
         #[arg(long, default_value = "{}")]
         config: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Measure haq's own client against a local stamping SSE server: CPU per 100k
+    /// events, observation lag, TTFT against the server's truth, schedule slip, peak
+    /// RSS. Runs the real `haq run` path (dispatcher, client, trace, judging).
+    Client {
+        /// Concurrent streams in steady state.
+        #[arg(long, default_value_t = 64)]
+        streams: u32,
+        /// Tokens per stream.
+        #[arg(long, default_value_t = 200)]
+        tokens: u32,
+        /// Time between tokens of a stream.
+        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
+        itl: Duration,
+        /// Time to the first token.
+        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
+        ttft: Duration,
+        /// How long load is offered.
+        #[arg(long, default_value = "40s", value_parser = scenario::units::parse_duration)]
+        duration: Duration,
+        /// Arrival rate (req/s); default: streams / stream length (steady concurrency).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// The server emits every stream's token on one step clock (batch steps).
+        #[arg(long)]
+        sync: bool,
+        /// Keep the run here (default: a temp dir).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only read the bytes with a bare reqwest client (the floor, for comparison).
+        #[arg(long)]
+        bare: bool,
+    },
+    /// The stamping SSE server (started by `bench client`).
+    #[command(hide = true)]
+    Server {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 200)]
+        tokens: u32,
+        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
+        itl: Duration,
+        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
+        ttft: Duration,
+        #[arg(long)]
+        sync: bool,
     },
 }
 
@@ -293,6 +407,16 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                 Exit::Unusable
             }
         },
+        Command::Compare(a) => crate::report::compare_command(
+            &a.run_a,
+            &a.run_b,
+            a.phase_a.as_deref(),
+            a.phase_b.as_deref(),
+            crate::report::compare::Thresholds {
+                max_regression: a.max_regression,
+                max_error_increase: a.max_error_increase,
+            },
+        ),
         Command::Schema => {
             println!(
                 "{}",
@@ -302,6 +426,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
         }
         Command::Init(a) => init(a),
         Command::Sim(s) => sim(s.command, cancel).await,
+        Command::Bench(b) => bench(b.command).await,
     }
 }
 
@@ -356,6 +481,66 @@ fn init(a: InitArgs) -> Exit {
         }
         Err(e) => {
             eprintln!("error: writing {}: {e}", a.path.display());
+            Exit::Unusable
+        }
+    }
+}
+
+async fn bench(cmd: BenchCommand) -> Exit {
+    let r = match cmd {
+        BenchCommand::Server {
+            listen,
+            tokens,
+            itl,
+            ttft,
+            sync,
+        } => {
+            crate::bench::raise_fd_limit();
+            crate::bench::server::serve(crate::bench::server::ServerConfig {
+                listen,
+                tokens,
+                itl,
+                ttft,
+                sync,
+            })
+            .await
+        }
+        BenchCommand::Client {
+            streams,
+            tokens,
+            itl,
+            ttft,
+            duration,
+            rate,
+            sync,
+            out,
+            json,
+            bare,
+        } => {
+            let cfg = crate::bench::BenchConfig {
+                bare,
+                streams,
+                tokens,
+                itl,
+                ttft,
+                duration,
+                rate,
+                sync,
+                out,
+            };
+            crate::bench::run(cfg).await.map(|r| {
+                if json {
+                    println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                } else {
+                    println!("{r}");
+                }
+            })
+        }
+    };
+    match r {
+        Ok(()) => Exit::Pass,
+        Err(e) => {
+            eprintln!("error: {e:#}");
             Exit::Unusable
         }
     }
@@ -444,6 +629,48 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             dir,
             scenario,
         } => sim_up(replicas, policy, dir, scenario, cancel).await,
+        SimCommand::Bench {
+            replicas,
+            streams,
+            duration,
+            warmup,
+            max_tokens,
+            prompt_tokens,
+            direct,
+            dir,
+            max_p99,
+        } => {
+            if replicas == 0 || replicas > scenario::validate::MAX_SIM_REPLICAS || streams == 0 {
+                eprintln!(
+                    "error: --replicas must be 1..={} and --streams at least 1",
+                    scenario::validate::MAX_SIM_REPLICAS
+                );
+                return Exit::Unusable;
+            }
+            let opts = crate::sim::bench::BenchOpts {
+                replicas,
+                streams,
+                warmup,
+                duration,
+                max_tokens,
+                prompt_tokens,
+                via_gateway: !direct,
+                dir: dir.unwrap_or_else(|| {
+                    std::env::temp_dir().join(format!("haq-bench-{}", std::process::id()))
+                }),
+            };
+            match crate::sim::bench::run(opts).await {
+                Ok(r) => {
+                    print!("{}", r.render());
+                    if max_p99.is_some_and(|m| r.event_lateness.p99_us > m.as_micros() as u64) {
+                        eprintln!("event lateness p99 above --max-p99");
+                        return Exit::Fail;
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => Exit::Pass,

@@ -17,6 +17,7 @@ pub fn install_crypto_provider() {
     });
 }
 
+pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod engine;

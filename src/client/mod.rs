@@ -334,42 +334,48 @@ pub async fn execute(
         let first = st.first_delta_us;
         return done(Some(status), first, st.conclude(cut));
     }
-    let mut last_data = Instant::now();
+    // One timer per stream, moved lazily: reading an event costs no timer work; when
+    // the timer fires, it is pushed to the real deadline if events came meanwhile.
+    let timer = tokio::time::sleep_until(first_deadline);
+    tokio::pin!(timer);
+    let mut was_settled = false;
     let cut = loop {
-        let settled = st.settled();
-        let deadline = if settled {
-            last_data + timeouts.idle
-        } else {
-            first_deadline
-        };
-        match tokio::time::timeout_at(deadline, resp.chunk()).await {
-            Ok(Ok(Some(bytes))) => {
-                let t = clock.now_us();
-                let before = st.last_event_us;
-                let deltas = st.deltas;
-                st.on_bytes(t, &call.id, &bytes, &mut emit);
-                if st.last_event_us != before {
-                    last_data = Instant::now();
+        tokio::select! {
+            biased;
+            r = resp.chunk() => match r {
+                Ok(Some(bytes)) => {
+                    let t = clock.now_us();
+                    let deltas = st.deltas;
+                    st.on_bytes(t, &call.id, &bytes, &mut emit);
+                    if let Some(o) = &call.observe
+                        && st.deltas != deltas
+                    {
+                        (o.0)(Seen::Deltas(st.deltas));
+                    }
+                    if !was_settled && st.settled() {
+                        was_settled = true;
+                        timer.as_mut().reset(Instant::from_std(clock.instant_at(t)) + timeouts.idle);
+                    }
                 }
-                if let Some(o) = &call.observe
-                    && st.deltas != deltas
-                {
-                    (o.0)(Seen::Deltas(st.deltas));
+                Ok(None) => break Cut::Eof,
+                Err(e) => break classify_body_error(&e),
+            },
+            _ = &mut timer => {
+                if !was_settled {
+                    break Cut::Failed(
+                        Outcome::FirstTokenTimeout,
+                        format!("no output within {:?} of dispatch", timeouts.first_token),
+                    );
                 }
-            }
-            Ok(Ok(None)) => break Cut::Eof,
-            Ok(Err(e)) => break classify_body_error(&e),
-            Err(_) if !settled => {
-                break Cut::Failed(
-                    Outcome::FirstTokenTimeout,
-                    format!("no output within {:?} of dispatch", timeouts.first_token),
-                );
-            }
-            Err(_) => {
-                break Cut::Failed(
-                    Outcome::IdleTimeout,
-                    format!("no event for {:?}", timeouts.idle),
-                );
+                let last = st.last_event_us.unwrap_or(0);
+                let deadline = Instant::from_std(clock.instant_at(last)) + timeouts.idle;
+                if Instant::now() >= deadline {
+                    break Cut::Failed(
+                        Outcome::IdleTimeout,
+                        format!("no event for {:?}", timeouts.idle),
+                    );
+                }
+                timer.as_mut().reset(deadline);
             }
         }
     };

@@ -227,6 +227,8 @@ impl Dispatcher {
         }
         let mut edges = edges.into_iter().peekable();
         let mut next = schedule.next().map(|p| self.prepare(p));
+        // When the dispatcher last came out of a wait for a slot (trace µs).
+        let mut released: Option<u64> = None;
         loop {
             let edge_at = edges.peek().map(|e| e.0);
             let req_at = next.as_ref().map(|r| r.at);
@@ -250,7 +252,7 @@ impl Dispatcher {
                 return Ok(());
             }
             self.progress.offered();
-            let Some((permit, admitted)) = self.admit(&mut edges) else {
+            let Some((permit, admitted)) = self.admit(&mut edges, r.intended, &mut released) else {
                 return Ok(());
             };
             self.spawn(r, permit, admitted);
@@ -260,16 +262,20 @@ impl Dispatcher {
     }
 
     /// Takes a slot under the concurrency cap, emitting phase edges that fall due
-    /// while waiting. `None` when cancelled.
+    /// while waiting. `None` when cancelled. The admission time is when the slot was
+    /// granted — or, for a request that fell due while the dispatcher was still
+    /// waiting for an earlier one, when that wait ended: its lateness is the cap's.
     fn admit(
         &self,
         edges: &mut std::iter::Peekable<impl Iterator<Item = (Duration, (usize, Edge))>>,
+        intended: u64,
+        released: &mut Option<u64>,
     ) -> Option<(Option<OwnedSemaphorePermit>, Option<u64>)> {
         let Some(cap) = &self.cap else {
             return Some((None, None));
         };
         if let Ok(p) = cap.clone().try_acquire_owned() {
-            return Some((Some(p), None));
+            return Some((Some(p), released.filter(|u| *u > intended)));
         }
         loop {
             let edge_at = edges.peek().map(|e| self.load_start + e.0);
@@ -287,7 +293,11 @@ impl Dispatcher {
                 }
             })?;
             match got {
-                Some(p) => return Some((Some(p), Some(self.clock.now_us()))),
+                Some(p) => {
+                    let now = self.clock.now_us();
+                    *released = Some(now);
+                    return Some((Some(p), Some(now)));
+                }
                 None => {
                     if let Some((_, e)) = edges.next() {
                         self.edge(e);

@@ -2,6 +2,7 @@
 //! re-renders a stored run exactly: the terminal summary, report.json (schema in
 //! `schemas/report.schema.json`), report.md, junit.xml, report.html and requests.csv.
 
+pub mod compare;
 mod html;
 mod junit;
 mod markdown;
@@ -165,6 +166,36 @@ pub fn write(
         written.push(name);
     }
     Ok(written)
+}
+
+/// `haq compare`: judges both runs from their traces, prints the comparison, and
+/// returns the exit code (0 no regression, 1 regressed, 2 unusable input).
+pub fn compare_command(
+    a: &Path,
+    b: &Path,
+    phase_a: Option<&str>,
+    phase_b: Option<&str>,
+    t: compare::Thresholds,
+) -> crate::cli::Exit {
+    let side = |dir: &Path, phase: Option<&str>| -> anyhow::Result<compare::Side> {
+        let (_, j) = crate::check::judge_dir(dir)?;
+        compare::side(dir, &j, phase)
+    };
+    match (side(a, phase_a), side(b, phase_b)) {
+        (Ok(sa), Ok(sb)) => {
+            let c = compare::compare(sa, sb, t);
+            print!("{}", compare::render(&c));
+            if c.regressed {
+                crate::cli::Exit::Fail
+            } else {
+                crate::cli::Exit::Pass
+            }
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("error: {e:#}");
+            crate::cli::Exit::Unusable
+        }
+    }
 }
 
 /// As [`write_all`], for report.json alone.

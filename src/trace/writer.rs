@@ -8,9 +8,10 @@ use super::Event;
 
 /// Cheap, cloneable handle that appends events to the trace file from any task.
 ///
-/// Events go over a channel to one writer thread, which serializes them, appends one
-/// JSON line each and flushes at least every 100 ms, so a killed run keeps everything
-/// up to its last flush. Memory stays bounded by what the writer has not yet written.
+/// Events go over a channel to one writer thread, which drains it every 5 ms,
+/// serializes each event as one JSON line and flushes at least every 100 ms, so a
+/// killed run keeps everything up to its last flush. Memory stays bounded by what the
+/// writer has not yet written (a few ms of events).
 #[derive(Clone)]
 pub struct TraceWriter {
     tx: mpsc::Sender<Option<Event>>,
@@ -77,26 +78,37 @@ impl Drop for TraceHandle {
     }
 }
 
+/// How often the writer drains the queue. It never blocks on the channel: a thread
+/// wake-up per event costs more than writing the event (futex + context switch), so it
+/// polls; events wait at most one tick in memory.
+const TICK: Duration = Duration::from_millis(5);
+/// Longest time a written line stays in the buffer before it reaches the file.
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
 fn write_loop(file: std::fs::File, rx: mpsc::Receiver<Option<Event>>) -> std::io::Result<u64> {
     let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
     let mut lines = 0u64;
     let mut dirty = false;
-    loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(ev)) => {
-                serde_json::to_writer(&mut out, &ev)?;
-                out.write_all(b"\n")?;
-                lines += 1;
-                dirty = true;
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if dirty {
-                    out.flush()?;
-                    dirty = false;
+    let mut flushed = std::time::Instant::now();
+    'run: loop {
+        loop {
+            match rx.try_recv() {
+                Ok(Some(ev)) => {
+                    serde_json::to_writer(&mut out, &ev)?;
+                    out.write_all(b"\n")?;
+                    lines += 1;
+                    dirty = true;
                 }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Ok(None) | Err(mpsc::TryRecvError::Disconnected) => break 'run,
             }
-            Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
+        if dirty && flushed.elapsed() >= FLUSH_EVERY {
+            out.flush()?;
+            dirty = false;
+            flushed = std::time::Instant::now();
+        }
+        std::thread::sleep(TICK);
     }
     out.flush()?;
     out.get_ref().sync_data()?;

@@ -129,39 +129,55 @@ async fn latency_from_intended_time_includes_a_stall_a_closed_loop_would_hide() 
     .await;
     let m = measured(&closed);
     assert!((55..=61).contains(&m.len()), "{} requests", m.len());
-    let slow_from_dispatch = m.iter().filter(|(_, x)| ms(x.ttft_dispatch) > 300).count();
-    let slow_from_intended = m.iter().filter(|(_, x)| ms(x.ttft) > 300).count();
+    // Thresholds far from the 1 s stall, so a busy machine does not move the counts.
+    let slow_from_dispatch = m.iter().filter(|(_, x)| ms(x.ttft_dispatch) > 600).count();
+    let slow_from_intended: Vec<_> = m.iter().filter(|(_, x)| ms(x.ttft) > 300).collect();
     assert_eq!(
         slow_from_dispatch, 1,
         "only the stalled request, from dispatch"
     );
     assert!(
-        slow_from_intended >= 12,
-        "{slow_from_intended}: every request scheduled in the stall"
+        slow_from_intended.len() >= 10,
+        "{}: every request scheduled in the stall",
+        slow_from_intended.len()
     );
-    assert!(
-        m.iter().any(|(r, _)| r.admitted.is_some()),
-        "the cap held requests back"
-    );
-    assert!(
-        closed.judgement.client.valid,
-        "waiting for a slot is not client slip: {:?}",
-        closed.judgement.client
-    );
+    // Their wait is the cap's (admitted late), never counted as the client's slip.
+    for (r, x) in slow_from_intended.iter().skip(1) {
+        let admitted = r.admitted.unwrap_or(0);
+        assert!(
+            admitted >= r.intended + 250_000,
+            "{} admitted {admitted}",
+            r.id
+        );
+        assert!(
+            x.slip + 250_000 < r.dispatch - r.intended,
+            "{}: slip {}",
+            r.id,
+            x.slip
+        );
+    }
 
-    // Open loop: sent on schedule through the stall; each waits server-side, so even
-    // the dispatch-based latency shows it — and the client kept its schedule.
+    // Open loop: sent on schedule through the stall (while the stalled request is
+    // still out); each waits server-side, so the dispatch-based latency shows it too.
     let open = run(scenario(&stalling_server().await, ""), "open").await;
     let m = measured(&open);
-    let slow_from_dispatch = m.iter().filter(|(_, x)| ms(x.ttft_dispatch) > 300).count();
-    assert!(slow_from_dispatch >= 12, "{slow_from_dispatch}");
-    assert!(m.iter().all(|(r, _)| r.admitted.is_none()));
-    let worst_slip = m.iter().map(|(_, x)| x.slip).max().unwrap_or(0);
+    let stalled = m
+        .iter()
+        .find(|(_, x)| ms(x.ttft_dispatch) > 600)
+        .map(|(r, _)| r.clone())
+        .expect("the stalled request");
+    let stalled_end = stalled.end.as_ref().map(|e| e.t).unwrap_or(0);
+    let sent_during = m
+        .iter()
+        .filter(|(r, _)| r.intended > stalled.dispatch && r.dispatch < stalled_end)
+        .count();
     assert!(
-        worst_slip < 500_000,
-        "open loop sent on time through the stall: {worst_slip} µs"
+        sent_during >= 10,
+        "{sent_during} sent while the server stalled"
     );
-    assert!(open.judgement.client.valid);
+    let slow_from_dispatch = m.iter().filter(|(_, x)| ms(x.ttft_dispatch) > 300).count();
+    assert!(slow_from_dispatch >= 10, "{slow_from_dispatch}");
+    assert!(m.iter().all(|(r, _)| r.admitted.is_none()));
 
     // Per second: the stall shows in the seconds its requests were sent; the interval
     // log has the same intervals, readable back.

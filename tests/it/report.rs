@@ -298,3 +298,37 @@ fn haq_report_rerenders_every_output_from_the_stored_trace() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn haq_compare_exits_1_on_a_regression_beyond_the_threshold() {
+    let dir = fixture();
+    let d = dir.to_str().expect("utf8");
+    let compare = |extra: &[&str]| {
+        let out = std::process::Command::new(crate::support::haq_bin())
+            .args(["compare", d, d])
+            .args(extra)
+            .output()
+            .expect("runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, _) = compare(&[]);
+    assert_eq!(code, Some(0), "a run against itself: {out}");
+    assert!(
+        out.contains("TTFT p95 (ms)") && out.contains("goodput"),
+        "{out}"
+    );
+    // Healthy vs degraded of the fixture: p95 ITL rose 13.9%.
+    let phases = ["--phase-a", "baseline", "--phase-b", "degraded"];
+    let (code, out, _) = compare(&[&phases[..], &["--max-regression", "50%"]].concat());
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out, _) = compare(&[&phases[..], &["--max-regression", "10%"]].concat());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("REGRESSED") && out.contains("+13.9%"), "{out}");
+    let (code, _, err) = compare(&["--phase-a", "nope"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no phase `nope`"), "{err}");
+}

@@ -114,16 +114,16 @@ async fn a_clean_drain_passes_maintenance_and_a_hard_drain_fails_it() {
 
 fn overload(policy: &str) -> haq::scenario::Plan {
     short(&[
-        // ~1.6 s streams: 3 workers × 4 in flight serve ~7.5/s, above the 6/s baseline
-        // and far below the 24/s of the overload phase.
-        "workload.mix.classes[0].output_tokens={uniform: [200, 300]}",
-        "phases=[{name: baseline, duration: 3s}, {name: overload, load: 4, duration: 4s}, {name: after, kind: degraded, duration: 2s}]",
+        // ~0.8 s streams: 3 workers × 2 in flight serve ~7.5/s, above the 6/s baseline
+        // and far below the 18/s of the overload phase.
+        "workload.mix.classes[0].output_tokens={uniform: [100, 150]}",
+        "phases=[{name: baseline, duration: 3s}, {name: overload, load: 3, duration: 3s}, {name: after, kind: degraded, duration: 2s}]",
         "faults=[]",
         "slo.ttft_p95=2s",
-        "target.gateway.max_inflight_per_worker=4",
-        // The engines batch 4 sequences: beyond that a worker queues (no-shedding's
+        "target.gateway.max_inflight_per_worker=2",
+        // The engines batch 2 sequences: beyond that a worker queues (no-shedding's
         // unbounded load lands there).
-        "target.engine.max_num_seqs=4",
+        "target.engine.max_num_seqs=2",
         "target.gateway.queue_limit=2",
         "target.gateway.best_effort_queue_limit=1",
         &format!("target.gateway.policy={policy}"),

@@ -1,0 +1,407 @@
+//! `haq bench client`: measures what haq's own client costs and how late it sees
+//! events. A `haq bench server` child process (stamping its send time into each event)
+//! serves the streams; the client side is the real `haq run` path — dispatcher,
+//! client, SSE parser, classification, trace streamed to disk, then the judging. After
+//! the run the trace gives the observation lag of every event (arrival − server
+//! stamp, CLOCK_MONOTONIC on one host) and the TTFT against the server's truth; the
+//! judgement gives the schedule slip; getrusage gives the CPU; /proc the peak RSS.
+
+pub mod server;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::hist::{hist, rec};
+use crate::trace::{ChunkKind, Event};
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Concurrent streams in steady state (arrivals are spaced to keep this many).
+    pub streams: u32,
+    pub tokens: u32,
+    pub itl: Duration,
+    pub ttft: Duration,
+    pub duration: Duration,
+    /// Arrival rate; default `streams / stream length` (steady concurrency).
+    pub rate: Option<f64>,
+    pub sync: bool,
+    pub out: Option<PathBuf>,
+    /// Only read the bytes (no parsing, no trace): the floor any client pays here.
+    pub bare: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// The bare floor (`--bare`): reads counted, nothing else measured.
+    pub bare: bool,
+    pub streams: u32,
+    pub tokens: u32,
+    pub itl_ms: f64,
+    pub sync: bool,
+    pub rate: f64,
+    pub requests: u64,
+    pub completed: u64,
+    /// SSE events the client read (content deltas counted in `deltas`).
+    pub events: u64,
+    pub deltas: u64,
+    /// CPU seconds of the whole haq process during the load (dispatcher, client,
+    /// parsing, trace writing), and of judging the trace afterwards.
+    pub cpu_load_s: f64,
+    pub cpu_judge_s: f64,
+    pub cpu_load_per_100k_events_s: f64,
+    pub cpu_total_per_100k_events_s: f64,
+    /// Observation lag of content deltas: arrival − server send stamp, ms.
+    pub lag_p50_ms: f64,
+    pub lag_p99_ms: f64,
+    pub lag_p999_ms: f64,
+    pub lag_max_ms: f64,
+    /// |client TTFT (from dispatch) − server TTFT (receive → first token sent)|, ms.
+    pub ttft_error_p50_ms: f64,
+    pub ttft_error_p99_ms: f64,
+    pub ttft_error_max_ms: f64,
+    pub slip_p50_ms: f64,
+    pub slip_p99_ms: f64,
+    pub slip_max_ms: f64,
+    pub valid: bool,
+    pub peak_rss_mib: f64,
+    pub run_dir: String,
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Peak resident set of this process (VmHWM), MiB.
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// Raises the open-file limit to the hard limit (one socket per stream).
+pub fn raise_fd_limit() {
+    // SAFETY: plain get/setrlimit on a struct we own.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+fn ms(v: u64) -> f64 {
+    (v as f64 / 1000.0 * 1000.0).round() / 1000.0
+}
+
+fn scenario(cfg: &BenchConfig, url: &str, rate: f64) -> String {
+    let total = cfg.duration.as_secs_f64();
+    format!(
+        "name: bench-client\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 1\n  mix: {{classes: [{{name: bench, prompt_tokens: 16, output_tokens: {tokens}}}]}}\n  arrival: {{process: constant, rate: {rate}/s}}\nprotected_load: {rate}/s\nslo: {{ttft_p95: 60s, itl_p95: 60s, e2e_p95: 600s}}\nphases: [{{name: baseline, duration: {total}s}}]\nclient: {{first_token_timeout: 60s, idle_timeout: 60s, drain_timeout: 600s}}\n",
+        tokens = cfg.tokens
+    )
+}
+
+/// The stamps in a content delta: (server receive ns for the first, send ns).
+fn stamps(text: &str) -> Option<(Option<u64>, u64)> {
+    let t = text.trim_start();
+    if let Some(rest) = t.strip_prefix('r') {
+        let (r, s) = rest.split_once('s')?;
+        return Some((r.parse().ok(), s.parse().ok()?));
+    }
+    Some((None, t.strip_prefix('t')?.parse().ok()?))
+}
+
+struct Analysis {
+    events: u64,
+    deltas: u64,
+    lag: Histogram<u64>,
+    ttft_err: Histogram<u64>,
+}
+
+/// Reads the trace: lag of every stamped delta, TTFT against the server's.
+fn analyse(trace: &std::path::Path) -> anyhow::Result<Analysis> {
+    let mut a = Analysis {
+        events: 0,
+        deltas: 0,
+        lag: hist(),
+        ttft_err: hist(),
+    };
+    let mut base_ns = 0u64;
+    let mut dispatch: std::collections::HashMap<String, u64> = Default::default();
+    for ev in crate::trace::read(trace)? {
+        match ev.map_err(anyhow::Error::msg)? {
+            Event::RunStart { mono_ns, .. } => base_ns = mono_ns,
+            Event::Request { id, t, .. } => {
+                dispatch.insert(id, t);
+            }
+            Event::End { id, .. } => {
+                dispatch.remove(&id);
+            }
+            Event::Chunk {
+                id, t, kind, text, ..
+            } => {
+                a.events += 1;
+                if kind != ChunkKind::Content {
+                    continue;
+                }
+                a.deltas += 1;
+                let Some((recv, sent)) = text.as_deref().and_then(stamps) else {
+                    continue;
+                };
+                let arrival_ns = base_ns + t * 1000;
+                rec(&mut a.lag, arrival_ns.saturating_sub(sent) / 1000);
+                if let (Some(r), Some(d)) = (recv, dispatch.get(&id)) {
+                    let client = t.saturating_sub(*d) as i64;
+                    let server = (sent.saturating_sub(r) / 1000) as i64;
+                    rec(&mut a.ttft_err, (client - server).unsigned_abs());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(a)
+}
+
+pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
+    raise_fd_limit();
+    let dir = match &cfg.out {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("haq-bench-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let bin = crate::sim::haq_binary().context("locating the haq executable")?;
+    let mut args = vec![
+        "bench".to_string(),
+        "server".into(),
+        "--tokens".into(),
+        cfg.tokens.to_string(),
+        "--itl".into(),
+        format!("{}us", cfg.itl.as_micros()),
+        "--ttft".into(),
+        format!("{}us", cfg.ttft.as_micros()),
+    ];
+    if cfg.sync {
+        args.push("--sync".into());
+    }
+    let server = crate::sim::SimProcess::start(&bin, "bench-server", &args, &dir).await?;
+    let stream_s = cfg.ttft.as_secs_f64() + cfg.itl.as_secs_f64() * f64::from(cfg.tokens);
+    let rate = cfg
+        .rate
+        .unwrap_or(f64::from(cfg.streams) / stream_s.max(1e-3));
+    if cfg.bare {
+        return bare(&cfg, &server.url, rate).await;
+    }
+    let text = scenario(&cfg, &format!("{}/v1", server.url), rate);
+    let plan = crate::scenario::load_str(&text, "bench.yaml", &dir, &[], None)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let run_dir = dir.join(format!("run-{}", crate::trace::mono_ns()));
+    let opts = crate::engine::RunOptions {
+        out: Some(run_dir.clone()),
+        reports_dir: dir.clone(),
+        quiet: true,
+        haq_bin: Some(bin),
+    };
+    let cpu0 = cpu_seconds();
+    let r = crate::engine::run(plan, opts, CancellationToken::new()).await?;
+    let cpu1 = cpu_seconds();
+    drop(server);
+    // The run judged its trace at the end; judging again measures that part alone.
+    let (_, j) = crate::check::judge_dir(&r.run_dir)?;
+    let cpu_judge = cpu_seconds() - cpu1;
+    let cpu_load = (cpu1 - cpu0 - cpu_judge).max(0.0);
+    let a = analyse(&r.run_dir.join(crate::trace::TRACE_FILE))?;
+    let per100k = |cpu: f64| {
+        if a.events > 0 {
+            (cpu / a.events as f64 * 1e5 * 1000.0).round() / 1000.0
+        } else {
+            0.0
+        }
+    };
+    let q = |h: &Histogram<u64>, x: f64| {
+        if h.is_empty() {
+            0.0
+        } else {
+            ms(h.value_at_quantile(x))
+        }
+    };
+    let phase = j.phases.first();
+    Ok(BenchReport {
+        bare: false,
+        streams: cfg.streams,
+        tokens: cfg.tokens,
+        itl_ms: cfg.itl.as_secs_f64() * 1e3,
+        sync: cfg.sync,
+        rate: (rate * 1000.0).round() / 1000.0,
+        requests: phase.map_or(0, |p| p.requests),
+        completed: phase.map_or(0, |p| p.completed),
+        events: a.events,
+        deltas: a.deltas,
+        cpu_load_s: (cpu_load * 1000.0).round() / 1000.0,
+        cpu_judge_s: (cpu_judge * 1000.0).round() / 1000.0,
+        cpu_load_per_100k_events_s: per100k(cpu_load),
+        cpu_total_per_100k_events_s: per100k(cpu_load + cpu_judge),
+        lag_p50_ms: q(&a.lag, 0.5),
+        lag_p99_ms: q(&a.lag, 0.99),
+        lag_p999_ms: q(&a.lag, 0.999),
+        lag_max_ms: if a.lag.is_empty() {
+            0.0
+        } else {
+            ms(a.lag.max())
+        },
+        ttft_error_p50_ms: q(&a.ttft_err, 0.5),
+        ttft_error_p99_ms: q(&a.ttft_err, 0.99),
+        ttft_error_max_ms: if a.ttft_err.is_empty() {
+            0.0
+        } else {
+            ms(a.ttft_err.max())
+        },
+        slip_p50_ms: j.client.slip_p50_ms,
+        slip_p99_ms: j.client.slip_p99_ms,
+        slip_max_ms: j.client.slip_max_ms,
+        valid: j.client.valid,
+        peak_rss_mib: (peak_rss_mib() * 10.0).round() / 10.0,
+        run_dir: r.run_dir.display().to_string(),
+    })
+}
+
+/// The floor: the same streams read by a client that only counts bytes (reqwest
+/// `chunk()`, nothing else). Reports CPU per 100k reads (one read per event here).
+async fn bare(cfg: &BenchConfig, url: &str, rate: f64) -> anyhow::Result<BenchReport> {
+    let http = crate::client::http_client(Duration::from_secs(5), &Default::default())?;
+    let url = format!("{url}/v1/chat/completions");
+    let body = format!("{{\"max_tokens\":{}}}", cfg.tokens);
+    let n = (rate * cfg.duration.as_secs_f64()) as u64;
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = tokio::time::Instant::now();
+    let cpu0 = cpu_seconds();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+        let (http, url, body, reads) = (http.clone(), url.clone(), body.clone(), reads.clone());
+        tasks.spawn(async move {
+            let Ok(mut r) = http.post(url).body(body).send().await else {
+                return;
+            };
+            while let Ok(Some(_)) = r.chunk().await {
+                reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let cpu = cpu_seconds() - cpu0;
+    let events = reads.load(std::sync::atomic::Ordering::Relaxed);
+    let per100k = (cpu / events.max(1) as f64 * 1e5 * 1000.0).round() / 1000.0;
+    Ok(BenchReport {
+        bare: true,
+        streams: cfg.streams,
+        tokens: cfg.tokens,
+        itl_ms: cfg.itl.as_secs_f64() * 1e3,
+        sync: cfg.sync,
+        rate,
+        requests: n,
+        completed: n,
+        events,
+        deltas: 0,
+        cpu_load_s: (cpu * 1000.0).round() / 1000.0,
+        cpu_judge_s: 0.0,
+        cpu_load_per_100k_events_s: per100k,
+        cpu_total_per_100k_events_s: per100k,
+        lag_p50_ms: 0.0,
+        lag_p99_ms: 0.0,
+        lag_p999_ms: 0.0,
+        lag_max_ms: 0.0,
+        ttft_error_p50_ms: 0.0,
+        ttft_error_p99_ms: 0.0,
+        ttft_error_max_ms: 0.0,
+        slip_p50_ms: 0.0,
+        slip_p99_ms: 0.0,
+        slip_max_ms: 0.0,
+        valid: true,
+        peak_rss_mib: (peak_rss_mib() * 10.0).round() / 10.0,
+        run_dir: String::new(),
+    })
+}
+
+impl std::fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.bare {
+            return write!(
+                f,
+                "bare reqwest client (reads only) · {} streams × {} tokens, ITL {} ms · {} requests, {} reads · {:.3} CPU-s, {:.3} CPU-s per 100k reads · peak RSS {:.1} MiB",
+                self.streams,
+                self.tokens,
+                self.itl_ms,
+                self.requests,
+                self.events,
+                self.cpu_load_s,
+                self.cpu_load_per_100k_events_s,
+                self.peak_rss_mib
+            );
+        }
+        writeln!(
+            f,
+            "haq bench client · {} streams × {} tokens, ITL {} ms{} · {:.1} req/s",
+            self.streams,
+            self.tokens,
+            self.itl_ms,
+            if self.sync {
+                " (synchronized steps)"
+            } else {
+                ""
+            },
+            self.rate
+        )?;
+        writeln!(
+            f,
+            "requests {} (completed {}) · events {} (content deltas {})",
+            self.requests, self.completed, self.events, self.deltas
+        )?;
+        writeln!(
+            f,
+            "client CPU: load {:.3} s ({:.3} s per 100k events) · judging {:.3} s · total {:.3} s per 100k events",
+            self.cpu_load_s,
+            self.cpu_load_per_100k_events_s,
+            self.cpu_judge_s,
+            self.cpu_total_per_100k_events_s
+        )?;
+        writeln!(
+            f,
+            "observation lag: p50 {:.3} ms · p99 {:.3} ms · p99.9 {:.3} ms · max {:.3} ms",
+            self.lag_p50_ms, self.lag_p99_ms, self.lag_p999_ms, self.lag_max_ms
+        )?;
+        writeln!(
+            f,
+            "TTFT vs server truth: |error| p50 {:.3} ms · p99 {:.3} ms · max {:.3} ms",
+            self.ttft_error_p50_ms, self.ttft_error_p99_ms, self.ttft_error_max_ms
+        )?;
+        writeln!(
+            f,
+            "schedule slip: p50 {:.3} ms · p99 {:.3} ms · max {:.3} ms · run {}",
+            self.slip_p50_ms,
+            self.slip_p99_ms,
+            self.slip_max_ms,
+            if self.valid { "valid" } else { "INVALID" }
+        )?;
+        write!(
+            f,
+            "peak RSS {:.1} MiB · trace in {}",
+            self.peak_rss_mib, self.run_dir
+        )
+    }
+}

@@ -1,0 +1,307 @@
+//! `haq compare RUN_A RUN_B`: latency percentiles, throughput, goodput, errors and
+//! rejections of two stored runs (or of one phase of each: healthy vs degraded) side
+//! by side, with an exit code for regression thresholds.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::check::Judgement;
+use crate::metrics::{Pcts, pcts};
+
+/// One side of a comparison.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Side {
+    pub label: String,
+    pub requests: u64,
+    pub ttft_ms: Pcts,
+    pub itl_ms: Pcts,
+    pub e2e_ms: Pcts,
+    pub throughput_rps: f64,
+    pub goodput_rps: f64,
+    pub tokens_per_s: f64,
+    pub error_rate: f64,
+    pub rejection_rate: f64,
+}
+
+/// When B counts as a regression of A.
+#[derive(Debug, Clone, Copy)]
+pub struct Thresholds {
+    /// Relative: p95 latencies up, throughput or goodput down, by more than this.
+    pub max_regression: f64,
+    /// Absolute: error or rejection rate up by more than this (0.01 = 1 point).
+    pub max_error_increase: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Row {
+    pub metric: String,
+    pub a: String,
+    pub b: String,
+    pub change: String,
+    /// The threshold, for metrics that have one.
+    pub limit: String,
+    pub regressed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub a: Side,
+    pub b: Side,
+    pub rows: Vec<Row>,
+    pub regressed: bool,
+}
+
+fn rel(a: f64, b: f64) -> Option<f64> {
+    (a > 0.0).then(|| (b - a) / a)
+}
+
+fn signed_pct(x: Option<f64>) -> String {
+    x.map(|x| format!("{:+.1}%", x * 100.0))
+        .unwrap_or_else(|| "—".into())
+}
+
+/// Compares B against A.
+pub fn compare(a: Side, b: Side, t: Thresholds) -> Comparison {
+    let mut rows = Vec::new();
+    let lim = format!("{:.0}%", t.max_regression * 100.0);
+    let mut lat = |what: &str, pa: &Pcts, pb: &Pcts| {
+        for (q, va, vb, judged) in [
+            ("p50", pa.p50, pb.p50, false),
+            ("p95", pa.p95, pb.p95, true),
+            ("p99", pa.p99, pb.p99, false),
+        ] {
+            let r = rel(va, vb);
+            let bad =
+                judged && pa.count > 0 && pb.count > 0 && r.is_some_and(|r| r > t.max_regression);
+            rows.push(Row {
+                metric: format!("{what} {q} (ms)"),
+                a: format!("{va:.1}"),
+                b: format!("{vb:.1}"),
+                change: signed_pct(r),
+                limit: if judged {
+                    format!("+{lim}")
+                } else {
+                    String::new()
+                },
+                regressed: bad,
+            });
+        }
+    };
+    lat("TTFT", &a.ttft_ms, &b.ttft_ms);
+    lat("ITL", &a.itl_ms, &b.itl_ms);
+    lat("E2E", &a.e2e_ms, &b.e2e_ms);
+    for (what, va, vb, judged) in [
+        (
+            "throughput (req/s)",
+            a.throughput_rps,
+            b.throughput_rps,
+            true,
+        ),
+        ("goodput (req/s in SLO)", a.goodput_rps, b.goodput_rps, true),
+        ("output tokens/s", a.tokens_per_s, b.tokens_per_s, false),
+    ] {
+        let r = rel(va, vb);
+        rows.push(Row {
+            metric: what.into(),
+            a: format!("{va:.2}"),
+            b: format!("{vb:.2}"),
+            change: signed_pct(r),
+            limit: if judged {
+                format!("-{lim}")
+            } else {
+                String::new()
+            },
+            regressed: judged && r.is_some_and(|r| r < -t.max_regression),
+        });
+    }
+    for (what, va, vb) in [
+        ("error rate", a.error_rate, b.error_rate),
+        ("rejection rate", a.rejection_rate, b.rejection_rate),
+    ] {
+        let d = vb - va;
+        rows.push(Row {
+            metric: what.into(),
+            a: format!("{:.2}%", va * 100.0),
+            b: format!("{:.2}%", vb * 100.0),
+            change: format!("{:+.2} pt", d * 100.0),
+            limit: format!("+{:.2} pt", t.max_error_increase * 100.0),
+            regressed: d > t.max_error_increase,
+        });
+    }
+    rows.push(Row {
+        metric: "requests".into(),
+        a: a.requests.to_string(),
+        b: b.requests.to_string(),
+        change: String::new(),
+        limit: String::new(),
+        regressed: false,
+    });
+    let regressed = rows.iter().any(|r| r.regressed);
+    Comparison {
+        a,
+        b,
+        rows,
+        regressed,
+    }
+}
+
+/// One side from a judged run: the named phase, or the whole run (latency histograms
+/// merged losslessly from the run's interval log).
+pub fn side(dir: &Path, j: &Judgement, phase: Option<&str>) -> anyhow::Result<Side> {
+    let label = match phase {
+        Some(p) => format!("{} [{p}]", dir.display()),
+        None => dir.display().to_string(),
+    };
+    if let Some(name) = phase {
+        let p = j.phases.iter().find(|p| p.name == name).with_context(|| {
+            format!(
+                "{}: no phase `{name}` (phases: {})",
+                dir.display(),
+                j.phases
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+        let n = p.requests.max(1) as f64;
+        return Ok(Side {
+            label,
+            requests: p.requests,
+            ttft_ms: p.ttft_ms.clone(),
+            itl_ms: p.itl_ms.clone(),
+            e2e_ms: p.e2e_ms.clone(),
+            throughput_rps: p.achieved_rps,
+            goodput_rps: p.goodput_rps,
+            tokens_per_s: p.output_tokens_per_s,
+            error_rate: p.failed as f64 / n,
+            rejection_rate: p.rejected as f64 / n,
+        });
+    }
+    let hp = dir.join(crate::metrics::hlog::HLOG_FILE);
+    let bytes = std::fs::read(&hp).with_context(|| format!("reading {}", hp.display()))?;
+    let mut merged: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
+    for (_, tag, h) in crate::metrics::hlog::read(&bytes).map_err(anyhow::Error::msg)? {
+        match merged.get_mut(&tag) {
+            Some(acc) => acc.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            None => {
+                merged.insert(tag, h);
+            }
+        }
+    }
+    let get = |tag: &str| {
+        merged
+            .get(tag)
+            .map(pcts)
+            .unwrap_or_else(|| pcts(&Histogram::<u64>::new(2).expect("hdr")))
+    };
+    let secs: f64 = j.phases.iter().map(|p| p.duration_s).sum::<f64>().max(1e-9);
+    let sum = |f: &dyn Fn(&crate::metrics::PhaseStats) -> f64| j.phases.iter().map(f).sum::<f64>();
+    let requests = j.phases.iter().map(|p| p.requests).sum::<u64>();
+    let n = requests.max(1) as f64;
+    Ok(Side {
+        label,
+        requests,
+        ttft_ms: get("ttft"),
+        itl_ms: get("itl"),
+        e2e_ms: get("e2e"),
+        throughput_rps: sum(&|p| p.achieved_rps * p.duration_s) / secs,
+        goodput_rps: sum(&|p| p.goodput_rps * p.duration_s) / secs,
+        tokens_per_s: sum(&|p| p.output_tokens_per_s * p.duration_s) / secs,
+        error_rate: sum(&|p| p.failed as f64) / n,
+        rejection_rate: sum(&|p| p.rejected as f64) / n,
+    })
+}
+
+/// The comparison as a terminal table.
+pub fn render(c: &Comparison) -> String {
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
+        .set_width(110)
+        .set_header(vec!["metric", "A", "B", "B vs A", "limit", ""]);
+    for r in &c.rows {
+        t.add_row(vec![
+            r.metric.clone(),
+            r.a.clone(),
+            r.b.clone(),
+            r.change.clone(),
+            r.limit.clone(),
+            if r.regressed {
+                "REGRESSED".into()
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    format!(
+        "A: {}\nB: {}\n{t}\n{}\n",
+        c.a.label,
+        c.b.label,
+        if c.regressed {
+            "result: B regressed against A"
+        } else {
+            "result: no regression beyond the thresholds"
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(p50: f64, p95: f64) -> Pcts {
+        Pcts {
+            count: 100,
+            p50,
+            p95,
+            p99: p95 * 1.2,
+            max: p95 * 2.0,
+        }
+    }
+
+    fn s(ttft95: f64, goodput: f64, err: f64) -> Side {
+        Side {
+            label: "x".into(),
+            requests: 100,
+            ttft_ms: p(50.0, ttft95),
+            itl_ms: p(10.0, 20.0),
+            e2e_ms: p(500.0, 900.0),
+            throughput_rps: 10.0,
+            goodput_rps: goodput,
+            tokens_per_s: 900.0,
+            error_rate: err,
+            rejection_rate: 0.0,
+        }
+    }
+
+    const T: Thresholds = Thresholds {
+        max_regression: 0.1,
+        max_error_increase: 0.01,
+    };
+
+    #[test]
+    fn within_the_thresholds_is_no_regression() {
+        let c = compare(s(100.0, 10.0, 0.0), s(109.0, 9.5, 0.005), T);
+        assert!(!c.regressed, "{:?}", c.rows);
+    }
+
+    #[test]
+    fn slower_p95_less_goodput_or_more_errors_regress() {
+        let c = compare(s(100.0, 10.0, 0.0), s(130.0, 10.0, 0.0), T);
+        assert!(c.regressed);
+        let r = c.rows.iter().find(|r| r.regressed).expect("row");
+        assert_eq!(
+            (r.metric.as_str(), r.change.as_str()),
+            ("TTFT p95 (ms)", "+30.0%")
+        );
+        assert!(compare(s(100.0, 10.0, 0.0), s(100.0, 8.0, 0.0), T).regressed);
+        assert!(compare(s(100.0, 10.0, 0.0), s(100.0, 10.0, 0.05), T).regressed);
+        // Faster is never a regression.
+        assert!(!compare(s(100.0, 10.0, 0.0), s(50.0, 12.0, 0.0), T).regressed);
+    }
+}
