@@ -312,7 +312,7 @@ fn a_missing_process_or_upstream_is_refused_before_anything_starts() {
     for (upstream, pid, want) in [
         (
             up_addr.to_string(),
-            999_999_9u32,
+            9_999_999_u32,
             "process 9999999 does not exist",
         ),
         (
