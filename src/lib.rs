@@ -23,5 +23,6 @@ pub mod cli;
 pub mod engine;
 pub mod faults;
 pub mod metrics;
+pub mod priority;
 pub mod proxy;
 pub mod report;
