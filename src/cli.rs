@@ -169,6 +169,33 @@ pub enum SimCommand {
         #[arg(long)]
         scenario: Option<PathBuf>,
     },
+    /// Measure the sim's timing error under load: replicas × streams concurrent
+    /// streams, token events' lateness against the engine model (docs/performance.md).
+    Bench {
+        #[arg(long, default_value_t = 16)]
+        replicas: u32,
+        /// Concurrent streams per replica.
+        #[arg(long, default_value_t = 64)]
+        streams: u32,
+        #[arg(long, default_value = "20s", value_parser = scenario::units::parse_duration)]
+        duration: std::time::Duration,
+        #[arg(long, default_value = "5s", value_parser = scenario::units::parse_duration)]
+        warmup: std::time::Duration,
+        /// Output tokens per request (each stream re-sends when done).
+        #[arg(long, default_value_t = 512)]
+        max_tokens: u32,
+        #[arg(long, default_value_t = 200)]
+        prompt_tokens: u32,
+        /// Connect straight to the workers instead of through the gateway.
+        #[arg(long)]
+        direct: bool,
+        /// Directory for logs and journals (default: a new temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Exit 1 when the event-lateness p99 exceeds this.
+        #[arg(long, value_parser = scenario::units::parse_duration)]
+        max_p99: Option<std::time::Duration>,
+    },
     /// One simulated engine replica (started by haq).
     #[command(hide = true)]
     Worker {
@@ -602,6 +629,48 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             dir,
             scenario,
         } => sim_up(replicas, policy, dir, scenario, cancel).await,
+        SimCommand::Bench {
+            replicas,
+            streams,
+            duration,
+            warmup,
+            max_tokens,
+            prompt_tokens,
+            direct,
+            dir,
+            max_p99,
+        } => {
+            if replicas == 0 || replicas > scenario::validate::MAX_SIM_REPLICAS || streams == 0 {
+                eprintln!(
+                    "error: --replicas must be 1..={} and --streams at least 1",
+                    scenario::validate::MAX_SIM_REPLICAS
+                );
+                return Exit::Unusable;
+            }
+            let opts = crate::sim::bench::BenchOpts {
+                replicas,
+                streams,
+                warmup,
+                duration,
+                max_tokens,
+                prompt_tokens,
+                via_gateway: !direct,
+                dir: dir.unwrap_or_else(|| {
+                    std::env::temp_dir().join(format!("haq-bench-{}", std::process::id()))
+                }),
+            };
+            match crate::sim::bench::run(opts).await {
+                Ok(r) => {
+                    print!("{}", r.render());
+                    if max_p99.is_some_and(|m| r.event_lateness.p99_us > m.as_micros() as u64) {
+                        eprintln!("event lateness p99 above --max-p99");
+                        return Exit::Fail;
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => Exit::Pass,

@@ -7,14 +7,16 @@ use tokio_util::sync::CancellationToken;
 fn main() -> ExitCode {
     haq::install_crypto_provider();
     let cli = Cli::parse();
-    // A worker's HTTP side is one current-thread runtime (its engine has its own thread;
-    // the `after_event` fault hook relies on this, see sim::worker::out); the tool
-    // service is light too.
+    // Sim processes run on one current-thread runtime each: a worker's engine loop and
+    // its HTTP side share the thread (tokens reach their sockets without a cross-thread
+    // wake-up; the `after_event` fault hook relies on it, see sim::worker::out); the
+    // gateway relays more events per CPU second without work stealing (the relay is
+    // syscall-bound, docs/performance.md); the tool service is light.
     let rt = match &cli.command {
         Command::Sim(s)
             if matches!(
                 s.command,
-                SimCommand::Worker { .. } | SimCommand::Tools { .. }
+                SimCommand::Worker { .. } | SimCommand::Tools { .. } | SimCommand::Gateway { .. }
             ) =>
         {
             tokio::runtime::Builder::new_current_thread()

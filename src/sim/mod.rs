@@ -1,6 +1,7 @@
 //! The embedded simulated cluster: worker processes, a gateway and a tool service, all
 //! on loopback. docs/sim.md describes the model, its defaults and the admin API.
 
+pub mod bench;
 pub mod cluster;
 pub mod engine;
 pub mod gateway;

@@ -666,6 +666,49 @@ async fn retries_are_budgeted_and_priced() {
     sim.stop().await;
 }
 
+async fn cut_after_delta(policy: &str) -> (Seen, Vec<String>) {
+    let sim = Sim::start(
+        &format!("gw-cut-{policy}"),
+        3,
+        json!({"policy": policy}),
+        json!({}),
+    )
+    .await;
+    let want = expected(&sim, "the answer", 10).await;
+    sim.arm(
+        "w1",
+        json!({"point": "after_event", "k": 2, "request_id": "c1"}),
+    )
+    .await;
+    let s = sim
+        .req("c1", &chat("the answer", 10), &[("x-haq-route", "w1")])
+        .await;
+    sim.stop().await;
+    (s, want)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn naive_retry_stitches_and_silent_truncate_ends_clean_after_a_cut() {
+    // FLAW naive-retry: a second attempt after three delivered deltas; its answer is
+    // stitched on: two chunk ids, the text restarts.
+    let (s, want) = cut_after_delta("naive-retry").await;
+    assert_eq!(cids(&s).len(), 2, "two writers");
+    let mut stitched = want[..3].to_vec();
+    stitched.extend(want.iter().cloned());
+    assert_eq!(s.content(), stitched);
+    assert!(s.done() && explicit_error(&s).is_none());
+
+    // FLAW silent-truncate: three deltas, then a clean [DONE] with no finish_reason.
+    let (s, want) = cut_after_delta("silent-truncate").await;
+    assert_eq!(s.content(), want[..3].to_vec());
+    assert!(s.done() && explicit_error(&s).is_none());
+    assert!(
+        !s.data()
+            .iter()
+            .any(|v| v["choices"][0]["finish_reason"].is_string())
+    );
+}
+
 /// The official OpenAI Python SDK streams from the gateway unchanged. Opt-in (needs
 /// Python with `openai`): `HAQ_PYTHON=/path/to/python cargo test --test it -- --ignored
 /// openai_sdk`.

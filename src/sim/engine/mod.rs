@@ -5,10 +5,11 @@
 //! preemption and batch-dependent inter-token latency follow from the schedule rather
 //! than being drawn per stream.
 //!
-//! The loop runs on a dedicated OS thread and sleeps with `recv_timeout` (a futex with
-//! a high-resolution timeout) instead of tokio's millisecond timer wheel: that keeps
-//! the step timing error well under a millisecond with 64 streams per worker
-//! (docs/performance.md). The HTTP side stays on the worker's current-thread runtime.
+//! The loop is a task on the worker's current-thread runtime, sharing its one thread
+//! with the HTTP side: a step's tokens reach the connection tasks without a
+//! cross-thread wake-up. It sleeps on a `timerfd` (nanosecond deadlines through epoll)
+//! instead of tokio's millisecond timer wheel, which keeps the step timing error far
+//! below a millisecond when the machine has CPU to spare (docs/performance.md).
 
 pub mod kv;
 pub mod sched;
@@ -16,8 +17,10 @@ pub mod stats;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
+
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::scenario::EngineCfg;
 use kv::Kv;
@@ -87,8 +90,9 @@ pub trait Publisher: Send + 'static {
     /// The sequence left the queue (first time: its prefill begins now).
     fn scheduled(&mut self, _seq: &Seq<Self::Job>, _cached: u32, _recompute: bool) {}
     fn preempted(&mut self, _seq: &Seq<Self::Job>) {}
-    /// Token `i` was sampled at `now`.
-    fn token(&mut self, seq: &mut Seq<Self::Job>, i: u32, now: Instant) -> Verdict;
+    /// Token `i` was sampled; `now` is when the step's outputs are published, `due`
+    /// when the model says the step ended.
+    fn token(&mut self, seq: &mut Seq<Self::Job>, i: u32, now: Instant, due: Instant) -> Verdict;
     /// The sequence finished (after the token that ended it).
     fn finished(&mut self, _seq: Seq<Self::Job>) {}
     /// The sequence was dropped because it was no longer live.
@@ -105,13 +109,13 @@ pub struct Submit<J> {
 
 /// The HTTP side's handle on a running engine.
 pub struct EngineHandle<J> {
-    tx: Sender<Submit<J>>,
+    tx: UnboundedSender<Submit<J>>,
     pub stats: Arc<Stats>,
     pub controls: Arc<Controls>,
 }
 
 impl<J: Send + 'static> EngineHandle<J> {
-    /// Queues a sequence; false if the engine thread is gone.
+    /// Queues a sequence; false if the engine task is gone.
     pub fn submit(&self, s: Submit<J>) -> bool {
         self.tx.send(s).is_ok()
     }
@@ -127,13 +131,69 @@ struct Engine<P: Publisher> {
     arrivals: std::collections::HashMap<u64, (Instant, Option<Instant>)>,
 }
 
-/// Starts the engine thread.
+/// A nanosecond-resolution one-shot timer in the tokio reactor.
+struct Timer(AsyncFd<Tfd>);
+
+struct Tfd(nix::sys::timerfd::TimerFd);
+
+impl std::os::fd::AsRawFd for Tfd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+impl Timer {
+    fn new() -> std::io::Result<Timer> {
+        use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
+        let fd = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        // SAFETY: `Tfd` owns the timerfd; it stays open and the same for the AsyncFd's
+        // whole life (it is dropped with it).
+        let fd = unsafe { AsyncFd::register_with_interest(Tfd(fd), tokio::io::Interest::READABLE) }
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Timer(fd))
+    }
+
+    /// Sleeps until `deadline` (CLOCK_MONOTONIC, as `Instant` is on Linux).
+    async fn sleep_until(&self, deadline: Instant) {
+        use nix::sys::time::TimeSpec;
+        use nix::sys::timerfd::{Expiration, TimerSetTimeFlags};
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let armed = self.0.get_ref().0.set(
+            Expiration::OneShot(TimeSpec::from_duration(left)),
+            TimerSetTimeFlags::empty(),
+        );
+        if armed.is_err() {
+            tokio::time::sleep_until(deadline.into()).await;
+            return;
+        }
+        loop {
+            let Ok(mut guard) = self.0.readable().await else {
+                tokio::time::sleep_until(deadline.into()).await;
+                return;
+            };
+            match guard.try_io(|fd| fd.get_ref().0.wait().map_err(std::io::Error::from)) {
+                Ok(_) => return,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// Starts the engine task on the current tokio runtime.
 pub fn spawn<P: Publisher>(
     cfg: &EngineCfg,
     publisher: P,
     stats: Arc<Stats>,
 ) -> std::io::Result<EngineHandle<P::Job>> {
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let timer = Timer::new()?;
     let controls = Arc::new(Controls::default());
     let blocks = (cfg.kv_cache_tokens / cfg.block_size.max(1)).max(1);
     stats.c.kv_total_blocks.store(blocks, Ordering::Relaxed);
@@ -152,9 +212,7 @@ pub fn spawn<P: Publisher>(
         stats: stats.clone(),
         arrivals: Default::default(),
     };
-    std::thread::Builder::new()
-        .name("haq-engine".into())
-        .spawn(move || engine.run(rx))?;
+    tokio::spawn(engine.run(rx, timer));
     Ok(EngineHandle {
         tx,
         stats,
@@ -192,34 +250,36 @@ impl<P: Publisher> Engine<P> {
             .store(self.sched.preemptions, Ordering::Relaxed);
     }
 
-    /// Waits for submissions until `deadline` (or forever when `None`); false when the
-    /// HTTP side is gone.
-    fn wait(&mut self, rx: &Receiver<Submit<P::Job>>, deadline: Option<Instant>) -> bool {
-        loop {
-            let r = match deadline {
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return true;
-                    }
-                    rx.recv_timeout(d - now)
-                }
-            };
-            match r {
-                Ok(s) => {
+    /// Takes submissions until `deadline` (or until the next one when `None`); false
+    /// when the HTTP side is gone.
+    async fn wait(
+        &mut self,
+        rx: &mut UnboundedReceiver<Submit<P::Job>>,
+        timer: &Timer,
+        deadline: Option<Instant>,
+    ) -> bool {
+        let Some(deadline) = deadline else {
+            return match rx.recv().await {
+                Some(s) => {
                     self.accept(s);
-                    if deadline.is_none() {
-                        return true;
-                    }
+                    true
                 }
-                Err(RecvTimeoutError::Timeout) => return true,
-                Err(RecvTimeoutError::Disconnected) => return false,
+                None => false,
+            };
+        };
+        loop {
+            tokio::select! {
+                biased;
+                _ = timer.sleep_until(deadline) => return true,
+                s = rx.recv() => match s {
+                    Some(s) => self.accept(s),
+                    None => return false,
+                },
             }
         }
     }
 
-    fn run(mut self, rx: Receiver<Submit<P::Job>>) {
+    async fn run(mut self, mut rx: UnboundedReceiver<Submit<P::Job>>, timer: Timer) {
         let mut next_start: Option<Instant> = None;
         loop {
             while let Ok(s) = rx.try_recv() {
@@ -234,7 +294,14 @@ impl<P: Publisher> Engine<P> {
             if self.controls.hang.load(Ordering::Relaxed) {
                 self.publish_gauges();
                 next_start = None;
-                if !self.wait(&rx, Some(Instant::now() + Duration::from_millis(20))) {
+                if !self
+                    .wait(
+                        &mut rx,
+                        &timer,
+                        Some(Instant::now() + Duration::from_millis(20)),
+                    )
+                    .await
+                {
                     return;
                 }
                 continue;
@@ -265,7 +332,7 @@ impl<P: Publisher> Engine<P> {
                 } else {
                     None
                 };
-                if !self.wait(&rx, idle_until) {
+                if !self.wait(&mut rx, &timer, idle_until).await {
                     return;
                 }
                 continue;
@@ -280,7 +347,7 @@ impl<P: Publisher> Engine<P> {
                 _ => now,
             };
             let deadline = start + dur;
-            if !self.wait(&rx, Some(deadline)) {
+            if !self.wait(&mut rx, &timer, Some(deadline)).await {
                 return;
             }
             let at = Instant::now();
@@ -304,7 +371,7 @@ impl<P: Publisher> Engine<P> {
                     *last = Some(at);
                 }
                 stats.c.generation_tokens.fetch_add(1, Ordering::Relaxed);
-                publisher.token(seq, i, at)
+                publisher.token(seq, i, at, deadline)
             });
             for seq in done {
                 if let Some((arrived, _)) = self.arrivals.remove(&seq.id) {

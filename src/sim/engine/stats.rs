@@ -10,8 +10,14 @@ use hdrhistogram::Histogram;
 /// A histogram of microseconds, shared between the engine thread and HTTP handlers.
 pub struct Hist(Mutex<Histogram<u64>>);
 
+impl Default for Hist {
+    fn default() -> Self {
+        Hist::new()
+    }
+}
+
 impl Hist {
-    fn new() -> Hist {
+    pub fn new() -> Hist {
         // 1 µs .. 1 h, 3 significant digits.
         #[allow(clippy::expect_used)]
         let h = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid");
@@ -21,6 +27,11 @@ impl Hist {
     pub fn record_us(&self, us: u64) {
         let mut h = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let _ = h.record(us.clamp(1, 3_600_000_000));
+    }
+
+    /// Forgets everything recorded (benchmark warm-up).
+    pub fn reset(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).reset();
     }
 
     /// A copy, for reading without holding the lock.
@@ -47,6 +58,7 @@ pub struct Counters {
     pub finished_abort: AtomicU64,
 }
 
+#[derive(Default)]
 pub struct Stats {
     pub c: Counters,
     /// Time to first token (engine side: arrival to first token computed).
@@ -60,19 +72,6 @@ pub struct Stats {
     /// How late each step's outputs were published against the model's deadline
     /// (the sim's own timing error).
     pub step_lateness: Hist,
-}
-
-impl Default for Stats {
-    fn default() -> Self {
-        Stats {
-            c: Counters::default(),
-            ttft: Hist::new(),
-            itl: Hist::new(),
-            e2e: Hist::new(),
-            queue: Hist::new(),
-            step_lateness: Hist::new(),
-        }
-    }
 }
 
 impl Stats {

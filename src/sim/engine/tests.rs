@@ -1,8 +1,10 @@
 //! The engine loop with a recording publisher: the batching model's effects on the
 //! clock. Bounds are ratios with wide margins (a busy 2-core machine).
 
-use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc::{
+    UnboundedReceiver as Receiver, UnboundedSender as Sender, unbounded_channel as channel,
+};
 
 use super::*;
 use crate::scenario::units::Dur;
@@ -19,7 +21,7 @@ impl Publisher for Rec {
     fn live(&self, _: &TJob) -> bool {
         true
     }
-    fn token(&mut self, seq: &mut Seq<TJob>, i: u32, now: Instant) -> Verdict {
+    fn token(&mut self, seq: &mut Seq<TJob>, i: u32, now: Instant, _due: Instant) -> Verdict {
         let _ = self.0.send((seq.job.id, i, now));
         if i + 1 >= seq.job.max {
             Verdict::Finish
@@ -57,11 +59,12 @@ fn submit(h: &EngineHandle<TJob>, id: u32, max: u32) -> Instant {
     at
 }
 
-/// Collects tokens until every job in `ids` has produced `max` tokens.
-fn collect(rx: &Receiver<(u32, u32, Instant)>, n: usize) -> Vec<(u32, u32, Instant)> {
+/// Collects `n` tokens.
+async fn collect(rx: &mut Receiver<(u32, u32, Instant)>, n: usize) -> Vec<(u32, u32, Instant)> {
     let mut v = Vec::new();
     while v.len() < n {
-        v.push(rx.recv_timeout(Duration::from_secs(20)).expect("token"));
+        let t = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
+        v.push(t.ok().flatten().expect("token"));
     }
     v
 }
@@ -73,22 +76,22 @@ fn first_token(v: &[(u32, u32, Instant)], id: u32) -> Instant {
         .expect("first token")
 }
 
-#[test]
-fn ttft_grows_with_load_and_a_queue_forms_at_saturation() {
-    let (h, rx) = start(&cfg(2, 5, 0));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttft_grows_with_load_and_a_queue_forms_at_saturation() {
+    let (h, mut rx) = start(&cfg(2, 5, 0));
     let alone_at = submit(&h, 0, 10);
-    let alone = collect(&rx, 10);
+    let alone = collect(&mut rx, 10).await;
     let ttft_alone = first_token(&alone, 0) - alone_at;
 
     let mut sent = Vec::new();
     for id in 1..=6 {
         sent.push(submit(&h, id, 10));
     }
-    std::thread::sleep(Duration::from_millis(20));
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let c = &h.stats.c;
     assert_eq!(c.running.load(Ordering::Relaxed), 2, "batch full");
     assert!(c.waiting.load(Ordering::Relaxed) >= 3, "a queue forms");
-    let loaded = collect(&rx, 60);
+    let loaded = collect(&mut rx, 60).await;
     let ttft_last = first_token(&loaded, 6) - sent[5];
     // Alone: one step (~5 ms). Sixth of six with two slots: two whole generations
     // (2 × 10 steps) first.
@@ -104,15 +107,15 @@ fn mean_itl(v: &[(u32, u32, Instant)], id: u32) -> Duration {
     (t[t.len() - 1] - t[0]) / (t.len() as u32 - 1)
 }
 
-#[test]
-fn inter_token_latency_grows_with_the_batch() {
-    let (h, rx) = start(&cfg(16, 4, 2));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inter_token_latency_grows_with_the_batch() {
+    let (h, mut rx) = start(&cfg(16, 4, 2));
     submit(&h, 0, 12);
-    let alone = mean_itl(&collect(&rx, 12), 0);
+    let alone = mean_itl(&collect(&mut rx, 12).await, 0);
     for id in 1..=8 {
         submit(&h, id, 12);
     }
-    let batch = mean_itl(&collect(&rx, 96), 8);
+    let batch = mean_itl(&collect(&mut rx, 96).await, 8);
     // Model: 4 + 2 ms alone vs 4 + 8 × 2 ms with eight decoding.
     assert!(
         batch > alone.mul_f64(1.8),
@@ -120,22 +123,20 @@ fn inter_token_latency_grows_with_the_batch() {
     );
 }
 
-#[test]
-fn hang_stops_every_stream_and_slow_stretches_steps() {
-    let (h, rx) = start(&cfg(4, 5, 0));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hang_stops_every_stream_and_slow_stretches_steps() {
+    let (h, mut rx) = start(&cfg(4, 5, 0));
     h.controls.hang.store(true, Ordering::Relaxed);
     submit(&h, 1, 3);
-    assert!(
-        rx.recv_timeout(Duration::from_millis(150)).is_err(),
-        "hung: no token"
-    );
+    let none = tokio::time::timeout(Duration::from_millis(150), rx.recv()).await;
+    assert!(none.is_err(), "hung: no token");
     h.controls.hang.store(false, Ordering::Relaxed);
-    collect(&rx, 3);
+    collect(&mut rx, 3).await;
     submit(&h, 2, 6);
-    let normal = mean_itl(&collect(&rx, 6), 2);
+    let normal = mean_itl(&collect(&mut rx, 6).await, 2);
     h.controls.set_slow(8.0);
     submit(&h, 3, 6);
-    let slow = mean_itl(&collect(&rx, 6), 3);
+    let slow = mean_itl(&collect(&mut rx, 6).await, 3);
     assert!(slow > normal * 3, "normal {normal:?}, slow ×8 {slow:?}");
 }
 

@@ -116,6 +116,31 @@ pub async fn state(State(w): State<Arc<Worker>>) -> Response {
     .into_response()
 }
 
+fn recorded(h: &hdrhistogram::Histogram<u64>) -> Vec<[u64; 2]> {
+    h.iter_recorded()
+        .map(|v| [v.value_iterated_to(), v.count_at_value()])
+        .collect()
+}
+
+/// `GET /admin/timing`: the sim's own timing error as `[value_us, count]` pairs —
+/// `step_lateness_us` (engine step published after its modelled deadline) and
+/// `event_lateness_us` (token event handed to the socket writer after its deadline).
+pub async fn timing(State(w): State<Arc<Worker>>) -> Response {
+    axum::Json(json!({
+        "worker": w.name,
+        "step_lateness_us": recorded(&w.engine.stats.step_lateness.snapshot()),
+        "event_lateness_us": recorded(&super::out::event_lateness().snapshot()),
+    }))
+    .into_response()
+}
+
+/// `POST /admin/timing/reset`: forget timing recorded so far (benchmark warm-up).
+pub async fn timing_reset(State(w): State<Arc<Worker>>) -> Response {
+    w.engine.stats.step_lateness.reset();
+    super::out::event_lateness().reset();
+    axum::Json(json!({"reset": true})).into_response()
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Renew {

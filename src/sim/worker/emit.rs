@@ -45,7 +45,13 @@ impl Job {
 
 /// Publishes output event `k` of `out` through the event hooks: `before_event` fires
 /// instead of writing it, `after_event` right after the connection flushed it.
-pub fn publish_event(faults: &Arc<Faults>, out: &Out, k: u32, bytes: Bytes) -> Result<(), Ended> {
+pub fn publish_event(
+    faults: &Arc<Faults>,
+    out: &Out,
+    k: u32,
+    bytes: Bytes,
+    due: Option<Instant>,
+) -> Result<(), Ended> {
     if let Some(a) = faults.take(Point::BeforeEvent, k, &out.rid) {
         faults.fire(&a, &out.rid, out.attempt.as_deref());
     }
@@ -54,7 +60,7 @@ pub fn publish_event(faults: &Arc<Faults>, out: &Out, k: u32, bytes: Bytes) -> R
         let cb: super::out::AfterWrite = Box::new(move || f.fire(&a, &rid, attempt.as_deref()));
         cb
     });
-    out.push(bytes, after)
+    out.push_due(bytes, after, due)
 }
 
 pub struct WorkerPublisher {
@@ -177,7 +183,7 @@ impl Publisher for WorkerPublisher {
         });
     }
 
-    fn token(&mut self, seq: &mut Seq<Job>, i: u32, _now: Instant) -> Verdict {
+    fn token(&mut self, seq: &mut Seq<Job>, i: u32, _now: Instant, due: Instant) -> Verdict {
         let generated = i + 1;
         let j = &mut seq.job;
         let tok = text::token(j.req.prompt_hash, j.req.seed, i);
@@ -206,7 +212,7 @@ impl Publisher for WorkerPublisher {
         if j.req.stream {
             if !visible.is_empty() {
                 let bytes = j.fmt.token(visible, j.events == 0);
-                if let Err(e) = publish_event(&self.faults, &j.out, j.events, bytes) {
+                if let Err(e) = publish_event(&self.faults, &j.out, j.events, bytes, Some(due)) {
                     return self.abort(j, e, generated);
                 }
                 j.events += 1;

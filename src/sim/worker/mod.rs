@@ -200,6 +200,8 @@ pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
         .route("/admin/slow", post(admin::slow))
         .route("/admin/hang", post(admin::hang))
         .route("/admin/state", get(admin::state))
+        .route("/admin/timing", get(admin::timing))
+        .route("/admin/timing/reset", post(admin::timing_reset))
         .route("/haq/leases/renew", post(admin::renew))
         .route("/haq/leases/revoke", post(admin::revoke))
         .route("/haq/leases/{attempt}", delete(admin::revoke_path))

@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -44,6 +45,15 @@ pub type AfterWrite = Box<dyn FnOnce() + Send>;
 struct Frame {
     bytes: Bytes,
     after: Option<AfterWrite>,
+    /// When the model says this event was due (engine step deadline).
+    due: Option<Instant>,
+}
+
+/// How late token events reach the socket writer against the model's step deadline:
+/// the sim's timing error as a client sees it (`haq sim bench`, docs/performance.md).
+pub fn event_lateness() -> &'static crate::sim::engine::stats::Hist {
+    static H: std::sync::OnceLock<crate::sim::engine::stats::Hist> = std::sync::OnceLock::new();
+    H.get_or_init(crate::sim::engine::stats::Hist::new)
 }
 
 #[derive(Default)]
@@ -107,6 +117,16 @@ impl Out {
 
     /// Queues a frame; `Err` says why the gate is shut (nothing was queued).
     pub fn push(&self, bytes: Bytes, after: Option<AfterWrite>) -> Result<(), Ended> {
+        self.push_due(bytes, after, None)
+    }
+
+    /// Queues a frame the model says was due at `due`.
+    pub fn push_due(
+        &self,
+        bytes: Bytes,
+        after: Option<AfterWrite>,
+        due: Option<Instant>,
+    ) -> Result<(), Ended> {
         let mut g = self.lock();
         if let Some(e) = g.ended {
             return Err(e);
@@ -118,7 +138,7 @@ impl Out {
         if g.closed {
             return Err(Ended::ClientGone);
         }
-        g.queue.push_back(Frame { bytes, after });
+        g.queue.push_back(Frame { bytes, after, due });
         if let Some(w) = g.waker.take() {
             w.wake();
         }
@@ -197,6 +217,10 @@ impl Stream for OutBody {
         }
         if let Some(f) = g.queue.pop_front() {
             drop(g);
+            if let Some(due) = f.due {
+                event_lateness()
+                    .record_us(Instant::now().saturating_duration_since(due).as_micros() as u64);
+            }
             if let Some(after) = f.after {
                 // Runs once this connection task yields, i.e. after hyper has written and
                 // flushed the frame (poll_write then poll_flush in one turn) on the

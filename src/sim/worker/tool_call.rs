@@ -100,7 +100,7 @@ impl ToolExec {
             .into_iter()
             .enumerate()
         {
-            if publish_event(&self.faults, &w.out, k as u32, b).is_err() {
+            if publish_event(&self.faults, &w.out, k as u32, b, None).is_err() {
                 return;
             }
         }
