@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::evidence::GwItem;
 use crate::trace::journal::{FenceHow, GatewayEntry, WorkerEntry};
-use crate::trace::{ChunkKind, Event, Outcome};
+use crate::trace::{ChunkKind, Event, Outcome, ProxyEndKind};
 
 #[derive(Debug, Clone)]
 pub struct ChunkRec {
@@ -51,6 +51,8 @@ pub struct RequestRecord {
     pub attempts: Vec<AttemptRec>,
     /// Other journal entries about this request.
     pub notes: Vec<GwNote>,
+    /// What haq's interposition proxy saw of it, per upstream connection.
+    pub proxy: Vec<ProxyLeg>,
     /// Trace time up to which the gateway journal is known to go on, when this record
     /// was judged (0: no journal).
     pub journal_until: u64,
@@ -94,6 +96,44 @@ impl AttemptRec {
             .iter()
             .rfind(|(pt, _)| *pt <= t)
             .map(|(_, p)| p.as_str())
+    }
+}
+
+/// One upstream request of a client request, as haq's proxy forwarded it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProxyLeg {
+    pub replica: String,
+    pub conn: u64,
+    /// The gateway's attempt header, when it sends one.
+    pub attempt: Option<String>,
+    pub start: u64,
+    pub end: Option<(u64, ProxyEndKind)>,
+    /// SSE events the replica sent.
+    pub events: u32,
+}
+
+impl ProxyLeg {
+    /// The leg as an attempt, for gateways that keep no journal: ended by the gateway
+    /// closing the connection is a cancel (`client_gone`), by the replica a failure.
+    pub fn attempt(&self) -> AttemptRec {
+        let result = self.end.map(|(_, k)| match k {
+            ProxyEndKind::Completed => "finished",
+            ProxyEndKind::DownstreamClosed | ProxyEndKind::DownstreamReset => "client_gone",
+            ProxyEndKind::Stopped => "stopped",
+            _ => "failed",
+        });
+        AttemptRec {
+            id: self
+                .attempt
+                .clone()
+                .unwrap_or_else(|| format!("{}#{}", self.replica, self.conn)),
+            worker: self.replica.clone(),
+            start: self.start,
+            end: self.end.map(|e| e.0),
+            result: result.map(str::to_string),
+            why: self.end.map(|(_, k)| format!("proxy: {k:?}")),
+            ..Default::default()
+        }
     }
 }
 
@@ -395,6 +435,42 @@ impl Folder {
                 self.info.interrupted = interrupted;
                 self.info.reason = reason;
             }
+            Event::ProxyRequest {
+                t,
+                replica,
+                conn,
+                id: Some(id),
+                attempt,
+                ..
+            } => {
+                if let Some(r) = self.in_flight.get_mut(&id) {
+                    r.proxy.push(ProxyLeg {
+                        replica,
+                        conn,
+                        attempt,
+                        start: t,
+                        ..Default::default()
+                    });
+                }
+            }
+            Event::ProxyEnd {
+                t,
+                replica,
+                conn,
+                id: Some(id),
+                events,
+                end,
+                ..
+            } => {
+                if let Some(leg) = self.in_flight.get_mut(&id).and_then(|r| {
+                    r.proxy
+                        .iter_mut()
+                        .rfind(|l| l.replica == replica && l.conn == conn && l.end.is_none())
+                }) {
+                    leg.end = Some((t, end));
+                    leg.events = events;
+                }
+            }
             Event::Target { .. }
             | Event::Heal { .. }
             | Event::Observation { .. }
@@ -470,6 +546,10 @@ impl Folder {
 
     fn finalize(&mut self, id: &str, sink: &mut dyn RequestSink) {
         if let Some(mut r) = self.in_flight.remove(id) {
+            // No gateway journal for it: the proxy's legs are its attempts.
+            if r.attempts.is_empty() && !r.proxy.is_empty() {
+                r.attempts = r.proxy.iter().map(ProxyLeg::attempt).collect();
+            }
             // Lines still to come are later than anything seen so far.
             r.journal_until = if self.journal.ended {
                 self.journal.last_t
@@ -488,6 +568,11 @@ impl Folder {
         self.journal.unattached += self.early.values().map(|v| v.len() as u64).sum::<u64>();
         self.early.clear();
         self.early_q.clear();
+    }
+
+    /// Request records held right now (in flight or lingering): what bounds memory.
+    pub fn held(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// Requests with no end in the trace (the run was killed): indeterminate.

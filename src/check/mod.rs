@@ -205,18 +205,21 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
 ) -> Judgement {
     let mut folder = Folder::default();
     let mut mono_ns = 0;
+    let mut proxied = false;
     for ev in events() {
         match ev {
             Event::Fault { .. } => folder.push(ev, &mut NoSink),
             Event::RunStart { mono_ns: m, .. } => mono_ns = m,
+            Event::ProxyRequest { .. } => proxied = true,
             _ => {}
         }
     }
     folder.faults.sort_by_key(|f| f.t);
     let mut ctx = fate::Ctx::new(plan);
     ctx.journal = src.gateway.is_some();
-    if ctx.journal {
-        // Wait for late journal lines past the cancel grace before judging a request.
+    if ctx.journal || proxied {
+        // Wait for late journal (or proxy) lines past the cancel grace before judging
+        // a request: the gateway learns late that a client left.
         folder.linger = ctx.cancel_grace + 1_000_000;
     }
     let mut acc = Acc {

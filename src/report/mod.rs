@@ -47,6 +47,12 @@ pub struct Report<'a> {
     pub faults: &'a [FaultRec],
     pub findings: &'a [Finding],
     pub request_fate: &'a [FateRow],
+    /// Each request caught by a fault: stage, declared and observed fate, attempts,
+    /// workers, delivered deltas (M1).
+    pub request_fates: &'a [crate::check::fate::RequestFate],
+    /// Checkers that panicked (their verdict is UNKNOWN).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub checker_crashes: &'a [crate::check::fate::Crash],
     pub unfinished_requests: usize,
     /// The failure timeline (Q11).
     pub timeline: &'a crate::check::timeline::Timeline,
@@ -91,6 +97,8 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         faults: &j.faults,
         findings: &j.findings,
         request_fate: &j.fate_table,
+        request_fates: &j.fate_requests,
+        checker_crashes: &j.checker_crashes,
         unfinished_requests: j.unfinished,
         timeline: &j.timeline,
         degraded: j.degraded.as_ref(),

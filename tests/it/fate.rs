@@ -58,6 +58,18 @@ fn haq_check_finds_every_anomaly_of_a_stored_run_from_all_its_evidence() {
         ("r1", haq::check::fate::Stage::Streaming, 2)
     );
     assert_eq!(f.workers, vec!["w2", "w1"]);
+    // report.json carries the per-request fates, the counts and the evidence used.
+    let (p, _) = haq::check::judge_dir(&dir).expect("judged");
+    let report = serde_json::to_value(haq::report::build(&p, &j)).expect("json");
+    assert_eq!(report["request_fates"][0]["attempts"][1], "r1/a2");
+    assert_eq!(report["request_fates"][0]["delivered"], 8);
+    assert!(
+        report["finding_counts"]
+            .as_array()
+            .is_some_and(|a| a.len() >= 5)
+    );
+    assert_eq!(report["evidence_sources"][0]["source"], "gateway journal");
+    assert_eq!(report["evidence_sources"][0]["state"], "used");
 
     // Without the tool log the tool side effect is not seen; the rest still is.
     std::fs::remove_file(dir.join("tools.jsonl")).expect("rm");
@@ -155,5 +167,113 @@ async fn the_reference_gateway_has_no_request_fate_finding_over_several_seeds() 
         );
         assert_eq!(fate.status, Status::Pass, "seed {seed}: {fate:?}");
         assert!(!r.judgement.fate_table.is_empty());
+    }
+}
+
+/// Writes a synthetic run of `requests` streams of `deltas` deltas each, 64 in flight
+/// at a time (a delta every 20 ms, like a busy decode step), with a gateway journal;
+/// returns its directory.
+fn synthetic_run(requests: usize, deltas: usize) -> std::path::PathBuf {
+    use std::io::Write;
+    let dir = scratch("fate-bench");
+    let p = plan("scenarios/quickstart.yaml", &[]);
+    let json = serde_json::to_string(&p.scenario).expect("json");
+    std::fs::write(dir.join(haq::check::SCENARIO_FILE), json).expect("scenario");
+    let mut tr =
+        std::io::BufWriter::new(std::fs::File::create(dir.join("trace.jsonl")).expect("trace"));
+    let mut gw =
+        std::io::BufWriter::new(std::fs::File::create(dir.join("gateway.jsonl")).expect("gw"));
+    writeln!(tr, r#"{{"ev":"run_start","t":0,"name":"bench","seed":1,"wall":"2026-01-01T00:00:00Z","mono_ns":0,"version":"bench"}}"#).expect("w");
+    writeln!(
+        tr,
+        r#"{{"ev":"phase","t":1,"name":"baseline","edge":"start"}}"#
+    )
+    .expect("w");
+    const IN_FLIGHT: usize = 64;
+    let mut t: u64 = 10;
+    for batch in (0..requests).collect::<Vec<_>>().chunks(IN_FLIGHT) {
+        for &i in batch {
+            writeln!(tr, r#"{{"ev":"request","t":{t},"id":"r{i}","class":"chat","phase":"baseline","intended":{t},"prompt_tokens":100,"max_tokens":{deltas},"protected":true}}"#).expect("w");
+            writeln!(gw, r#"{{"t_ns":{},"ev":"attempt_start","req":"r{i}","attempt":"r{i}/a1","worker":"w1","delivered":0}}"#, t * 1000 + 500).expect("w");
+            t += 1;
+        }
+        for k in 0..deltas {
+            t += 20_000;
+            for &i in batch {
+                writeln!(tr, r#"{{"ev":"chunk","t":{t},"id":"r{i}","n":{k},"kind":"content","text":" tok{i}x{k}","cid":"c{i}"}}"#).expect("w");
+                t += 1;
+            }
+        }
+        for &i in batch {
+            writeln!(tr, r#"{{"ev":"chunk","t":{t},"id":"r{i}","n":{deltas},"kind":"finish","cid":"c{i}","finish":"stop"}}"#).expect("w");
+            writeln!(tr, r#"{{"ev":"end","t":{t},"id":"r{i}","outcome":"completed","tokens":{deltas},"done":true,"finish":"stop"}}"#).expect("w");
+            writeln!(gw, r#"{{"t_ns":{},"ev":"attempt_end","req":"r{i}","attempt":"r{i}/a1","worker":"w1","result":"finished","delivered":{deltas}}}"#, t * 1000).expect("w");
+            t += 1;
+        }
+    }
+    writeln!(tr, r#"{{"ev":"run_end","t":{t},"interrupted":false}}"#).expect("w");
+    dir
+}
+
+/// Benchmark (not a timed test): `cargo test --release --test it -- --ignored
+/// --nocapture bench_haq_check`. Judges two synthetic runs ten times apart in size:
+/// the time and peak RSS of `haq check` (every verdict), and how many request records
+/// the Request-Fate fold holds at most — bounded by the requests in flight (64) plus
+/// those lingering for late journal lines, not by the length of the run. Figures in
+/// docs/performance.md.
+#[test]
+#[ignore]
+fn bench_haq_check_memory_is_bounded_by_requests_in_flight() {
+    use haq::check::evidence::{self, Item};
+    use haq::check::fate::{Ctx, FateAcc};
+    use haq::check::history::{FaultRec, Folder, RequestRecord, RequestSink};
+    struct Sink(FateAcc);
+    impl RequestSink for Sink {
+        fn request(&mut self, r: &RequestRecord, f: &[FaultRec]) {
+            self.0.add(r, f);
+        }
+    }
+    for requests in [2_000usize, 20_000] {
+        let dir = synthetic_run(requests, 50);
+        let lines = std::fs::read_to_string(dir.join("trace.jsonl"))
+            .expect("r")
+            .lines()
+            .count();
+        let start = std::time::Instant::now();
+        let (code, out, err) = haq(&["check", dir.to_str().expect("utf8")]);
+        let secs = start.elapsed().as_secs_f64();
+        assert!(code <= 1, "{out}\n{err}");
+        // SAFETY: getrusage fills the struct we own.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+
+        // The Request-Fate fold alone, with the journal merged in.
+        let p = plan("scenarios/quickstart.yaml", &[]);
+        let mut ctx = Ctx::new(&p);
+        ctx.journal = true;
+        let mut sink = Sink(FateAcc::new(ctx));
+        let mut folder = Folder::default();
+        folder.linger = 3_000_000;
+        let src = evidence::open(&dir, &p);
+        let tp = dir.join("trace.jsonl");
+        let trace = haq::trace::read(&tp).expect("trace").map_while(Result::ok);
+        let (mut peak, start) = (0, std::time::Instant::now());
+        for item in evidence::merge(trace, src.gateway, Vec::new(), 0, |_, e| panic!("{e}")) {
+            match item {
+                Item::Trace(ev) => folder.push(ev, &mut sink),
+                Item::Gateway(t, it) => folder.push_gateway(t, it, &mut sink),
+                _ => {}
+            }
+            peak = peak.max(folder.held());
+        }
+        folder.finish(&mut sink);
+        let fold_secs = start.elapsed().as_secs_f64();
+        assert_eq!(sink.0.judged, requests as u64);
+        println!(
+            "haq check: {requests} requests, {lines} trace lines: {secs:.2} s ({:.0} lines/s), peak RSS of the haq processes so far {} MiB; Request-Fate fold alone {fold_secs:.2} s, at most {peak} request records held",
+            lines as f64 / secs,
+            ru.ru_maxrss / 1024
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

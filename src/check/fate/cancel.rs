@@ -1,5 +1,6 @@
 //! The client went away (M4): the gateway must cancel the upstream attempt, free the
-//! slot and start no spare attempt. Judged from the gateway journal; without one the
+//! slot and start no spare attempt. Judged from the gateway journal or haq's proxy
+//! (an upstream connection the gateway closes is a cancel); without either the
 //! question is not asked of the client's trace (it cannot see upstream).
 
 use super::{Ctx, FindingKind, Out, View};
@@ -8,7 +9,7 @@ use crate::trace::Outcome;
 
 pub fn upstream_cancel(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
     // haq closed the connection: it stopped the request or gave up waiting.
-    if !ctx.journal
+    if v.r.attempts.is_empty()
         || !matches!(
             v.end.outcome,
             Outcome::Cancelled | Outcome::FirstTokenTimeout | Outcome::IdleTimeout

@@ -9,7 +9,7 @@ use crate::trace::{ChunkKind, Outcome};
 
 /// Silent truncation (a clean end that is not one) and silent interruption (a broken
 /// stream with no explicit error) after output was delivered.
-pub fn silent_end(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
+pub fn silent_end(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
     let id = &v.r.id;
     let n = v.delivered();
     let last = v.r.chunks.last().map(|c| c.n);
@@ -30,10 +30,8 @@ pub fn silent_end(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
                 .excerpt(v.excerpt(n.saturating_sub(3) as usize, n as usize));
                 return;
             }
-            // The journal knows the serving attempt failed, yet the client saw a clean end.
-            if !ctx.journal {
-                return;
-            }
+            // The journal (or proxy) knows the serving attempt failed, yet the client
+            // saw a clean end.
             let explicit = v.r.notes.iter().any(|x| x.ev == "explicit_error");
             if let Some(a) = v.r.attempts.last()
                 && a.result.as_deref() == Some("failed")

@@ -82,13 +82,13 @@ pub fn against_policy(ctx: &Ctx, v: &View, faults: &[FaultRec], out: &mut Out) {
             continue;
         };
         let observed = observe(v, f);
-        let candidates = candidates(ctx, stage);
+        let candidates = candidates(ctx, v, stage);
         let mut fates: Vec<&str> = candidates.iter().map(|c| c.1.as_str()).collect();
         fates.dedup();
         let label = fates.join(" or ");
         let judged: Vec<Option<(FindingKind, String)>> = candidates
             .iter()
-            .map(|&(_, fate)| judge(ctx, v, stage, fate, observed, &label))
+            .map(|&(_, fate)| judge(v, stage, fate, observed, &label))
             .collect();
         let declared = (fates.len() == 1).then_some(candidates[0].1);
         let (attempts, workers) = attempts_and_workers(v);
@@ -145,13 +145,13 @@ fn is_planned_drain(f: &FaultRec) -> bool {
 }
 
 /// The stage `v` was in when `f` hit, or None when `f` did not touch it.
-pub fn stage_at(ctx: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
+pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
     let r = v.r;
     if !(r.dispatch <= f.t && f.t < v.end.t) {
         return None;
     }
     let delivered_before = v.first_delta_t().is_some_and(|t| t <= f.t);
-    if ctx.journal && !r.attempts.is_empty() {
+    if !r.attempts.is_empty() {
         if let Some(a) = r.attempts.iter().find(|a| a.live_at(f.t)) {
             if a.worker != f.replica {
                 return None;
@@ -246,7 +246,7 @@ fn looks_cut(v: &View) -> bool {
 }
 
 /// The stages `stage` may stand for, each with its declared fate.
-fn candidates(ctx: &Ctx, stage: Stage) -> Vec<(Stage, Fate)> {
+fn candidates(ctx: &Ctx, v: &View, stage: Stage) -> Vec<(Stage, Fate)> {
     let p = &ctx.policy;
     match stage {
         Stage::New => vec![(stage, p.new)],
@@ -254,7 +254,8 @@ fn candidates(ctx: &Ctx, stage: Stage) -> Vec<(Stage, Fate)> {
         Stage::Prefill => vec![(stage, p.prefill)],
         Stage::Decode => vec![(stage, p.decode)],
         Stage::Streaming => vec![(stage, p.streaming)],
-        Stage::BeforeFirstDelta if ctx.journal => vec![
+        // Known to have reached a replica (journal or proxy): not new.
+        Stage::BeforeFirstDelta if !v.r.attempts.is_empty() => vec![
             (Stage::Queued, p.queued),
             (Stage::Prefill, p.prefill),
             (Stage::Decode, p.decode),
@@ -271,7 +272,6 @@ fn candidates(ctx: &Ctx, stage: Stage) -> Vec<(Stage, Fate)> {
 /// Does `observed` match `declared` for `stage`? A finding when not. Hand-overs
 /// after delivery, silent ends and error shapes are the other checkers' findings.
 fn judge(
-    ctx: &Ctx,
     v: &View,
     stage: Stage,
     declared: Fate,
@@ -287,7 +287,7 @@ fn judge(
         Completed | ClientGone | Stitched | Truncated => None,
         _ if stage != Stage::Streaming => match (declared, observed) {
             (Fate::Reroute | Fate::Retry | Fate::Migrate, Rerouted | Retried | Migrated) => None,
-            (Fate::Reroute | Fate::Retry | Fate::Migrate, _) => match retry_excuse(ctx, v) {
+            (Fate::Reroute | Fate::Retry | Fate::Migrate, _) => match retry_excuse(v) {
                 Some(_) => None,
                 None => Some((
                     FindingKind::RetryNotMade,
@@ -309,10 +309,7 @@ fn judge(
 /// Why a failed request caught before its first delta was legally not retried (M2,
 /// M8): the journal shows the retry was made, no other replica was ready, or the
 /// retry budget was spent.
-fn retry_excuse(ctx: &Ctx, v: &View) -> Option<String> {
-    if !ctx.journal {
-        return None;
-    }
+fn retry_excuse(v: &View) -> Option<String> {
     let atts = &v.r.attempts;
     if atts.len() >= 2 {
         return Some(format!("{} attempts were made", atts.len()));

@@ -6,6 +6,7 @@ mod compose;
 mod ending;
 mod output;
 mod policy;
+mod proxy;
 mod side_effects;
 mod sim_journal;
 mod writers;
@@ -241,6 +242,43 @@ impl H {
         self.gw.get_or_insert_with(Vec::new).push(GwLine {
             t_ns: t * 1000,
             item: GwItem::Known(e),
+        });
+        self
+    }
+
+    /// haq's proxy forwarded `id` to `replica` on connection `conn`.
+    pub fn proxy_req(&mut self, id: &str, t: u64, replica: &str, conn: u64) -> &mut Self {
+        self.events.push(Event::ProxyRequest {
+            t,
+            replica: replica.into(),
+            conn,
+            id: Some(id.into()),
+            attempt: None,
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+        });
+        self
+    }
+
+    /// How that forwarded request ended at the proxy.
+    pub fn proxy_end(
+        &mut self,
+        id: &str,
+        t: u64,
+        (replica, conn): (&str, u64),
+        end: crate::trace::ProxyEndKind,
+    ) -> &mut Self {
+        self.events.push(Event::ProxyEnd {
+            t,
+            replica: replica.into(),
+            conn,
+            id: Some(id.into()),
+            attempt: None,
+            status: Some(200),
+            events: 0,
+            first_event: None,
+            end,
+            held: None,
         });
         self
     }
