@@ -734,3 +734,69 @@ async fn the_openai_python_sdk_streams_from_the_gateway() {
     );
     assert!(stdout.contains("finish_reason=length"), "{stdout}");
 }
+
+/// `haq sim up` as a user runs it: prints its URLs, serves, and Ctrl-C stops every
+/// process it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_up_serves_until_ctrl_c_then_stops_every_process() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = scratch("sim-up");
+    let mut child = tokio::process::Command::new(haq_bin())
+        .args([
+            "sim",
+            "up",
+            "--replicas",
+            "2",
+            "--policy",
+            "reference",
+            "--dir",
+        ])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("haq sim up");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut out = Vec::new();
+    while let Ok(Ok(Some(l))) = tokio::time::timeout(LIMIT, lines.next_line()).await {
+        let done = l.starts_with("Ctrl-C");
+        out.push(l);
+        if done {
+            break;
+        }
+    }
+    let field = |prefix: &str| {
+        out.iter()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no {prefix} line in {out:?}"))
+    };
+    let api = field("gateway");
+    let pid: i32 = out
+        .iter()
+        .find(|l| l.starts_with("w1"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|p| p.parse().ok())
+        .expect("w1 pid");
+    let s = stream(
+        &format!("{api}/chat/completions"),
+        &chat("hello", 3),
+        &[],
+        LIMIT,
+    )
+    .await;
+    assert!(s.done() && s.content().len() == 3);
+    let haq = nix::unistd::Pid::from_raw(child.id().expect("pid") as i32);
+    nix::sys::signal::kill(haq, Signal::SIGINT).expect("SIGINT");
+    let st = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .expect("exits")
+        .expect("status");
+    assert!(st.success(), "{st}");
+    let w1 = nix::unistd::Pid::from_raw(pid);
+    eventually("worker w1 gone", LIMIT, async || {
+        nix::sys::signal::kill(w1, None).is_err()
+    })
+    .await;
+}

@@ -89,6 +89,29 @@ async fn the_openai_surface_answers_like_vllm() {
         "{got:?} vs {text:?}"
     );
 
+    // `slow` stretches every step; a bad factor is refused.
+    let (s, _) = post_json(&format!("{u}/admin/slow"), json!({"factor": 0})).await;
+    assert_eq!(s, 400);
+    let itl = |s: &Seen| (s.events[s.events.len() - 3].0 - s.events[1].0) / 4;
+    let normal = itl(&stream(
+        &format!("{u}/v1/chat/completions"),
+        &chat("pace", 6),
+        &[],
+        LIMIT,
+    )
+    .await);
+    let (s, r) = post_json(&format!("{u}/admin/slow"), json!({"factor": 8.0})).await;
+    assert_eq!((s, r["slow_factor"].as_f64()), (200, Some(8.0)));
+    let slow = itl(&stream(
+        &format!("{u}/v1/chat/completions"),
+        &chat("pace", 6),
+        &[],
+        LIMIT,
+    )
+    .await);
+    assert!(slow > normal * 3, "normal {normal:?}, slow x8 {slow:?}");
+    post_json(&format!("{u}/admin/slow"), json!({"factor": 1.0})).await;
+
     // Errors in OpenAI's shape.
     let (s, e) = post_json(
         &format!("{u}/v1/chat/completions"),

@@ -39,9 +39,10 @@ use admission::Admission;
 use relay::{Client, Forward, Head};
 use upstream::Upstream;
 
-/// Request header marking a request's priority: `best_effort` (or `best-effort`) may be
-/// shed first; anything else, or none, is protected traffic.
-pub const PRIORITY_HEADER: &str = "x-haq-priority";
+/// Request header marking a request's priority (`x-haq-priority`, sent by haq's client
+/// for each class): `best_effort` (or `best-effort`) may be shed first; anything else,
+/// or none, is protected traffic.
+pub use crate::client::PRIORITY_HEADER;
 /// Request header naming the worker the first attempt should go to, when it is
 /// routable (manual experiments and tests; retries still go elsewhere).
 pub const ROUTE_HEADER: &str = "x-haq-route";
