@@ -157,9 +157,10 @@ async fn a_capacity_search_measures_c_degraded_against_the_protected_load() {
     // Small engines (2 sequences each) so the ladder reaches the cluster's limits.
     let r = run(
         short(&[
-            "phases=[{name: baseline, duration: 2s}, {name: fault, duration: 2s}, {name: degraded, duration: 2s}]",
+            // Kept short (about 13 s in all): 3 rungs of 1.5 s on each side.
+            "phases=[{name: baseline, duration: 1s}, {name: fault, duration: 1500ms}, {name: degraded, duration: 1s}]",
             "faults[0].at.offset=500ms",
-            "criteria.capacity.search={from: 3/s, to: 12/s, steps: 2, step: 2s, settle: 1s}",
+            "criteria.capacity.search={from: 4/s, to: 12/s, steps: 2, step: 1500ms, settle: 500ms}",
             "target.engine.max_num_seqs=2",
             "target.gateway.max_inflight_per_worker=2",
         ]),
@@ -170,7 +171,7 @@ async fn a_capacity_search_measures_c_degraded_against_the_protected_load() {
     let c = r.judgement.capacity.as_ref().expect("search judged");
     assert!(c.healthy.complete && c.degraded.complete, "{c:?}");
     let rates: Vec<f64> = c.degraded.steps.iter().map(|s| s.rate).collect();
-    assert_eq!(rates, [3.0, 6.0, 12.0]);
+    assert_eq!(rates, [4.0, 6.0, 12.0]);
     // Two workers sustain the protected 6/s well inside the (loose) SLO: the gate is
     // measured and holds. The FAIL side is unit-tested on hand-written traces.
     assert_eq!(s, Status::Pass, "{v}");
