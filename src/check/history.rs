@@ -481,7 +481,8 @@ impl Folder {
             | Event::Replacement { .. }
             | Event::Exited { .. }
             | Event::ProxyRequest { .. }
-            | Event::ProxyEnd { .. } => {}
+            | Event::ProxyEnd { .. }
+            | Event::TraceStats { .. } => {}
         }
     }
 
