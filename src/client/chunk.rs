@@ -225,7 +225,8 @@ impl ChunkInfo<'_> {
 /// As [`classify`], borrowing the text fields from `data` where the JSON allows (the
 /// client's read loop).
 pub fn classify_ref(data: &str) -> ChunkInfo<'_> {
-    if data.trim() == "[DONE]" {
+    // `[DONE]` with any whitespace is short: no scan of a long payload.
+    if data.len() < 32 && data.trim() == "[DONE]" {
         return ChunkInfo {
             kind: Some(ChunkKind::Done),
             ..Default::default()
