@@ -247,6 +247,17 @@ impl Tb {
         ))
     }
 
+    /// haq healed the fault (SIGCONT, proxy rule removed).
+    pub fn heal(&mut self, name: &str, replica: &str, t: f64) -> &mut Self {
+        self.ev(Event::Heal {
+            t: us(t),
+            name: name.into(),
+            detail: "SIGCONT sent".into(),
+            replica: Some(replica.into()),
+            verified: Some(true),
+        })
+    }
+
     pub fn obs(&mut self, t: f64, source: &str, replica: &str, what: &str) -> &mut Self {
         self.ev(Event::Observation {
             t: us(t),

@@ -48,6 +48,10 @@ pub struct Removal {
     pub confirmed: Option<Mark>,
     /// The evidence sources consulted.
     pub sources: Vec<String>,
+    /// A reversible fault (freeze, proxy rule) was healed while traffic still reached
+    /// the endpoint: routing never took it out, the heal ended the outage. Traffic
+    /// after the heal is not traffic to a dead endpoint.
+    pub until_heal: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
@@ -394,13 +398,50 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
         .min_by_key(|m| m.t)
 }
 
+/// A healed fault's endpoint back in service: with no readiness mark, the first
+/// request routed to it after the heal shows it ready (and serving).
+fn back_after_heal(ev: &Evidence, f: &FaultRec, healed: &Mark, mut r: Replacement) -> Replacement {
+    if r.ready.is_none() {
+        if let Some(first) = routed_to(ev, &f.replica, healed.t, u64::MAX)
+            .into_iter()
+            .next()
+        {
+            r.ready = Some(mark(
+                first.t,
+                &first.source,
+                format!(
+                    "ready (inferred: traffic again after the heal): {}",
+                    first.detail
+                ),
+            ));
+            r.serving = Some(first);
+        }
+    }
+    r
+}
+
 fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
-    let replacement = replacement(ev, f);
+    let healed = ev
+        .heals
+        .iter()
+        .find(|h| h.name == f.name && h.t >= f.t)
+        .map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
+    let mut replacement = replacement(ev, f);
+    if let Some(h) = &healed {
+        replacement = back_after_heal(ev, f, h, replacement);
+    }
     let sources = routing_sources(ev);
     let removes = facts::removes_endpoint(f);
     let removal = (removes && !sources.is_empty()).then(|| {
-        let until = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-        let routed = routed_to(ev, &f.replica, f.t, until);
+        // Traffic to the endpoint once it is back (a replacement ready, a freeze
+        // healed) is not traffic to the dead one.
+        let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+        let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+        let routed = routed_to(ev, &f.replica, f.t, back.min(heal));
+        let until_heal = heal < u64::MAX
+            && routed
+                .last()
+                .is_some_and(|l| l.t.saturating_add(HEAL_SLACK_US) >= heal);
         let last = routed.last().cloned();
         let t = last.as_ref().map(|m| m.t).unwrap_or(f.t);
         Removal {
@@ -409,6 +450,7 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
             confirmed: routed_elsewhere(ev, &f.replica, t),
             last,
             sources,
+            until_heal,
         }
     });
     let mut in_flight = InFlight::default();
@@ -425,11 +467,6 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
         }
         in_flight.settled = in_flight.settled.max(Some(r.end));
     }
-    let healed = ev
-        .heals
-        .iter()
-        .find(|h| h.name == f.name && h.t >= f.t)
-        .map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
     FaultTimeline {
         fault: f.name.clone(),
         replica: f.replica.clone(),
@@ -447,6 +484,9 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
         healed,
     }
 }
+
+/// Traffic reaching an endpoint this close before its heal was never taken out.
+const HEAL_SLACK_US: u64 = 500_000;
 
 /// A second with fewer requests dispatched has no percentile worth judging.
 const MIN_SECOND_SAMPLES: u64 = 3;
@@ -578,14 +618,20 @@ pub fn build(plan: &Plan, ev: &Evidence, seconds: &[SecondStats]) -> Timeline {
                 ),
                 None => format!("no request was routed to {} after the fault", f.replica),
             };
+            let event = if r.until_heal {
+                format!("{} got traffic until the heal", f.replica)
+            } else {
+                format!("traffic removed from {}", f.replica)
+            };
             push(
                 r.t,
                 at,
-                format!("traffic removed from {}", f.replica),
+                event,
                 (
                     r.last
                         .as_ref()
                         .map(|l| l.source.as_str())
+                        .or(r.sources.first().map(String::as_str))
                         .unwrap_or(JOURNAL),
                     detail,
                 ),
@@ -605,11 +651,27 @@ pub fn build(plan: &Plan, ev: &Evidence, seconds: &[SecondStats]) -> Timeline {
                 ),
             );
         }
+        // A healed fault's endpoint comes back itself: no replacement.
+        let healed_back = f.healed.is_some() && f.replacement.requested.is_none();
         let stages = [
             ("replacement requested", &f.replacement.requested),
             ("replacement started", &f.replacement.started),
-            ("replacement ready", &f.replacement.ready),
-            ("replacement receiving traffic", &f.replacement.serving),
+            (
+                if healed_back {
+                    "ready again"
+                } else {
+                    "replacement ready"
+                },
+                &f.replacement.ready,
+            ),
+            (
+                if healed_back {
+                    "receiving traffic again"
+                } else {
+                    "replacement receiving traffic"
+                },
+                &f.replacement.serving,
+            ),
             ("replacement failed", &f.replacement.failed),
         ];
         for (label, s) in stages {
