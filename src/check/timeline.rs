@@ -401,21 +401,20 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
 /// A healed fault's endpoint back in service: with no readiness mark, the first
 /// request routed to it after the heal shows it ready (and serving).
 fn back_after_heal(ev: &Evidence, f: &FaultRec, healed: &Mark, mut r: Replacement) -> Replacement {
-    if r.ready.is_none() {
-        if let Some(first) = routed_to(ev, &f.replica, healed.t, u64::MAX)
+    if r.ready.is_none()
+        && let Some(first) = routed_to(ev, &f.replica, healed.t, u64::MAX)
             .into_iter()
             .next()
-        {
-            r.ready = Some(mark(
-                first.t,
-                &first.source,
-                format!(
-                    "ready (inferred: traffic again after the heal): {}",
-                    first.detail
-                ),
-            ));
-            r.serving = Some(first);
-        }
+    {
+        r.ready = Some(mark(
+            first.t,
+            &first.source,
+            format!(
+                "ready (inferred: traffic again after the heal): {}",
+                first.detail
+            ),
+        ));
+        r.serving = Some(first);
     }
     r
 }
