@@ -158,8 +158,7 @@ fn pid_mismatch(ev: &Evidence, rec: &FaultRec) -> Option<String> {
     let replaced = ev
         .replacements
         .iter()
-        .filter(|r| r.replica == replica && r.t <= rec.t && r.pid.is_some())
-        .next_back()
+        .rfind(|r| r.replica == replica && r.t <= rec.t && r.pid.is_some())
         .and_then(|r| r.pid);
     let known = replaced.or(started)?;
     let got = rec.pid?;
