@@ -799,4 +799,35 @@ mod tests {
         let full = j.timeline.full_recovery.as_ref().expect("full recovery");
         assert!(full.t >= s.t, "{full:?}");
     }
+
+    #[test]
+    fn without_a_gateway_journal_the_observers_date_detection() {
+        // A `url` target: health checker, readiness and EndpointSlice watchers are the
+        // detection sources (docs/evidence.md); the earliest one dates the detection.
+        let p = plan(&[]);
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.obs(13.9, "EndpointSlice watcher", "w2", "endpoint_removed");
+        tb.obs(13.4, "readiness probe", "w2", "not_ready");
+        tb.obs(13.2, "health checker", "w2", "unhealthy");
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        let j = tb.judge(&p);
+        let f = j.timeline.fault("kill-w2").expect("fault");
+        let d = f.detected.as_ref().expect("detected");
+        assert_eq!((d.t, d.source.as_str()), (us(13.2), "health checker"));
+        // Removal comes from the attribution headers, and says so.
+        let r = f.removal.as_ref().expect("removal");
+        assert_eq!(r.sources, [HEADER]);
+        let e = j
+            .timeline
+            .entries
+            .iter()
+            .find(|e| e.event == "traffic removed from w2")
+            .expect("removal entry");
+        assert_eq!(e.source, HEADER);
+    }
 }
