@@ -148,7 +148,10 @@ impl Judgement {
 
     /// `INVALID` for an invalid run, else the overall status.
     pub fn result_label(&self) -> &'static str {
-        if self.invalid() {
+        if self.run.interrupted {
+            // Exit code 3: a partial report, whatever the verdicts of the part say.
+            "INTERRUPTED"
+        } else if self.invalid() {
             "INVALID"
         } else {
             self.overall().as_str()
