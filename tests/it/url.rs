@@ -2,7 +2,7 @@
 //! start: sim workers launched here as "external" servers, and a gateway whose
 //! upstreams point at haq's proxy listen ports. Process faults reach the declared
 //! pids / pid files, proxy faults the paths, a replacement is started with the
-//! declared restart command; and the haq binary, interrupted with SIGINT, heals a
+//! declared restart command; and the haq binary, interrupted with SIGINT or SIGTERM, heals a
 //! frozen worker and a blackholed path and exits 3 with a partial report.
 
 use std::path::Path;
@@ -216,8 +216,15 @@ fn state(pid: u32) -> Option<char> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigint_heals_a_frozen_worker_and_a_blackholed_path_then_exits_3() {
-    let ext = external("url-sigint").await;
+async fn sigint_or_sigterm_heals_a_frozen_worker_and_a_blackholed_path_then_exits_3() {
+    use nix::sys::signal::Signal;
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        interrupted_run_heals(sig).await;
+    }
+}
+
+async fn interrupted_run_heals(sig: nix::sys::signal::Signal) {
+    let ext = external(&format!("url-{sig}")).await;
     let text = scenario(
         &ext.target("true"),
         "  - {name: baseline, duration: 1s}\n  - {name: fault, duration: 60s}",
@@ -249,19 +256,15 @@ async fn sigint_heals_a_frozen_worker_and_a_blackholed_path_then_exits_3() {
     .await;
     assert_eq!(state(ext.a.p.pid), Some('T'), "a is frozen");
     let pid = child.id().expect("pid") as i32;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
     let done = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
-        .expect("haq exits after SIGINT")
+        .expect("haq exits after the signal")
         .expect("output");
     assert_eq!(
         done.status.code(),
         Some(3),
-        "stderr: {}",
+        "{sig}: stderr: {}",
         String::from_utf8_lossy(&done.stderr)
     );
     // The worker runs again and answers; the trace says both faults were healed.
