@@ -135,6 +135,15 @@ async fn a_healed_freeze_is_routed_around_then_serves_again() {
     assert!(back.t > healed.t, "{f:?}");
     let removal = f.removal.as_ref().expect("removal");
     assert!(removal.t < healed.t, "{removal:?}");
+    // The worksheet says so: healed, then serving again — no replacement.
+    let md = std::fs::read_to_string(r.run_dir.join("report.md")).expect("report.md");
+    for want in [
+        "| freeze-w2 | healed | +",
+        "| freeze-w2 | receiving traffic again | +",
+    ] {
+        assert!(md.contains(want), "report.md lacks {want:?}:\n{md}");
+    }
+    assert!(!md.contains("| freeze-w2 | replacement"), "{md}");
 }
 
 fn drain(policy: &str) -> haq::scenario::Plan {
