@@ -568,7 +568,19 @@ async fn a_repeated_long_prefix_is_served_from_the_prefix_cache_until_a_restart(
     let listen = w.url().trim_start_matches("http://").to_string();
     let u = format!("{}/v1/chat/completions", w.url());
     let cold = stream(&u, &body, &[], LIMIT).await.ttft().expect("ttft");
-    let warm = stream(&u, &body, &[], LIMIT).await.ttft().expect("ttft");
+    let mut with_usage = body.clone();
+    with_usage["stream_options"] = json!({"include_usage": true});
+    let warm_seen = stream(&u, &with_usage, &[], LIMIT).await;
+    let warm = warm_seen.ttft().expect("ttft");
+    let usage = warm_seen
+        .data()
+        .into_iter()
+        .find(|v| v["usage"].is_object())
+        .expect("usage");
+    assert_eq!(
+        usage["usage"]["prompt_tokens_details"]["cached_tokens"], 1999,
+        "{usage}"
+    );
     assert!(cold > Duration::from_millis(400), "cold {cold:?}");
     assert!(warm * 4 < cold, "warm {warm:?} vs cold {cold:?}");
     let m = http()

@@ -356,6 +356,7 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
         tool_tokens: w.cfg.tool_call_tokens,
         events: 0,
         text: String::new(),
+        cached_tokens: 0,
     };
     let submitted = w.engine.submit(Submit {
         job,
