@@ -110,6 +110,8 @@ pub struct ProxyLeg {
     pub end: Option<(u64, ProxyEndKind)>,
     /// SSE events the replica sent.
     pub events: u32,
+    /// When the replica's first event passed the proxy: output was computed.
+    pub first_event: Option<u64>,
 }
 
 impl ProxyLeg {
@@ -459,6 +461,7 @@ impl Folder {
                 conn,
                 id: Some(id),
                 events,
+                first_event,
                 end,
                 ..
             } => {
@@ -469,6 +472,7 @@ impl Folder {
                 }) {
                     leg.end = Some((t, end));
                     leg.events = events;
+                    leg.first_event = first_event;
                 }
             }
             Event::Target { .. }

@@ -253,3 +253,135 @@ async fn command_backend_runs_at_every_trigger_with_its_context_and_heals() {
         );
     }
 }
+
+/// A fault that did not take effect is recorded as such and fails Failure-Domain: one
+/// whose verify command fails, one whose trigger never comes. Never a silent pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_that_did_not_take_effect_fails_failure_domain() {
+    let text = format!(
+        "{}{}",
+        BASE.replace("duration: 8500ms", "duration: 3s"),
+        r#"  - name: unverified
+    backend: command
+    command: {inject: "true", verify: "echo the rule is not there; exit 1"}
+    target: {replica: w2}
+    at: {phase: fault, offset: 500ms}
+  - name: never-fired
+    action: freeze
+    target: {replica: w3}
+    at: {phase: fault, offset: 500ms}
+    when: {in_flight: 1000, within: 1s}
+"#
+    );
+    let r = run(plan_text(&text, &[]), "faults-unverified").await;
+    let seen = collect(events(&r));
+    let Event::Fault {
+        verified, detail, ..
+    } = &seen.faults["unverified"][0]
+    else {
+        unreachable!()
+    };
+    assert!(!verified);
+    assert!(
+        detail.contains("verify exit 1: the rule is not there"),
+        "{detail}"
+    );
+    let Event::Fault {
+        verified, detail, ..
+    } = &seen.faults["never-fired"][0]
+    else {
+        unreachable!()
+    };
+    assert!(!verified);
+    assert!(detail.contains("never reached 1000"), "{detail}");
+    let v = crate::support::verdict(&r, "Failure-Domain");
+    assert_eq!(v.status, haq::check::Status::Fail, "{v:?}");
+    assert!(
+        v.summary.contains("unverified") && v.summary.contains("never-fired"),
+        "{}",
+        v.summary
+    );
+    assert_eq!(r.judgement.overall(), haq::check::Status::Fail);
+}
+
+/// Failure domains beyond one worker: a node (both replicas declared on it, together)
+/// killed and replaced — each replacement's Q11 stages recorded, the path reopening on
+/// its own — and a planned drain (SIGTERM: not ready at once, in-flight work finishes,
+/// then the process exits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_killed_and_replaced_and_a_drain_lets_the_worker_exit() {
+    let text = BASE
+        .replace(
+            "  replicas: 3",
+            "  replicas: [{name: w1, node: n1}, {name: w2, node: n1}, {name: w3, node: n2}, {name: w4, node: n2}]\n  engine: {cold_start: 300ms}",
+        )
+        .replace("duration: 8500ms", "duration: 5s")
+        + r#"  - name: lose-n1
+    domain: node
+    action: kill
+    target: {node: n1}
+    at: {phase: fault, offset: 300ms}
+    restart: {after: 200ms}
+  - name: drain-w3
+    domain: drain
+    action: drain
+    target: {replica: w3}
+    at: {phase: fault, offset: 1s}
+"#;
+    let r = run(plan_text(&text, &[]), "faults-domains").await;
+    let evs = events(&r);
+    let seen = collect(evs.clone());
+    let killed: std::collections::BTreeSet<_> = seen.faults["lose-n1"]
+        .iter()
+        .map(|e| match e {
+            Event::Fault {
+                replica,
+                node,
+                verified,
+                detail,
+                ..
+            } => {
+                assert!(*verified, "{detail}");
+                assert_eq!(node.as_deref(), Some("n1"));
+                replica.clone()
+            }
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(killed, ["w1".to_string(), "w2".into()].into());
+    for w in ["w1", "w2"] {
+        let stages: Vec<_> = evs
+            .iter()
+            .filter_map(|e| match e {
+                Event::Replacement { replica, stage, .. } if replica == w => Some(*stage),
+                _ => None,
+            })
+            .collect();
+        use haq::trace::ReplacementStage::*;
+        assert_eq!(
+            stages,
+            vec![Requested, ProcessStarted, Ready, FirstRequestServed],
+            "{w}"
+        );
+    }
+    let Event::Fault {
+        verified, detail, ..
+    } = &seen.faults["drain-w3"][0]
+    else {
+        unreachable!()
+    };
+    assert!(*verified, "{detail}");
+    assert!(
+        detail.contains("draining") || detail.contains("exited"),
+        "{detail}"
+    );
+    assert!(
+        evs.iter().any(|e| matches!(
+            e,
+            Event::Exited { replica, code: Some(0), fault: Some(f), .. } if replica == "w3" && f == "drain-w3"
+        )),
+        "the drained worker exits cleanly"
+    );
+    let fd = crate::support::verdict(&r, "Failure-Domain");
+    assert_eq!(fd.status, haq::check::Status::Pass, "{fd:?}");
+}

@@ -9,23 +9,23 @@ use haq::check::fate::FindingKind;
 use haq::engine::RunResult;
 use haq::trace::{Event, Outcome, ProxyEndKind};
 
-use crate::support::{events, plan, run, verdict};
+use crate::support::{LOOSE_SLO, events, plan, run, verdict};
 
-/// Short phases for the tests; the client's own schedule slip is not what is tested
-/// here (a debug build on a busy 2-core machine).
+/// Short phases for the tests. What is tested here is request fate, not speed: the
+/// client's own schedule slip and the latency bounds are loosened for a debug build on
+/// a busy 2-core machine (Latency has its own PASS/FAIL tests).
 fn m9(file: &str, policy: &str) -> haq::scenario::Plan {
     let p = format!("target.gateway.policy={policy}");
-    plan(
-        &format!("scenarios/{file}.yaml"),
-        &[
-            "phases[0].duration=3s",
-            "phases[1].duration=5s",
-            "phases[2].duration=3s",
-            "client.max_slip_p99=500ms",
-            "client.max_late=3s",
-            &p,
-        ],
-    )
+    let mut sets = vec![
+        "phases[0].duration=3s",
+        "phases[1].duration=5s",
+        "phases[2].duration=3s",
+        "client.max_slip_p99=500ms",
+        "client.max_late=3s",
+        &p,
+    ];
+    sets.extend(LOOSE_SLO);
+    plan(&format!("scenarios/{file}.yaml"), &sets)
 }
 
 fn passes(r: &RunResult) {
@@ -276,10 +276,15 @@ async fn m9_4_a_cut_path_is_fenced_and_nothing_is_duplicated() {
         |e| matches!(e, Event::Heal { name, verified: Some(true), .. } if name == "cut-path")
     ));
 
+    // The flaw: a spare attempt starts unfenced on a silent (cut-off) stream — the
+    // probe's, or any other caught by the cut.
     let r = run(m9("m9-4-network-cut", "soft-timeout"), "m9-4-flaw").await;
     assert_eq!(verdict(&r, "Request-Fate").status, Status::Fail);
     assert!(
-        findings_on(&r, "probe-cut-path").contains(&FindingKind::TwoWriters),
+        r.judgement
+            .findings
+            .iter()
+            .any(|f| f.kind == FindingKind::TwoWriters),
         "{:?}",
         r.judgement.findings
     );

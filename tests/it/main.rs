@@ -12,6 +12,7 @@ mod report;
 mod run;
 mod simkit;
 mod support;
+mod url;
 mod verdicts;
 mod worker;
 mod workload;

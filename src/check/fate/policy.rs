@@ -162,6 +162,17 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
             if delivered_before || delivered_by_it {
                 return Some(Stage::Streaming);
             }
+            // The proxy saw the replica send output for it before the fault: computed,
+            // not delivered (M9 case 2).
+            let computed = r.proxy.iter().any(|l| {
+                l.replica == a.worker
+                    && l.attempt.as_deref().is_none_or(|x| x == a.id)
+                    && l.start <= f.t
+                    && l.first_event.is_some_and(|fe| fe <= f.t)
+            });
+            if computed {
+                return Some(Stage::Decode);
+            }
             return Some(match a.phase_at(f.t) {
                 Some("queued") => Stage::Queued,
                 Some("prefill") => Stage::Prefill,

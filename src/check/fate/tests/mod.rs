@@ -268,6 +268,18 @@ impl H {
         (replica, conn): (&str, u64),
         end: crate::trace::ProxyEndKind,
     ) -> &mut Self {
+        self.proxy_end_after(id, t, (replica, conn), end, None)
+    }
+
+    /// As [`H::proxy_end`], with the time the replica's first event passed the proxy.
+    pub fn proxy_end_after(
+        &mut self,
+        id: &str,
+        t: u64,
+        (replica, conn): (&str, u64),
+        end: crate::trace::ProxyEndKind,
+        first_event: Option<u64>,
+    ) -> &mut Self {
         self.events.push(Event::ProxyEnd {
             t,
             replica: replica.into(),
@@ -275,10 +287,10 @@ impl H {
             id: Some(id.into()),
             attempt: None,
             status: Some(200),
-            events: 0,
-            first_event: None,
+            events: u32::from(first_event.is_some()),
+            first_event,
             end,
-            held: None,
+            held: first_event.map(|_| 1),
         });
         self
     }

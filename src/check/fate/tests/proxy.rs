@@ -54,3 +54,19 @@ fn proxy_legs_are_the_attempts_of_a_request_retried_before_its_first_delta() {
     let j = h.judge(&plan(&[]));
     assert_eq!(kinds(&j), vec![FindingKind::RetryNotMade]);
 }
+
+#[test]
+fn output_the_proxy_saw_computed_but_the_client_never_got_is_the_decode_stage() {
+    // M9 case 2: the replica sent its first event at 18 ms, the proxy held it, the
+    // replica died at 20 ms; the gateway retried.
+    let mut h = H::new();
+    clean(&mut h, "r1", "b2", 0, 4);
+    h.proxy_req("r1", MS, "b1", 1)
+        .proxy_end_after("r1", 25 * MS, ("b1", 1), K::HeldDropped, Some(18 * MS))
+        .proxy_req("r1", 26 * MS, "b2", 4)
+        .proxy_end("r1", 200 * MS, ("b2", 4), K::Completed)
+        .kill(20 * MS, "b1");
+    let j = h.judge(&plan(&[]));
+    assert_eq!(stages(&j), vec![Stage::Decode]);
+    assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
+}
