@@ -29,7 +29,9 @@ impl Sim {
         for (k, v) in engine.as_object().into_iter().flatten() {
             e[k] = v.clone();
         }
-        let mut g = json!({"health_interval": "100ms"});
+        // A health check may take 2 s before it fails: on a busy machine a slow `/ready`
+        // must not take a worker out of rotation (and ignore `x-haq-route`) by accident.
+        let mut g = json!({"health_interval": "100ms", "health_timeout": "2s"});
         for (k, v) in gateway.as_object().into_iter().flatten() {
             g[k] = v.clone();
         }
@@ -76,6 +78,19 @@ impl Sim {
         })
         .await;
         out
+    }
+    /// Holds (or releases) every engine step of `worker`; its HTTP side keeps answering.
+    async fn hang(&self, worker: &str, on: bool) {
+        let (s, r) = post_json(
+            &format!("{}/admin/hang", self.worker(worker)),
+            json!({"on": on}),
+        )
+        .await;
+        assert_eq!(s, 200, "{r}");
+    }
+    /// Waits until the gateway journal has an entry for `rid` that `what` accepts.
+    async fn journaled(&self, rid: &str, what: impl Fn(&GatewayEntry) -> bool) {
+        self.journal_with(|e| e.req() == Some(rid) && what(e)).await;
     }
     async fn stop(self) {
         self.c.stop().await;
@@ -213,7 +228,8 @@ async fn a_frozen_worker_is_fenced_by_lease_expiry_then_the_stream_ends_explicit
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    sim.journaled("v4", |e| matches!(e, GatewayEntry::FirstDelta { .. }))
+        .await;
     sim.signal("w1", Signal::SIGSTOP).await;
     let stopped = std::time::Instant::now();
     let s = h.await.expect("task");
@@ -222,7 +238,7 @@ async fn a_frozen_worker_is_fenced_by_lease_expiry_then_the_stream_ends_explicit
     let e = explicit_error(&s).expect("explicit error");
     assert_eq!(e["error"]["code"], "upstream_decode_interrupted");
     assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_secs(8),
+        took >= Duration::from_millis(300) && took < Duration::from_secs(15),
         "{took:?}"
     );
     let j = sim.journal_with(ends("v4")).await;
@@ -373,20 +389,32 @@ async fn drain_run(policy: &str) -> (Vec<Seen>, Seen, Vec<GatewayEntry>) {
         hs.push(tokio::spawn(async move {
             stream(
                 &u,
-                &chat("drain", 80),
+                &chat("drain", 200),
                 &[("x-request-id", &rid), ("x-haq-route", "w1")],
                 LIMIT,
             )
             .await
         }));
     }
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // Both streams have delivered a delta; the worker then holds its steps while it
+    // drains, so they are in flight when the drain starts however slow the machine.
+    for rid in ["d0", "d1"] {
+        sim.journaled(rid, |e| matches!(e, GatewayEntry::FirstDelta { .. }))
+            .await;
+    }
+    sim.hang("w1", true).await;
     sim.signal("w1", Signal::SIGTERM).await;
     sim.journal_with(
         |e| matches!(e, GatewayEntry::UpstreamRemoved { worker, .. } if worker == "w1"),
     )
     .await;
     let after = sim.req("late", &chat("after drain", 4), &[]).await;
+    // Released (unless the worker already exited: a drain with nothing left to finish).
+    let _ = http()
+        .post(format!("{}/admin/hang", sim.worker("w1")))
+        .json(&json!({"on": false}))
+        .send()
+        .await;
     let mut inflight = Vec::new();
     for h in hs {
         inflight.push(h.await.expect("task"));
@@ -401,7 +429,7 @@ async fn a_planned_drain_lets_streams_finish_and_hard_drain_cuts_them() {
     let (inflight, after, j) = drain_run("reference").await;
     for s in &inflight {
         assert!(
-            s.done() && s.content().len() == 80,
+            s.done() && s.content().len() == 200,
             "finished: {:?}",
             s.broken
         );
@@ -431,9 +459,13 @@ async fn overload(policy: &str) -> Vec<(String, u16, Option<String>)> {
         &format!("gw-shed-{policy}"),
         1,
         json!({"policy": policy, "max_inflight_per_worker": 1, "queue_limit": 2, "best_effort_queue_limit": 1}),
-        json!({"decode_step": "20ms"}),
+        json!({}),
     )
     .await;
+    // The worker holds its steps while the requests arrive, and each is sent once the
+    // gateway has admitted, queued or shed the one before: the queue is exactly what
+    // this order makes it, however slow the machine.
+    sim.hang("w1", true).await;
     let order = [
         ("p1", "protected"),
         ("b1", "best_effort"),
@@ -447,7 +479,7 @@ async fn overload(policy: &str) -> Vec<(String, u16, Option<String>)> {
         hs.push(tokio::spawn(async move {
             let s = stream(
                 &u,
-                &chat("load", 40),
+                &chat("load", 10),
                 &[("x-request-id", rid), ("x-haq-priority", prio)],
                 LIMIT,
             )
@@ -459,8 +491,17 @@ async fn overload(policy: &str) -> Vec<(String, u16, Option<String>)> {
                 .map(str::to_string);
             (rid.to_string(), s.status, ra)
         }));
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        sim.journaled(rid, |e| {
+            matches!(
+                e,
+                GatewayEntry::AttemptStart { .. }
+                    | GatewayEntry::Queued { .. }
+                    | GatewayEntry::Shed { .. }
+            )
+        })
+        .await;
     }
+    sim.hang("w1", false).await;
     let mut out = Vec::new();
     for h in hs {
         out.push(h.await.expect("task"));
@@ -513,12 +554,7 @@ async fn slow_run(policy: &str) -> (Seen, Vec<GatewayEntry>) {
         json!({}),
     )
     .await;
-    let (s, _) = post_json(
-        &format!("{}/admin/hang", sim.worker("w1")),
-        json!({"on": true}),
-    )
-    .await;
-    assert_eq!(s, 200);
+    sim.hang("w1", true).await;
     let u = sim.chat_url();
     let h = tokio::spawn(async move {
         stream(
@@ -529,12 +565,17 @@ async fn slow_run(policy: &str) -> (Seen, Vec<GatewayEntry>) {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    post_json(
-        &format!("{}/admin/hang", sim.worker("w1")),
-        json!({"on": false}),
-    )
+    // Held until the gateway has acted on the silence (journaled `slow_upstream`, or the
+    // flawed spare attempt), then a while longer, then released.
+    sim.journaled("v8", |e| {
+        matches!(
+            e,
+            GatewayEntry::SlowUpstream { .. } | GatewayEntry::SoftTimeoutFailover { .. }
+        )
+    })
     .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    sim.hang("w1", false).await;
     let seen = h.await.expect("task");
     let j = sim.journal_with(ends("v8")).await;
     sim.stop().await;

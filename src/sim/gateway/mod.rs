@@ -124,7 +124,7 @@ pub async fn serve(c: GatewayConfig) -> anyhow::Result<()> {
         .route("/v1/completions", post(forward))
         .route("/v1/models", get(models))
         .with_state(gw);
-    axum::serve(listener, app).await?;
+    super::serve_nodelay(listener, app).await?;
     Ok(())
 }
 

@@ -206,7 +206,7 @@ pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
         .route("/haq/leases/revoke", post(admin::revoke))
         .route("/haq/leases/{attempt}", delete(admin::revoke_path))
         .with_state(w);
-    axum::serve(listener, app).await?;
+    super::serve_nodelay(listener, app).await?;
     Ok(())
 }
 
