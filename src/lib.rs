@@ -18,6 +18,7 @@ pub fn install_crypto_provider() {
 }
 
 pub mod bench;
+pub mod capacity;
 pub mod check;
 pub mod cli;
 pub mod engine;

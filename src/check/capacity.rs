@@ -12,6 +12,7 @@ use super::history::{FaultRec, RequestRecord};
 use super::latency::{MIN_SAMPLES, Pcts, pcts};
 use super::timeline::{Timeline, ms};
 use super::{Status, Verdict};
+use crate::capacity::Search;
 use crate::scenario::{PhaseKind, Plan};
 use crate::trace::Outcome;
 
@@ -131,7 +132,74 @@ pub struct Window {
     pub e2e_ms: Pcts,
 }
 
-pub fn verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
+/// The Capacity verdict: with a capacity search, the measured gate C_degraded ≥
+/// L_protected (and the plain check of the fault's degraded interval, when there is
+/// one); without, the plain check alone.
+pub fn verdict(plan: &Plan, tl: &Timeline, w: &Window, search: Option<&Search>) -> Verdict {
+    let plain = plain_verdict(plan, tl, w);
+    let Some(s) = search else { return plain };
+    let mut evidence = Vec::new();
+    for (name, l) in [("healthy", &s.healthy), ("degraded", &s.degraded)] {
+        for st in &l.steps {
+            evidence.push(format!(
+                "{name} {:.2}/s ({}): {} — {} requests, achieved {:.2}/s, p95 TTFT {:.0} ms, ITL {:.1} ms, E2E {:.0} ms",
+                st.rate,
+                st.phase,
+                if st.pass { "sustained".to_string() } else { format!("not sustained: {}", st.why) },
+                st.requests,
+                st.achieved_rps,
+                st.ttft_p95_ms,
+                st.itl_p95_ms,
+                st.e2e_p95_ms
+            ));
+        }
+    }
+    let c = |x: Option<f64>| {
+        x.map(|v| format!("{v:.2}/s"))
+            .unwrap_or_else(|| "below the lowest step".into())
+    };
+    let hyp = s
+        .hypothesis
+        .map(|h| format!("; the (N−k)/N hypothesis would say {h:.2}/s"))
+        .unwrap_or_default();
+    evidence.extend(plain.evidence.iter().cloned());
+    let (status, mut summary) = if !s.degraded.complete || s.degraded.steps.is_empty() {
+        (
+            Status::Unknown,
+            "the degraded ladder of the capacity search did not run to its end".to_string(),
+        )
+    } else {
+        let (st, op) = if s.gate {
+            (Status::Pass, "≥")
+        } else {
+            (Status::Fail, "<")
+        };
+        (
+            st,
+            format!(
+                "C_degraded {} {op} L_protected {} (measured; C_healthy {}{hyp})",
+                c(s.degraded.capacity),
+                plan.scenario.protected_load,
+                c(s.healthy.capacity)
+            ),
+        )
+    };
+    if tl.faults.iter().all(|f| !f.removes) {
+        summary
+            .push_str("; no fault removed capacity, so both ladders measured the healthy topology");
+    }
+    let status = super::run::worst(
+        [status, plain.status]
+            .into_iter()
+            .filter(|s| *s != Status::NotEvaluated),
+    );
+    if plain.status != Status::NotEvaluated {
+        summary = format!("{summary}; fault window: {}", plain.summary);
+    }
+    Verdict::new(NAME, status, summary, evidence)
+}
+
+fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
     let Some(f) = tl
         .faults
         .iter()
@@ -265,6 +333,7 @@ mod tests {
         let j = standard(&p).judge(&p);
         let v = pick(&j, NAME);
         assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(v.summary.contains("not searched"), "{}", v.summary);
         let w = j.degraded.as_ref().expect("window");
         assert_eq!(w.phases, ["fault", "degraded"]);
         // Sent from the fault (13 s) to the end of degraded (31 s) at 10/s.

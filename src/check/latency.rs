@@ -19,9 +19,13 @@ pub fn verdict(plan: &Plan, phases: &[PhaseStats]) -> Verdict {
     let mut evidence = Vec::new();
     let mut over = Vec::new();
     let mut thin = Vec::new();
-    // Overload phases are judged by the Overload verdict (Q10), not against the
-    // envelope of the protected load.
-    for p in phases.iter().filter(|p| p.kind != "overload") {
+    // Overload phases are judged by the Overload verdict (Q10), capacity-search steps
+    // by Capacity (Q4), not against the envelope of the protected load.
+    let judged: Vec<&PhaseStats> = phases
+        .iter()
+        .filter(|p| !matches!(p.kind.as_str(), "overload" | "capacity" | "settle"))
+        .collect();
+    for p in &judged {
         if p.completed < MIN_SAMPLES {
             thin.push(format!("{} ({} completed)", p.name, p.completed));
             continue;
@@ -53,7 +57,7 @@ pub fn verdict(plan: &Plan, phases: &[PhaseStats]) -> Verdict {
             Status::Pass,
             format!(
                 "p95 TTFT, ITL and E2E inside the SLO in all {} phases",
-                phases.len()
+                judged.len()
             ),
         )
     };

@@ -114,6 +114,8 @@ pub struct Judgement {
     pub timeline: timeline::Timeline,
     /// Protected traffic of the degraded interval (Capacity), when a fault made one.
     pub degraded: Option<capacity::Window>,
+    /// The capacity search (Q4), when the scenario has one.
+    pub capacity: Option<crate::capacity::Search>,
     /// What the run-level verdicts read (per-request summaries for the CSV).
     #[serde(skip)]
     pub facts: facts::Evidence,
@@ -318,6 +320,7 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
         unfinished,
         timeline: level.timeline,
         degraded: level.degraded,
+        capacity: level.capacity,
         facts: level.evidence,
         seconds,
         client,

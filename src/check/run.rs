@@ -28,6 +28,8 @@ pub struct RunLevel {
     pub evidence: Evidence,
     pub timeline: Timeline,
     pub degraded: Option<Window>,
+    /// The capacity search (Q4), when the scenario has one.
+    pub capacity: Option<crate::capacity::Search>,
     #[serde(skip)]
     pub verdicts: Vec<Verdict>,
 }
@@ -70,16 +72,18 @@ impl RunAcc {
         let ev = self.evidence.finish(faults);
         let tl = timeline::build(plan, &ev, seconds);
         let window = self.window.finish();
+        let search = crate::capacity::judge(plan, phases);
         let verdicts = vec![
             failure_domain::verdict(plan, &ev),
             routing::verdict(plan, &tl),
-            capacity::verdict(plan, &tl, &window),
+            capacity::verdict(plan, &tl, &window, search.as_ref()),
             overload::verdict(plan, &ev, phases),
             recovery::verdict(plan, &ev, &tl, phases),
             maintenance::verdict(plan, &ev, &tl, findings),
         ];
         RunLevel {
             degraded: tl.faults.iter().any(|f| f.removes).then_some(window),
+            capacity: search,
             evidence: ev,
             timeline: tl,
             verdicts,

@@ -67,6 +67,9 @@ pub struct Report<'a> {
     pub seconds: &'a [crate::metrics::SecondStats],
     /// The HA worksheet (Q14).
     pub worksheet: Vec<worksheet::Section>,
+    /// The capacity search (Q4), when the scenario has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<&'a crate::capacity::Search>,
     /// Every finding kind with its full count (`findings` keeps a sample of each).
     pub finding_counts: Vec<FindingCount>,
     /// Which evidence sources the judgement read, and how they stood.
@@ -103,6 +106,7 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         client: &j.client,
         seconds: &j.seconds,
         worksheet: worksheet::build(plan, j),
+        capacity: j.capacity.as_ref(),
         finding_counts: j
             .finding_counts
             .iter()

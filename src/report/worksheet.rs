@@ -259,17 +259,33 @@ fn healthy_vs_degraded(plan: &Plan, j: &Judgement) -> Section {
         cap,
         plan.scenario.protected_load.to_string(),
     ]);
-    if let Some(h) = healthy {
-        let n = plan.replicas.len().max(1) as f64;
-        let lost = plan.faults.len() as f64;
-        if n > lost && lost > 0.0 {
+    let rate = |x: Option<f64>| {
+        x.map(|v| format!("{v:.2}/s"))
+            .unwrap_or_else(|| "below the lowest step".into())
+    };
+    match &j.capacity {
+        Some(c) => {
             o.row([
-                "(N−k)/N × healthy achieved (a hypothesis, never the measure, Q4)".into(),
-                format!("{:.2}/s", h.achieved_rps),
-                format!("{:.2}/s", h.achieved_rps * (n - lost) / n),
-                String::new(),
+                "capacity, measured (search)".into(),
+                rate(c.healthy.capacity),
+                rate(c.degraded.capacity),
+                format!("≥ {}", plan.scenario.protected_load),
             ]);
+            if let Some(h) = c.hypothesis {
+                o.row([
+                    "(N−k)/N × C_healthy (a hypothesis, never the measure, Q4)".into(),
+                    String::new(),
+                    format!("{h:.2}/s"),
+                    String::new(),
+                ]);
+            }
         }
+        None => o.row([
+            "capacity, measured (search)".into(),
+            "not searched".into(),
+            "not searched (criteria.capacity.search)".into(),
+            String::new(),
+        ]),
     }
     o
 }

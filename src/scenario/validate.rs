@@ -123,7 +123,15 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "must be greater than 0",
         ));
     }
-    let (mut phases, explicit) = validate_phases(&s.phases, s.protected_load.0)?;
+    // The scenario's phases first (errors name their own index), then with the
+    // capacity search's ladders around them (Q4).
+    validate_phases(&s.phases, s.protected_load.0)?;
+    let search = s.criteria.capacity.as_ref().map(|c| &c.search);
+    if let Some(cs) = search {
+        validate_search(cs)?;
+    }
+    let expanded = crate::capacity::expand(&s.phases, search, s.protected_load.0);
+    let (mut phases, explicit) = validate_phases(&expanded, s.protected_load.0)?;
     let total = phases.last().map(|p| p.end()).unwrap_or_default();
     let (rate, profile) = validate_arrival(&s, &phases, total)?;
     let profile = overlay_phase_rates(profile, &phases, &explicit);
@@ -679,7 +687,7 @@ fn phase_rate(f: &str, p: &Phase, kind: PhaseKind, protected: f64) -> Result<Opt
             format!("an overload phase must offer more than protected_load ({protected}/s)"),
         ));
     }
-    if r + 1e-9 < protected {
+    if r + 1e-9 < protected && kind != PhaseKind::Capacity {
         return Err(Issue::new(
             field,
             format!("{r}/s"),
@@ -689,6 +697,32 @@ fn phase_rate(f: &str, p: &Phase, kind: PhaseKind, protected: f64) -> Result<Opt
         ));
     }
     Ok(Some(r))
+}
+
+fn validate_search(c: &CapacitySearch) -> Result<(), Issue> {
+    let f = "criteria.capacity.search";
+    if !pos_finite(c.from.0) || c.from.0 > MAX_RATE {
+        return Err(Issue::new(
+            format!("{f}.from"),
+            c.from,
+            format!("must be in (0, {MAX_RATE}] req/s"),
+        ));
+    }
+    if c.to.0.partial_cmp(&c.from.0) != Some(std::cmp::Ordering::Greater) || c.to.0 > MAX_RATE {
+        return Err(Issue::new(
+            format!("{f}.to"),
+            c.to,
+            format!("must be above `from` ({}) and at most {MAX_RATE}/s", c.from),
+        ));
+    }
+    if !(2..=20).contains(&c.steps) {
+        return Err(Issue::new(
+            format!("{f}.steps"),
+            c.steps,
+            "must be between 2 and 20",
+        ));
+    }
+    positive(&format!("{f}.step"), c.step)
 }
 
 /// The arrival profile with the phases that set their own rate replaced by it (the

@@ -151,3 +151,46 @@ async fn shedding_passes_overload_and_queueing_without_bound_fails_it() {
     assert_eq!(s, Status::Fail, "{v}");
     assert!(v.contains("queued instead of shedding"), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_search_measures_c_degraded_against_the_protected_load() {
+    // Small engines (2 sequences each) so the ladder reaches the cluster's limits.
+    let r = run(
+        short(&[
+            // Kept short (about 13 s in all): 3 rungs of 1.5 s on each side.
+            "phases=[{name: baseline, duration: 1s}, {name: fault, duration: 1500ms}, {name: degraded, duration: 1s}]",
+            "faults[0].at.offset=500ms",
+            "criteria.capacity.search={from: 4/s, to: 12/s, steps: 2, step: 1500ms, settle: 500ms}",
+            "target.engine.max_num_seqs=2",
+            "target.gateway.max_inflight_per_worker=2",
+        ]),
+        "capacity-search",
+    )
+    .await;
+    let (s, v) = status_of(&r, "Capacity");
+    let c = r.judgement.capacity.as_ref().expect("search judged");
+    assert!(c.healthy.complete && c.degraded.complete, "{c:?}");
+    let rates: Vec<f64> = c.degraded.steps.iter().map(|s| s.rate).collect();
+    assert_eq!(rates, [4.0, 6.0, 12.0]);
+    // Two workers sustain the protected 6/s well inside the (loose) SLO: the gate is
+    // measured and holds. The FAIL side is unit-tested on hand-written traces.
+    assert_eq!(s, Status::Pass, "{v}");
+    assert!(
+        c.gate && c.degraded.capacity.is_some_and(|x| x >= 6.0),
+        "{c:?}"
+    );
+    // The (N−1)/N hypothesis is reported beside the measurement, never as it.
+    assert_eq!(c.hypothesis, c.healthy.capacity.map(|h| h * 2.0 / 3.0));
+    assert!(v.contains("C_degraded") && v.contains("C_healthy"), "{v}");
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(r.run_dir.join("report.json")).expect("report"),
+    )
+    .expect("json");
+    crate::report::assert_valid_report(&report);
+    assert_eq!(
+        report["capacity"]["degraded"]["steps"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
+}

@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::units::Dur;
+use crate::scenario::units::{Dur, Rate};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
@@ -18,6 +18,51 @@ pub struct Criteria {
     pub overload: Option<OverloadCriteria>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenanceCriteria>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityCriteria>,
+}
+
+/// Capacity (Q4): measure C_healthy and C_degraded instead of assuming them.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityCriteria {
+    pub search: CapacitySearch,
+}
+
+/// A sustainable-rate search under the SLO, at the scenario's request mix: a ladder of
+/// constant-rate steps before the scenario's phases (healthy topology), a settle phase,
+/// the scenario's phases (with their faults), then the same ladder again (degraded
+/// topology). A step passes when its p95 TTFT/ITL/E2E, error and rejection rates meet
+/// the SLO; the capacity is the highest rate whose step and every lower one pass. The
+/// protected load is always one of the steps, so the gate C_degraded ≥ L_protected is
+/// measured, never derived.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CapacitySearch {
+    /// Lowest rate of the ladder.
+    pub from: Rate,
+    /// Highest rate of the ladder.
+    pub to: Rate,
+    /// Rates between `from` and `to`, geometric (the protected load is added).
+    #[serde(default = "default_steps")]
+    pub steps: u32,
+    /// How long each rate is offered.
+    #[serde(default = "default_step")]
+    pub step: Dur,
+    /// Load at the protected rate between the healthy ladder and the scenario, so the
+    /// backlog of the last steps drains first (0s: none).
+    #[serde(default = "default_settle")]
+    pub settle: Dur,
+}
+
+fn default_steps() -> u32 {
+    5
+}
+fn default_step() -> Dur {
+    Dur::secs(10)
+}
+fn default_settle() -> Dur {
+    Dur::secs(5)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -23,6 +23,12 @@ pub enum PhaseKind {
     Drain,
     /// After recovery: the healthy latency envelope must be back (Q11).
     Recovered,
+    /// A step of a capacity search (`criteria.capacity.search`, generated): judged
+    /// by the Capacity verdict, not against the Latency envelope.
+    Capacity,
+    /// Between the healthy ladder of a capacity search and the scenario: the backlog
+    /// drains at the protected rate (generated).
+    Settle,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
