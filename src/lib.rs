@@ -24,5 +24,6 @@ pub mod cli;
 pub mod engine;
 pub mod faults;
 pub mod metrics;
+pub mod priority;
 pub mod proxy;
 pub mod report;

@@ -7,6 +7,13 @@ use tokio_util::sync::CancellationToken;
 fn main() -> ExitCode {
     haq::install_crypto_provider();
     let cli = Cli::parse();
+    // The measuring client runs ahead of compilers and of the system under test when it
+    // may (haq::priority); before the runtime so that every thread inherits it.
+    if matches!(&cli.command, Command::Run(_))
+        || matches!(&cli.command, Command::Bench(b) if matches!(b.command, BenchCommand::Client { .. }))
+    {
+        haq::priority::raise_for_measurement();
+    }
     // Sim processes run on one current-thread runtime each: a worker's engine loop and
     // its HTTP side share the thread (tokens reach their sockets without a cross-thread
     // wake-up; the `after_event` fault hook relies on it, see sim::worker::out); the

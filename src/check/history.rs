@@ -56,6 +56,10 @@ pub struct RequestRecord {
     /// Trace time up to which the gateway journal is known to go on, when this record
     /// was judged (0: no journal).
     pub journal_until: u64,
+    /// A probe request (issue 5): the fault whose trigger it drives. Probes are
+    /// instrumentation held back at haq's proxy: judged by Request-Fate, not measured
+    /// as the workload's latency (Q2).
+    pub probe: Option<String>,
 }
 
 /// One upstream attempt of a request, as the gateway journaled it.
@@ -303,6 +307,7 @@ impl Folder {
                 protected,
                 stream,
                 admitted,
+                probe,
                 ..
             } => {
                 let mut r = RequestRecord {
@@ -315,6 +320,7 @@ impl Folder {
                     protected,
                     stream,
                     admitted,
+                    probe,
                     ..Default::default()
                 };
                 for (gt, item) in self.early.remove(&id).into_iter().flatten() {

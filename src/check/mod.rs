@@ -148,7 +148,10 @@ impl Judgement {
 
     /// `INVALID` for an invalid run, else the overall status.
     pub fn result_label(&self) -> &'static str {
-        if self.invalid() {
+        if self.run.interrupted {
+            // Exit code 3: a partial report, whatever the verdicts of the part say.
+            "INTERRUPTED"
+        } else if self.invalid() {
             "INVALID"
         } else {
             self.overall().as_str()
@@ -168,11 +171,15 @@ struct Acc {
 impl RequestSink for Acc {
     fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         let m = crate::metrics::Measured::of(r, &self.slo);
-        if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
-            p.add_measured(r, &m);
+        // Probe requests are held back at haq's proxy on purpose: their latency is the
+        // instrument's, not the service's (Q2). Request-Fate and the timeline judge them.
+        if r.probe.is_none() {
+            if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
+                p.add_measured(r, &m);
+            }
+            self.series.add(r, &m);
+            self.slip.add(m.slip);
         }
-        self.series.add(r, &m);
-        self.slip.add(m.slip);
         self.fate.add(r, faults);
         self.run.request(r, faults);
     }

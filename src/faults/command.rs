@@ -53,6 +53,10 @@ pub fn run_sh(cmd: &str, env: &[(String, String)], timeout: Duration) -> Ran {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // SAFETY: restore_in_child is async-signal-safe.
+    unsafe {
+        c.pre_exec(crate::priority::restore_in_child);
+    }
     for (k, v) in env {
         c.env(k, v);
     }

@@ -172,6 +172,10 @@ async fn start_command(
                 .map(|d| d.as_millis().to_string())
                 .unwrap_or_default(),
         );
+    // SAFETY: restore_in_child is async-signal-safe.
+    unsafe {
+        c.pre_exec(crate::priority::restore_in_child);
+    }
     let mut child = c.spawn().map_err(|e| format!("starting `{cmd}`: {e}"))?;
     let child_pid = child.id();
     // Reap it whenever it ends (a launcher exits at once; a server runs on).

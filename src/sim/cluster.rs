@@ -152,13 +152,13 @@ async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::R
         .stderr(Stdio::from(log_file))
         .kill_on_drop(true)
         .process_group(0);
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    // SAFETY: prctl and setpriority are async-signal-safe and touch no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            Ok(())
+            crate::priority::restore_in_child()
         });
     }
     let mut child = cmd

@@ -267,6 +267,8 @@ async fn interrupted_run_heals(sig: nix::sys::signal::Signal) {
         "{sig}: stderr: {}",
         String::from_utf8_lossy(&done.stderr)
     );
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(stdout.contains("result: INTERRUPTED"), "{sig}: {stdout}");
     // The worker runs again and answers; the trace says both faults were healed.
     assert_ne!(state(ext.a.p.pid), Some('T'), "a was left frozen");
     let ready = http()

@@ -153,6 +153,36 @@ async fn shedding_passes_overload_and_queueing_without_bound_fails_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_survivors_that_cannot_carry_the_protected_load_fail_capacity() {
+    // The overload test's small engines: three workers serve ~7.5/s, two only ~5/s,
+    // below the protected 6/s. The kill is clean (Failure-Domain PASS); what fails is
+    // the degraded topology: the gateway sheds protected traffic (Q4, Q10).
+    let r = run(
+        short(&[
+            "workload.mix.classes[0].output_tokens={uniform: [100, 150]}",
+            "phases=[{name: baseline, duration: 2s}, {name: fault, duration: 3s}, {name: degraded, duration: 4s}]",
+            "faults[0].at.offset=500ms",
+            "target.gateway.max_inflight_per_worker=2",
+            "target.engine.max_num_seqs=2",
+            "target.gateway.queue_limit=2",
+            "target.gateway.best_effort_queue_limit=1",
+        ]),
+        "capacity-short",
+    )
+    .await;
+    let (s, v) = status_of(&r, "Failure-Domain");
+    assert_eq!(s, Status::Pass, "{v}");
+    let (s, v) = status_of(&r, "Capacity");
+    assert_eq!(s, Status::Fail, "{v}");
+    assert!(
+        v.contains("rejected") || v.contains("did not serve the protected load"),
+        "{v}"
+    );
+    let w = r.judgement.degraded.as_ref().expect("degraded window");
+    assert!(w.rejected > 0 || w.failed > 0, "{w:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_search_measures_c_degraded_against_the_protected_load() {
     // Small engines (2 sequences each) so the ladder reaches the cluster's limits.
     let r = run(
