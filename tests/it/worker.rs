@@ -193,14 +193,7 @@ async fn startup_readiness_and_sigterm_drain() {
     .await;
     let u = w.url().to_string();
     // A slow starter: alive at once, ready only after model load.
-    let slow = spawn_worker(
-        &dir,
-        "s1",
-        json!({"startup": "1500ms"}),
-        None,
-        "127.0.0.1:0",
-    )
-    .await;
+    let slow = spawn_worker(&dir, "s1", json!({"startup": "3s"}), None, "127.0.0.1:0").await;
     let (s, r) = get_json(&format!("{}/ready", slow.url())).await;
     assert_eq!((s, r["status"].as_str()), (503, Some("starting")));
     assert_eq!(
@@ -217,10 +210,10 @@ async fn startup_readiness_and_sigterm_drain() {
     wait_ready(slow.url()).await;
 
     // A stream in flight when SIGTERM arrives finishes; new requests get 503.
-    let body = chat("drain me", 60);
+    let body = chat("drain me", 100);
     let su = format!("{u}/v1/chat/completions");
     let inflight = tokio::spawn(async move { stream(&su, &body, &[], LIMIT).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    running(&u, 1).await;
     w.p.signal(Signal::SIGTERM).expect("SIGTERM");
     eventually("draining", LIMIT, async || {
         get_json(&format!("{u}/ready")).await.1["status"] == "draining"
@@ -234,7 +227,7 @@ async fn startup_readiness_and_sigterm_drain() {
         "in-flight stream finished: {:?}",
         seen.broken
     );
-    assert_eq!(seen.content().len(), 60);
+    assert_eq!(seen.content().len(), 100);
     let mut p = w.p;
     let st = p.wait_exit(LIMIT).await.expect("exits after the drain");
     assert!(st.success(), "{st}");
@@ -260,9 +253,9 @@ async fn startup_readiness_and_sigterm_drain() {
 async fn sigstop_freezes_and_sigkill_crashes() {
     let w = worker("f1", json!({"decode_step": "10ms"}), None).await;
     let su = format!("{}/v1/chat/completions", w.url());
-    let body = chat("freeze", 80);
+    let body = chat("freeze", 200);
     let h = tokio::spawn(async move { stream(&su, &body, &[], LIMIT).await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    running(w.url(), 1).await;
     w.p.signal(Signal::SIGSTOP).expect("SIGSTOP");
     let hc = http()
         .get(format!("{}/health", w.url()))
@@ -274,7 +267,11 @@ async fn sigstop_freezes_and_sigkill_crashes() {
     w.p.signal(Signal::SIGCONT).expect("SIGCONT");
     let seen = h.await.expect("task");
     assert!(seen.done(), "resumed and finished");
-    let gaps: Vec<Duration> = seen.events.windows(2).map(|p| p[1].0 - p[0].0).collect();
+    // From the request on (the freeze may come before the first event).
+    let times: Vec<_> = std::iter::once(seen.sent)
+        .chain(seen.events.iter().map(|e| e.0))
+        .collect();
+    let gaps: Vec<Duration> = times.windows(2).map(|p| p[1] - p[0]).collect();
     assert!(
         gaps.iter().any(|g| *g >= Duration::from_millis(400)),
         "the freeze shows as one long gap"
@@ -283,7 +280,7 @@ async fn sigstop_freezes_and_sigkill_crashes() {
     let su = format!("{}/v1/chat/completions", w.url());
     let body = chat("crash", 200);
     let h = tokio::spawn(async move { stream(&su, &body, &[], LIMIT).await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    running(w.url(), 1).await;
     let mut p = w.p;
     p.signal(Signal::SIGKILL).expect("SIGKILL");
     let seen = h.await.expect("task");
@@ -301,6 +298,15 @@ async fn sigstop_freezes_and_sigkill_crashes() {
             .is_err(),
         "refused after death"
     );
+}
+
+/// Waits until the worker's engine runs `n` sequences (a request is in flight).
+async fn running(url: &str, n: u64) {
+    let state = format!("{url}/admin/state");
+    eventually("requests running", LIMIT, async || {
+        get_json(&state).await.1["running"].as_u64() == Some(n)
+    })
+    .await;
 }
 
 /// Arms `spec` on a fresh worker, streams request `rid`, returns what the client saw
@@ -433,8 +439,14 @@ async fn a_tool_call_is_executed_then_streamed_and_the_hook_fires_between() {
         seen.events
     );
     assert!(fired(&j, "after_tool_call"));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let log: Vec<Stamped<ToolExecution>> = journal(&dir.join("tools.jsonl"));
+    let tools_log = dir.join("tools.jsonl");
+    eventually("the victim's execution logged", LIMIT, async || {
+        journal::<Stamped<ToolExecution>>(&tools_log)
+            .iter()
+            .any(|e| e.entry.logical_request_id == "victim")
+    })
+    .await;
+    let log: Vec<Stamped<ToolExecution>> = journal(&tools_log);
     let victim: Vec<_> = log
         .iter()
         .filter(|e| e.entry.logical_request_id == "victim")
@@ -568,8 +580,9 @@ async fn leases_refuse_expire_renew_and_revoke() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_long_prefix_is_served_from_the_prefix_cache_until_a_restart() {
     let dir = crate::support::scratch("prefix");
-    // 2000 prompt tokens at 4000 tok/s: 500 ms of prefill when cold.
-    let engine = json!({"prefill_tokens_per_s": 4000.0, "decode_step": "5ms"});
+    // 2000 prompt tokens at 2000 tok/s: 1 s of prefill when cold (a lower bound the
+    // model guarantees); warm, one step of ~5 ms, which may stretch on a busy machine.
+    let engine = json!({"prefill_tokens_per_s": 2000.0, "decode_step": "5ms"});
     let prompt = (0..2000)
         .map(|i| format!("w{}", i % 97))
         .collect::<Vec<_>>()
@@ -592,8 +605,8 @@ async fn a_repeated_long_prefix_is_served_from_the_prefix_cache_until_a_restart(
         usage["usage"]["prompt_tokens_details"]["cached_tokens"], 1999,
         "{usage}"
     );
-    assert!(cold > Duration::from_millis(400), "cold {cold:?}");
-    assert!(warm * 4 < cold, "warm {warm:?} vs cold {cold:?}");
+    assert!(cold > Duration::from_millis(950), "cold {cold:?}");
+    assert!(warm * 2 < cold, "warm {warm:?} vs cold {cold:?}");
     let m = http()
         .get(format!("{}/metrics", w.url()))
         .send()
@@ -623,7 +636,7 @@ async fn a_repeated_long_prefix_is_served_from_the_prefix_cache_until_a_restart(
     .ttft()
     .expect("ttft");
     assert!(
-        again > Duration::from_millis(400),
+        again > Duration::from_millis(950),
         "cold again after restart: {again:?}"
     );
 }
