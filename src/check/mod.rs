@@ -291,7 +291,7 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
     let mut verdicts = Vec::new();
     for name in VERDICTS {
         verdicts.push(match name {
-            "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len(), &src.reports, sim),
+            "Request-Fate" => fate::verdict(&acc.fate, fate::fate_faults(plan), &src.reports, sim),
             "Latency" => latency::verdict(plan, &phases),
             other => level
                 .verdict(other)

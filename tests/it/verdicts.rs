@@ -85,6 +85,7 @@ async fn a_gateway_without_health_checks_fails_routing() {
         matches!(src, Some("gateway journal" | "haq proxy")),
         "{removal:?}"
     );
+    crate::fate::no_request_fate_finding(&r, "no-health-check");
 }
 
 fn drain(policy: &str) -> haq::scenario::Plan {
@@ -105,11 +106,15 @@ async fn a_clean_drain_passes_maintenance_and_a_hard_drain_fails_it() {
     assert_eq!(s, Status::Pass, "{v}");
     let f = &ok.judgement.timeline.faults[0];
     assert!(f.drain && f.detected.is_some(), "{f:?}");
+    // A planned drain tests no request fate: not evaluated, not UNKNOWN.
+    let (s, v) = status_of(&ok, "Request-Fate");
+    assert_eq!(s, Status::NotEvaluated, "{v}");
 
     let bad = run(drain("hard-drain"), "hard-drain").await;
     let (s, v) = status_of(&bad, "Maintenance");
     assert_eq!(s, Status::Fail, "{v}");
     assert!(v.contains("lost or truncated"), "{v}");
+    crate::fate::no_request_fate_finding(&bad, "hard-drain");
 }
 
 fn overload(policy: &str) -> haq::scenario::Plan {
@@ -150,6 +155,7 @@ async fn shedding_passes_overload_and_queueing_without_bound_fails_it() {
     let (s, v) = status_of(&bad, "Overload");
     assert_eq!(s, Status::Fail, "{v}");
     assert!(v.contains("queued instead of shedding"), "{v}");
+    crate::fate::no_request_fate_finding(&bad, "no-shedding");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
