@@ -550,7 +550,7 @@ fn full_recovery(
         t,
         "gateway journal + client latency series",
         format!(
-            "{} replaced endpoint(s) ready and receiving traffic; p95 TTFT and ITL inside the SLO from +{:.1}s",
+            "{} endpoint(s) back (replaced or healed), ready and receiving traffic; p95 TTFT and ITL inside the SLO from +{:.1}s",
             removing.len(),
             back
         ),

@@ -88,6 +88,34 @@ async fn a_gateway_without_health_checks_fails_routing() {
     crate::fate::no_request_fate_finding(&r, "no-health-check");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healed_freeze_is_routed_around_then_serves_again() {
+    // SIGSTOP w2 for 1.5 s: the gateway's health checks take it out, SIGCONT brings it
+    // back, and traffic to it after the heal is not traffic to a dead endpoint.
+    let r = run(
+        short(&[
+            "phases=[{name: baseline, duration: 2s}, {name: fault, duration: 4s}, {name: degraded, duration: 2s}]",
+            "faults[0]={name: freeze-w2, domain: worker, action: freeze, target: {replica: w2}, at: {phase: fault, offset: 500ms}, duration: 1500ms}",
+            "criteria.routing.traffic_removal_max=2s",
+        ]),
+        "freeze-healed",
+    )
+    .await;
+    for name in ["Failure-Domain", "Routing"] {
+        let (s, v) = status_of(&r, name);
+        assert_eq!(s, Status::Pass, "{v}");
+    }
+    // The heal is no replacement step of the scenario.
+    let (s, v) = status_of(&r, "Recovery");
+    assert_eq!(s, Status::NotEvaluated, "{v}");
+    let f = &r.judgement.timeline.faults[0];
+    let healed = f.healed.as_ref().expect("healed");
+    let back = f.replacement.serving.as_ref().expect("w2 serves again");
+    assert!(back.t > healed.t, "{f:?}");
+    let removal = f.removal.as_ref().expect("removal");
+    assert!(removal.t < healed.t, "{removal:?}");
+}
+
 fn drain(policy: &str) -> haq::scenario::Plan {
     short(&[
         // Long streams, so several are in flight on w2 when the drain begins.
