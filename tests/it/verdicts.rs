@@ -58,6 +58,27 @@ async fn a_replacement_that_serves_within_the_bound_passes_recovery() {
     // The replacement's traffic is not counted as traffic to the dead endpoint.
     let removal = f.removal.as_ref().expect("removal");
     assert!(removal.t < ready.t, "{removal:?}");
+
+    // The same run, all its evidence, judged against a recovery objective no
+    // replacement with a 300 ms restart delay and a 300 ms cold start can meet: FAIL,
+    // naming the bound.
+    let mut strict = r.plan.clone();
+    if let Some(c) = strict.scenario.criteria.recovery.as_mut() {
+        c.ready_and_serving_max = haq::scenario::units::Dur(std::time::Duration::from_millis(200));
+    }
+    let tp = r.run_dir.join(haq::trace::TRACE_FILE);
+    let j = haq::check::judge_with(
+        &strict,
+        || haq::trace::read(&tp).expect("trace").map_while(Result::ok),
+        haq::check::evidence::open(&r.run_dir, &strict),
+    );
+    let v = j
+        .verdicts
+        .iter()
+        .find(|v| v.name == "Recovery")
+        .expect("Recovery");
+    assert_eq!(v.status, Status::Fail, "{v:?}");
+    assert!(v.summary.contains("(bound 200 ms)"), "{v:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
