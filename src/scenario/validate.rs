@@ -319,6 +319,9 @@ fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
 fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
     positive("target.gateway.health_interval", g.health_interval)?;
     at_least("target.gateway.health_failures", g.health_failures, 1)?;
+    if let Some(t) = g.health_timeout {
+        positive("target.gateway.health_timeout", t)?;
+    }
     if !(g.retry_ratio.is_finite() && g.retry_ratio >= 0.0) {
         return Err(Issue::new(
             "target.gateway.retry_ratio",
