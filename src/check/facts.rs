@@ -141,6 +141,8 @@ pub struct Replaced {
     pub fault: String,
     pub replica: String,
     pub stage: ReplacementStage,
+    /// The replacement's process, when the backend knows it.
+    pub pid: Option<u32>,
     pub detail: Option<String>,
 }
 
@@ -301,13 +303,14 @@ impl EvidenceAcc {
                 fault,
                 replica,
                 stage,
+                pid,
                 detail,
-                ..
             } => self.ev.replacements.push(Replaced {
                 t: *t,
                 fault: fault.clone(),
                 replica: replica.clone(),
                 stage: *stage,
+                pid: *pid,
                 detail: detail.clone(),
             }),
             Event::ProxyRequest { t, replica, id, .. } => {

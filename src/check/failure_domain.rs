@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::facts::Evidence;
+use super::history::FaultRec;
 use super::run::{judged, worst};
 use super::{Status, Verdict};
 use crate::scenario::Plan;
@@ -109,7 +110,7 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
                         d.name, rec.domain, want_domain
                     ),
                 ));
-            } else if let Some(bad) = pid_mismatch(ev, &rec.replica, rec.pid) {
+            } else if let Some(bad) = pid_mismatch(ev, rec) {
                 parts.push((Status::Fail, format!("{}: {bad}", d.name)));
             } else {
                 parts.push((
@@ -148,11 +149,27 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
     Verdict::new(NAME, status, summary, evidence)
 }
 
-/// The recorded pid is not the pid the target reported for that replica.
-fn pid_mismatch(ev: &Evidence, replica: &str, pid: Option<u32>) -> Option<String> {
-    let known = ev.replicas.iter().find(|r| r.name == replica)?.pid?;
-    let got = pid?;
-    (got != known).then(|| format!("signalled pid {got}, but {replica} is pid {known}"))
+/// The recorded pid is not the replica's pid when the fault fired: the one the target
+/// reported at the start, or the latest replacement's (a replica killed, replaced and
+/// killed again has the replacement's pid).
+fn pid_mismatch(ev: &Evidence, rec: &FaultRec) -> Option<String> {
+    let replica = rec.replica.as_str();
+    let started = ev.replicas.iter().find(|r| r.name == replica)?.pid;
+    let replaced = ev
+        .replacements
+        .iter()
+        .rfind(|r| r.replica == replica && r.t <= rec.t && r.pid.is_some())
+        .and_then(|r| r.pid);
+    let known = replaced.or(started)?;
+    let got = rec.pid?;
+    (got != known).then(|| {
+        let whose = if replaced.is_some() {
+            format!("{replica}'s replacement")
+        } else {
+            replica.to_string()
+        };
+        format!("signalled pid {got}, but {whose} is pid {known}")
+    })
 }
 
 /// Undeclared replicas that went out of service after the first fault and never came
@@ -334,5 +351,48 @@ mod tests {
         );
         let p = plan(&["faults=[]"]);
         assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
+    }
+
+    /// w2 killed at 13 s, replaced (pid 555) at 14 s, killed again at 22 s with `pid`.
+    fn killed_twice(pid: u32) -> (Plan, Tb) {
+        let p = plan(&[
+            "faults=[{name: kill-w2, domain: worker, action: kill, target: {replica: w2}, at: {phase: fault, offset: 2s}, restart: {after: 500ms, cold_start: 500ms}}, {name: kill-w2-again, domain: worker, action: kill, target: {replica: w2}, at: {phase: degraded, offset: 1s}}]",
+        ]);
+        let mut tb = standard(&p);
+        tb.ev(Event::Replacement {
+            t: us(14.0),
+            fault: "kill-w2".into(),
+            replica: "w2".into(),
+            stage: crate::trace::ReplacementStage::ProcessStarted,
+            pid: Some(555),
+            detail: None,
+        });
+        tb.fault("kill-w2-again", "w2", 22.0, true);
+        for e in &mut tb.events {
+            if let Event::Fault { name, pid: p, .. } = e
+                && name == "kill-w2-again"
+            {
+                *p = Some(pid);
+            }
+        }
+        (p, tb)
+    }
+
+    #[test]
+    fn a_replaced_replica_killed_again_is_checked_against_the_replacements_pid() {
+        let (p, tb) = killed_twice(555);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        // The old process's pid, signalled after the replacement took over, is the
+        // wrong process.
+        let (p, tb) = killed_twice(102);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary
+                .contains("signalled pid 102, but w2's replacement is pid 555"),
+            "{}",
+            v.summary
+        );
     }
 }

@@ -63,3 +63,123 @@ pub fn verdict(plan: &Plan, phases: &[PhaseStats]) -> Verdict {
     };
     Verdict::new("Latency", status, summary, evidence)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::check::Status;
+    use crate::check::testkit::*;
+
+    /// Baseline and fault phase as in the standard run; the degraded phase's requests
+    /// shaped by `shape`.
+    fn with_degraded(shape: impl Fn(R<'static>) -> R<'static>) -> crate::check::Judgement {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("fault", 11.0, 12.7, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.removed(13.05, "w2", "connection failed");
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        for k in 0..100 {
+            let t = 21.0 + f64::from(k) * 0.1;
+            let w = if k % 2 == 0 { "w1" } else { "w3" };
+            tb.req(shape(R::ok(format!("d{k}"), "degraded", t, w)));
+        }
+        tb.end(32.0);
+        tb.judge(&p)
+    }
+
+    #[test]
+    fn every_phase_inside_the_one_slo_passes() {
+        let j = with_degraded(|r| r);
+        let v = pick(&j, "Latency");
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(v.summary.contains("all 3 phases"), "{}", v.summary);
+        assert!(
+            v.evidence
+                .iter()
+                .any(|e| e.starts_with("degraded: p95 TTFT 100.")),
+            "{:?}",
+            v.evidence
+        );
+    }
+
+    #[test]
+    fn degraded_ttft_outside_the_healthy_envelope_fails_naming_the_phase() {
+        // The survivors queue: TTFT 800 ms on the degraded topology, where the SLO —
+        // the same as healthy (Q2) — allows 500 ms.
+        let j = with_degraded(|r| r.ttft(800.0));
+        let v = pick(&j, "Latency");
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary.contains("degraded: p95 TTFT 800.") && v.summary.contains("SLO 500 ms"),
+            "{}",
+            v.summary
+        );
+        assert!(!v.summary.contains("baseline:"), "{}", v.summary);
+    }
+
+    #[test]
+    fn degraded_itl_outside_the_slo_fails() {
+        let j = with_degraded(|r| r.itl(80.0));
+        let v = pick(&j, "Latency");
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("degraded: p95 ITL 80."), "{}", v.summary);
+    }
+
+    #[test]
+    fn a_phase_with_too_few_completed_requests_is_unknown() {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("fault", 11.0, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.steady("degraded", 21.0, 21.3, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        let v = pick(&tb.judge(&p), "Latency");
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.summary.contains("degraded (3 completed)"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn a_probe_held_at_haqs_proxy_is_not_the_services_latency() {
+        // 1 request/s: ten per phase, so one slow request would be the p95.
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 1.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("fault", 11.0, 21.0, 1.0, rr(&["w1", "w3"]));
+        tb.steady("degraded", 21.0, 31.0, 1.0, rr(&["w1", "w3"]));
+        // The probe the fault's trigger held for 3 s at the proxy.
+        tb.req(
+            R::ok("probe-1", "fault", 12.5, "w2")
+                .ttft(3000.0)
+                .probe("kill-w2"),
+        );
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.end(32.0);
+        let j = tb.judge(&p);
+        let v = pick(&j, "Latency");
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        let fault = j.phases.iter().find(|p| p.name == "fault").expect("phase");
+        assert_eq!(fault.requests, 10, "{fault:?}");
+        // Still a request of the run: in the per-request facts (CSV) and Request-Fate.
+        assert!(j.facts.requests.iter().any(|r| r.id == "probe-1"));
+        // The same request without the probe mark is the workload's: it FAILs Latency.
+        let mut tb2 = Tb::new();
+        tb2.phases(&p);
+        tb2.steady("baseline", 1.0, 11.0, 1.0, rr(&["w1", "w2", "w3"]));
+        tb2.steady("fault", 11.0, 21.0, 1.0, rr(&["w1", "w3"]));
+        tb2.steady("degraded", 21.0, 31.0, 1.0, rr(&["w1", "w3"]));
+        tb2.req(R::ok("slow-1", "fault", 12.5, "w2").ttft(3000.0));
+        tb2.fault("kill-w2", "w2", 13.0, true);
+        tb2.end(32.0);
+        let v = pick(&tb2.judge(&p), "Latency");
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("fault: p95 TTFT 3000"), "{}", v.summary);
+    }
+}

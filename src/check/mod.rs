@@ -171,11 +171,15 @@ struct Acc {
 impl RequestSink for Acc {
     fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         let m = crate::metrics::Measured::of(r, &self.slo);
-        if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
-            p.add_measured(r, &m);
+        // Probe requests are held back at haq's proxy on purpose: their latency is the
+        // instrument's, not the service's (Q2). Request-Fate and the timeline judge them.
+        if r.probe.is_none() {
+            if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
+                p.add_measured(r, &m);
+            }
+            self.series.add(r, &m);
+            self.slip.add(m.slip);
         }
-        self.series.add(r, &m);
-        self.slip.add(m.slip);
         self.fate.add(r, faults);
         self.run.request(r, faults);
     }
@@ -288,7 +292,7 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
     let mut verdicts = Vec::new();
     for name in VERDICTS {
         verdicts.push(match name {
-            "Request-Fate" => fate::verdict(&acc.fate, plan.faults.len(), &src.reports, sim),
+            "Request-Fate" => fate::verdict(&acc.fate, fate::fate_faults(plan), &src.reports, sim),
             "Latency" => latency::verdict(plan, &phases),
             other => level
                 .verdict(other)

@@ -18,7 +18,12 @@ fn exercised(plan: &Plan, tl: &Timeline) -> bool {
         || plan.scenario.criteria.recovery.is_some()
         || tl.faults.iter().any(|f| {
             let r = &f.replacement;
-            r.requested.is_some() || r.started.is_some() || r.ready.is_some() || r.failed.is_some()
+            // A healed fault's endpoint coming back is the heal, not a replacement
+            // step the scenario asked to judge.
+            r.requested.is_some()
+                || r.started.is_some()
+                || r.failed.is_some()
+                || (r.ready.is_some() && f.healed.is_none())
         })
 }
 
@@ -39,6 +44,15 @@ fn stages(f: &FaultTimeline) -> String {
     })
     .collect();
     s.join(", ")
+}
+
+/// What came back: a replacement, or the healed endpoint itself.
+fn back(f: &FaultTimeline) -> String {
+    if f.healed.is_some() && f.replacement.requested.is_none() {
+        format!("{} (healed)", f.replica)
+    } else {
+        format!("replacement for {}", f.replica)
+    }
 }
 
 pub fn verdict(plan: &Plan, ev: &Evidence, tl: &Timeline, phases: &[PhaseStats]) -> Verdict {
@@ -85,10 +99,17 @@ pub fn verdict(plan: &Plan, ev: &Evidence, tl: &Timeline, phases: &[PhaseStats])
                 } else {
                     Status::Unknown
                 },
-                format!(
-                    "{}: no replacement for {} became ready by the end of the run",
-                    f.fault, f.replica
-                ),
+                if f.healed.is_some() && r.requested.is_none() {
+                    format!(
+                        "{}: {} was healed but neither ready nor serving again by the end of the run",
+                        f.fault, f.replica
+                    )
+                } else {
+                    format!(
+                        "{}: no replacement for {} became ready by the end of the run",
+                        f.fault, f.replica
+                    )
+                },
             )),
             (Some(ready), None) => parts.push((
                 Status::Fail,
@@ -105,16 +126,17 @@ pub fn verdict(plan: &Plan, ev: &Evidence, tl: &Timeline, phases: &[PhaseStats])
                     Some(b) if took > b => parts.push((
                         Status::Fail,
                         format!(
-                            "{}: replacement for {} ready and serving after {took:.0} ms (bound {b:.0} ms)",
-                            f.fault, f.replica
+                            "{}: {} ready and serving after {took:.0} ms (bound {b:.0} ms)",
+                            f.fault,
+                            back(f)
                         ),
                     )),
                     _ => parts.push((
                         Status::Pass,
                         format!(
-                            "{}: replacement for {} ready and serving after {took:.0} ms{}",
+                            "{}: {} ready and serving after {took:.0} ms{}",
                             f.fault,
-                            f.replica,
+                            back(f),
                             bound.map(|b| format!(" (bound {b:.0} ms)")).unwrap_or_default()
                         ),
                     )),
@@ -295,5 +317,46 @@ mod tests {
         let v = pick(&standard(&p).judge(&p), NAME);
         assert_eq!(v.status, Status::NotEvaluated);
         assert!(v.summary.contains("no replacement step"));
+    }
+
+    #[test]
+    fn a_healed_freeze_recovers_when_its_endpoint_serves_again_within_the_bound() {
+        let p = plan(&[
+            "faults[0]={name: freeze-w2, domain: worker, action: freeze, target: {replica: w2}, at: {phase: fault, offset: 2s}, duration: 2s}",
+            "criteria.recovery.ready_and_serving_max=5s",
+        ]);
+        let (mut ok, mut never) = (Tb::new().without_journal(), Tb::new().without_journal());
+        for (tb, back) in [(&mut ok, true), (&mut never, false)] {
+            tb.phases(&p);
+            tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+            tb.fault_as("freeze-w2", "worker", "freeze", "w2", 13.0, true);
+            tb.steady("fault", 13.05, 15.0, 10.0, rr(&["w1", "w3"]));
+            tb.heal("freeze-w2", "w2", 15.0);
+            let ws: &'static [&'static str] = if back {
+                &["w1", "w2", "w3"]
+            } else {
+                &["w1", "w3"]
+            };
+            tb.steady("fault", 15.05, 21.0, 10.0, rr(ws));
+            tb.steady("degraded", 21.0, 31.0, 10.0, rr(ws));
+            tb.end(32.0);
+        }
+        let j = ok.judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(
+            v.summary.contains("w2 (healed) ready and serving after 2"),
+            "{}",
+            v.summary
+        );
+        // Healed, but the gateway never sends it traffic again: not recovered.
+        let v = pick(&never.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary
+                .contains("w2 was healed but neither ready nor serving again"),
+            "{}",
+            v.summary
+        );
     }
 }

@@ -108,10 +108,17 @@ pub fn verdict(plan: &Plan, tl: &Timeline) -> Verdict {
                 c.source
             ));
         }
-        let line = format!(
-            "{}: traffic removed from {} {:.0} ms after the fault (bound {:.0} ms, {bound_src})",
-            f.fault, f.replica, removal, bound
-        );
+        let line = if r.until_heal {
+            format!(
+                "{}: {} got new traffic until the fault was healed, {:.0} ms after it (bound {:.0} ms, {bound_src}): routing never took it out",
+                f.fault, f.replica, removal, bound
+            )
+        } else {
+            format!(
+                "{}: traffic removed from {} {:.0} ms after the fault (bound {:.0} ms, {bound_src})",
+                f.fault, f.replica, removal, bound
+            )
+        };
         if removal > bound {
             parts.push((Status::Fail, line));
         } else if r.confirmed.is_none() {
@@ -240,6 +247,86 @@ mod tests {
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
             v.summary.contains("cannot tell that traffic stopped"),
+            "{}",
+            v.summary
+        );
+    }
+
+    /// w2 frozen at 13 s for `secs`, healed; headers only (no journal). Traffic goes
+    /// to `during` while frozen, to all three after the heal.
+    fn freeze(secs: f64, during: &'static [&'static str]) -> (Plan, Tb) {
+        let p = plan(&[
+            "faults[0]={name: freeze-w2, domain: worker, action: freeze, target: {replica: w2}, at: {phase: fault, offset: 2s}}",
+            &format!("faults[0].duration={}ms", (secs * 1000.0) as u64),
+            "criteria.routing.traffic_removal_max=1s",
+        ]);
+        let heal = 13.0 + secs;
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("fault", 11.0, 13.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault_as("freeze-w2", "worker", "freeze", "w2", 13.0, true);
+        tb.steady("fault", 13.05, heal, 10.0, rr(during));
+        tb.heal("freeze-w2", "w2", heal);
+        tb.steady("fault", heal + 0.05, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.end(32.0);
+        (p, tb)
+    }
+
+    #[test]
+    fn traffic_to_a_healed_freeze_after_its_heal_is_not_traffic_to_a_dead_endpoint() {
+        // Routed around while frozen, back in the rotation once healed: PASS. (Before
+        // the heal bounded the window, the traffic after it FAILed Routing.)
+        let (p, tb) = freeze(3.0, &["w1", "w3"]);
+        let j = tb.judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        let f = j.timeline.fault("freeze-w2").expect("timeline");
+        let r = f.removal.as_ref().expect("removal");
+        assert_eq!((r.routed_after_fault, r.until_heal), (0, false), "{r:?}");
+        // The endpoint came back by itself: ready again and serving, from the headers.
+        let back = f.replacement.serving.as_ref().expect("serving again");
+        assert!(
+            back.t > us(16.0) && back.source == "x-haq-worker header",
+            "{back:?}"
+        );
+        assert!(
+            j.timeline
+                .entries
+                .iter()
+                .any(|e| e.event == "w2 receiving traffic again")
+        );
+        // A healed freeze is no replacement step: Recovery is not evaluated.
+        assert_eq!(pick(&j, "Recovery").status, Status::NotEvaluated);
+    }
+
+    #[test]
+    fn a_short_freeze_healed_before_the_bound_passes_though_never_routed_around() {
+        let (p, tb) = freeze(0.6, &["w1", "w2", "w3"]);
+        let j = tb.judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(
+            v.summary
+                .contains("got new traffic until the fault was healed"),
+            "{}",
+            v.summary
+        );
+        let r = j
+            .timeline
+            .fault("freeze-w2")
+            .and_then(|f| f.removal.clone());
+        assert!(r.is_some_and(|r| r.until_heal));
+    }
+
+    #[test]
+    fn a_long_freeze_the_gateway_keeps_routing_to_fails() {
+        let (p, tb) = freeze(4.0, &["w1", "w2", "w3"]);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary.contains("until the fault was healed") && v.summary.contains("bound 1000 ms"),
             "{}",
             v.summary
         );

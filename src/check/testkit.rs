@@ -66,6 +66,8 @@ pub struct R<'a> {
     pub status: u16,
     pub protected: bool,
     pub retry_after: bool,
+    /// A probe request driving this fault's trigger.
+    pub probe: Option<&'a str>,
 }
 
 impl<'a> R<'a> {
@@ -82,6 +84,7 @@ impl<'a> R<'a> {
             status: 200,
             protected: true,
             retry_after: false,
+            probe: None,
         }
     }
     pub fn rejected(mut self) -> Self {
@@ -99,6 +102,15 @@ impl<'a> R<'a> {
     }
     pub fn ttft(mut self, ms: f64) -> Self {
         self.ttft_ms = ms;
+        self
+    }
+    pub fn itl(mut self, ms: f64) -> Self {
+        self.itl_ms = ms;
+        self
+    }
+    pub fn probe(mut self, fault: &'a str) -> Self {
+        self.probe = Some(fault);
+        self.protected = false;
         self
     }
 }
@@ -235,6 +247,17 @@ impl Tb {
         ))
     }
 
+    /// haq healed the fault (SIGCONT, proxy rule removed).
+    pub fn heal(&mut self, name: &str, replica: &str, t: f64) -> &mut Self {
+        self.ev(Event::Heal {
+            t: us(t),
+            name: name.into(),
+            detail: "SIGCONT sent".into(),
+            replica: Some(replica.into()),
+            verified: Some(true),
+        })
+    }
+
     pub fn obs(&mut self, t: f64, source: &str, replica: &str, what: &str) -> &mut Self {
         self.ev(Event::Observation {
             t: us(t),
@@ -254,7 +277,7 @@ impl Tb {
         self.ev(event(
             json!({"ev": "request", "t": t0, "id": r.id, "class": "chat",
             "phase": r.phase, "intended": t0, "prompt_tokens": 100, "max_tokens": 10,
-            "protected": r.protected}),
+            "protected": r.protected, "probe": r.probe}),
         ));
         if let Some(w) = r.worker {
             let attempt = format!("{}/a1", r.id);

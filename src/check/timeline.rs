@@ -48,6 +48,10 @@ pub struct Removal {
     pub confirmed: Option<Mark>,
     /// The evidence sources consulted.
     pub sources: Vec<String>,
+    /// A reversible fault (freeze, proxy rule) was healed while traffic still reached
+    /// the endpoint: routing never took it out, the heal ended the outage. Traffic
+    /// after the heal is not traffic to a dead endpoint.
+    pub until_heal: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
@@ -374,7 +378,13 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
         }
         _ => None,
     });
-    let observed = ev.observed(&f.replica, f.t, says_unusable).next().map(|o| {
+    // The system's observers (gateway, health checks, EndpointSlice watchers) date
+    // the detection; haq's own readiness poll only when none of them saw it.
+    let seen = |ours: bool| {
+        ev.observed(&f.replica, f.t, says_unusable)
+            .find(move |o| (o.source == crate::observe::READINESS) == ours)
+    };
+    let observed = seen(false).or_else(|| seen(true)).map(|o| {
         mark(
             o.t,
             &o.source,
@@ -388,19 +398,55 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
             ),
         )
     });
-    [journal, observed]
-        .into_iter()
-        .flatten()
-        .min_by_key(|m| m.t)
+    match (journal, observed) {
+        (Some(j), Some(o)) if o.source == crate::observe::READINESS => Some(j),
+        (j, o) => [j, o].into_iter().flatten().min_by_key(|m| m.t),
+    }
+}
+
+/// A healed fault's endpoint back in service: with no readiness mark, the first
+/// request routed to it after the heal shows it ready (and serving).
+fn back_after_heal(ev: &Evidence, f: &FaultRec, healed: &Mark, mut r: Replacement) -> Replacement {
+    if r.ready.is_none()
+        && let Some(first) = routed_to(ev, &f.replica, healed.t, u64::MAX)
+            .into_iter()
+            .next()
+    {
+        r.ready = Some(mark(
+            first.t,
+            &first.source,
+            format!(
+                "ready (inferred: traffic again after the heal): {}",
+                first.detail
+            ),
+        ));
+        r.serving = Some(first);
+    }
+    r
 }
 
 fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
-    let replacement = replacement(ev, f);
+    let healed = ev
+        .heals
+        .iter()
+        .find(|h| h.name == f.name && h.t >= f.t)
+        .map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
+    let mut replacement = replacement(ev, f);
+    if let Some(h) = &healed {
+        replacement = back_after_heal(ev, f, h, replacement);
+    }
     let sources = routing_sources(ev);
     let removes = facts::removes_endpoint(f);
     let removal = (removes && !sources.is_empty()).then(|| {
-        let until = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-        let routed = routed_to(ev, &f.replica, f.t, until);
+        // Traffic to the endpoint once it is back (a replacement ready, a freeze
+        // healed) is not traffic to the dead one.
+        let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+        let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+        let routed = routed_to(ev, &f.replica, f.t, back.min(heal));
+        let until_heal = heal < u64::MAX
+            && routed
+                .last()
+                .is_some_and(|l| l.t.saturating_add(HEAL_SLACK_US) >= heal);
         let last = routed.last().cloned();
         let t = last.as_ref().map(|m| m.t).unwrap_or(f.t);
         Removal {
@@ -409,6 +455,7 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
             confirmed: routed_elsewhere(ev, &f.replica, t),
             last,
             sources,
+            until_heal,
         }
     });
     let mut in_flight = InFlight::default();
@@ -425,11 +472,6 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
         }
         in_flight.settled = in_flight.settled.max(Some(r.end));
     }
-    let healed = ev
-        .heals
-        .iter()
-        .find(|h| h.name == f.name && h.t >= f.t)
-        .map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
     FaultTimeline {
         fault: f.name.clone(),
         replica: f.replica.clone(),
@@ -447,6 +489,9 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
         healed,
     }
 }
+
+/// Traffic reaching an endpoint this close before its heal was never taken out.
+const HEAL_SLACK_US: u64 = 500_000;
 
 /// A second with fewer requests dispatched has no percentile worth judging.
 const MIN_SECOND_SAMPLES: u64 = 3;
@@ -511,7 +556,7 @@ fn full_recovery(
         t,
         "gateway journal + client latency series",
         format!(
-            "{} replaced endpoint(s) ready and receiving traffic; p95 TTFT and ITL inside the SLO from +{:.1}s",
+            "{} endpoint(s) back (replaced or healed), ready and receiving traffic; p95 TTFT and ITL inside the SLO from +{:.1}s",
             removing.len(),
             back
         ),
@@ -578,14 +623,20 @@ pub fn build(plan: &Plan, ev: &Evidence, seconds: &[SecondStats]) -> Timeline {
                 ),
                 None => format!("no request was routed to {} after the fault", f.replica),
             };
+            let event = if r.until_heal {
+                format!("{} got traffic until the heal", f.replica)
+            } else {
+                format!("traffic removed from {}", f.replica)
+            };
             push(
                 r.t,
                 at,
-                format!("traffic removed from {}", f.replica),
+                event,
                 (
                     r.last
                         .as_ref()
                         .map(|l| l.source.as_str())
+                        .or(r.sources.first().map(String::as_str))
                         .unwrap_or(JOURNAL),
                     detail,
                 ),
@@ -605,11 +656,27 @@ pub fn build(plan: &Plan, ev: &Evidence, seconds: &[SecondStats]) -> Timeline {
                 ),
             );
         }
+        // A healed fault's endpoint comes back itself: no replacement.
+        let healed_back = f.healed.is_some() && f.replacement.requested.is_none();
         let stages = [
             ("replacement requested", &f.replacement.requested),
             ("replacement started", &f.replacement.started),
-            ("replacement ready", &f.replacement.ready),
-            ("replacement receiving traffic", &f.replacement.serving),
+            (
+                if healed_back {
+                    "ready again"
+                } else {
+                    "replacement ready"
+                },
+                &f.replacement.ready,
+            ),
+            (
+                if healed_back {
+                    "receiving traffic again"
+                } else {
+                    "replacement receiving traffic"
+                },
+                &f.replacement.serving,
+            ),
             ("replacement failed", &f.replacement.failed),
         ];
         for (label, s) in stages {
@@ -737,5 +804,63 @@ mod tests {
         assert_eq!(f.removal.as_ref().map(|r| r.routed_after_fault), Some(0));
         let full = j.timeline.full_recovery.as_ref().expect("full recovery");
         assert!(full.t >= s.t, "{full:?}");
+    }
+
+    #[test]
+    fn without_a_gateway_journal_the_observers_date_detection() {
+        // A `url` target: health checker, readiness and EndpointSlice watchers are the
+        // detection sources (docs/evidence.md); the earliest one dates the detection.
+        let p = plan(&[]);
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.obs(13.9, "EndpointSlice watcher", "w2", "endpoint_removed");
+        tb.obs(13.4, "readiness probe", "w2", "not_ready");
+        tb.obs(13.2, "health checker", "w2", "unhealthy");
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        let j = tb.judge(&p);
+        let f = j.timeline.fault("kill-w2").expect("fault");
+        let d = f.detected.as_ref().expect("detected");
+        assert_eq!((d.t, d.source.as_str()), (us(13.2), "health checker"));
+        // Removal comes from the attribution headers, and says so.
+        let r = f.removal.as_ref().expect("removal");
+        assert_eq!(r.sources, [HEADER]);
+        let e = j
+            .timeline
+            .entries
+            .iter()
+            .find(|e| e.event == "traffic removed from w2")
+            .expect("removal entry");
+        assert_eq!(e.source, HEADER);
+    }
+
+    #[test]
+    fn haqs_readiness_watch_dates_detection_only_when_the_system_saw_nothing() {
+        let watch = crate::observe::READINESS;
+        let p = plan(&[]);
+        // With the gateway journal: the gateway's detection (+50 ms) is the system's,
+        // though haq's poll saw the replica down first.
+        let mut tb = standard(&p);
+        tb.obs(13.01, watch, "w2", "not_ready");
+        let j = tb.judge(&p);
+        let d = j.timeline.fault("kill-w2").and_then(|f| f.detected.clone());
+        assert_eq!(d.map(|d| d.source), Some(JOURNAL.to_string()));
+        // Without a journal or another observer: haq's poll, and it says so.
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.obs(13.1, watch, "w2", "not_ready");
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        let j = tb.judge(&p);
+        let d = j.timeline.fault("kill-w2").and_then(|f| f.detected.clone());
+        assert_eq!(
+            d.map(|d| (d.t, d.source)),
+            Some((us(13.1), watch.to_string()))
+        );
     }
 }

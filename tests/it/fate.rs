@@ -170,6 +170,19 @@ async fn the_reference_gateway_has_no_request_fate_finding_over_several_seeds() 
     }
 }
 
+/// A flawed policy that is another verdict's business (no-health-check: Routing;
+/// no-shedding: Overload; hard-drain: Maintenance) gives no Request-Fate finding: what
+/// the clients saw was well-formed (Q13: each verdict fails for its own reason).
+pub fn no_request_fate_finding(r: &haq::engine::RunResult, policy: &str) {
+    assert!(
+        r.judgement.findings.is_empty(),
+        "{policy}: {:#?}",
+        r.judgement.findings
+    );
+    let v = verdict(r, "Request-Fate");
+    assert_ne!(v.status, Status::Fail, "{policy}: {v:?}");
+}
+
 /// Writes a synthetic run of `requests` streams of `deltas` deltas each, 64 in flight
 /// at a time (a delta every 20 ms, like a busy decode step), with a gateway journal;
 /// returns its directory.

@@ -358,6 +358,16 @@ impl FateAcc {
     }
 }
 
+/// The scenario's faults that test request fate: all but planned drains, which must
+/// let in-flight work finish and are judged by Maintenance (Q7).
+pub fn fate_faults(plan: &Plan) -> usize {
+    use crate::scenario::{FailureDomain, FaultAction};
+    plan.faults
+        .iter()
+        .filter(|f| f.domain != FailureDomain::Drain && f.action != FaultAction::Drain)
+        .count()
+}
+
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -450,7 +460,7 @@ pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool
             name,
             Status::NotEvaluated,
             format!(
-                "the scenario injects no fault; no request fate was tested (no findings on {} requests)",
+                "the scenario injects no fault that tests request fate (a planned drain is judged by Maintenance, Q7); no findings on {} requests",
                 acc.judged
             ),
             evidence,

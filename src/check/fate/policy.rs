@@ -21,6 +21,9 @@ pub enum Observed {
     Retried,
     /// Completed after a token-continuous hand-over between attempts.
     Migrated,
+    /// Completed by its one attempt on the faulted replica, which the engine preempted
+    /// and recomputed (worker journal): the fault did not cut it.
+    Recomputed,
     /// Completed after a hand-over that is not token-continuous.
     Stitched,
     /// Ended as if complete, but it was cut: no finish_reason, or the journal shows
@@ -41,6 +44,7 @@ impl Observed {
             Observed::Rerouted => "rerouted",
             Observed::Retried => "retried",
             Observed::Migrated => "migrated",
+            Observed::Recomputed => "recomputed",
             Observed::Stitched => "stitched",
             Observed::Truncated => "truncated",
             Observed::Failed => "failed",
@@ -156,9 +160,13 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
             if a.worker != f.replica {
                 return None;
             }
+            // Deltas an attempt delivered before it was cut are before the fault (the
+            // client may stamp them a little after it); one that finished may have
+            // delivered them all after the fault.
+            let cut = a.result.as_deref() != Some("finished");
             let delivered_by_it = a.delivered_at_start > 0
                 || a.first_delta.is_some_and(|c| c <= f.t)
-                || a.delivered_at_end.is_some_and(|d| d > a.delivered_at_start);
+                || (cut && a.delivered_at_end.is_some_and(|d| d > a.delivered_at_start));
             if delivered_before || delivered_by_it {
                 return Some(Stage::Streaming);
             }
@@ -234,6 +242,8 @@ pub fn observe(v: &View, f: &FaultRec) -> Observed {
                 }
             } else if atts.len() == 1 && atts[0].worker != f.replica {
                 Observed::Rerouted
+            } else if atts.len() == 1 && atts[0].recomputed {
+                Observed::Recomputed
             } else if v.r.attempt_number().is_some_and(|n| n > 1) {
                 Observed::Retried
             } else {
@@ -294,8 +304,9 @@ fn judge(
     let was = format!("it was {} ({})", observed.as_str(), v.end.outcome.as_str());
     let mismatch = || Some((FindingKind::FateMismatch, format!("{says}, {was}")));
     match observed {
-        // Hand-overs and cut ends are the other checkers' findings.
-        Completed | ClientGone | Stitched | Truncated => None,
+        // Not cut (a recompute on the same replica is the engine's own recovery, one
+        // complete answer); hand-overs and cut ends are the other checkers' findings.
+        Completed | Recomputed | ClientGone | Stitched | Truncated => None,
         _ if stage != Stage::Streaming => match (declared, observed) {
             (Fate::Reroute | Fate::Retry | Fate::Migrate, Rerouted | Retried | Migrated) => None,
             (Fate::Reroute | Fate::Retry | Fate::Migrate, _) => match retry_excuse(v) {

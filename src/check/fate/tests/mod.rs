@@ -222,11 +222,16 @@ impl H {
 
     /// A verified kill of `replica` at `t`; written last, as the engine does.
     pub fn kill(&mut self, t: u64, replica: &str) -> &mut Self {
+        self.fault(t, replica, "kill")
+    }
+
+    /// A verified fault `action` on `replica` at `t`.
+    pub fn fault(&mut self, t: u64, replica: &str, action: &str) -> &mut Self {
         self.events.push(Event::Fault {
             t,
-            name: format!("kill-{replica}"),
+            name: format!("{action}-{replica}"),
             domain: "worker".into(),
-            action: "kill".into(),
+            action: action.into(),
             replica: replica.into(),
             pid: Some(4242),
             verified: true,

@@ -220,4 +220,77 @@ fn a_planned_drain_is_not_judged_as_a_request_fate_fault() {
     let j = h.judge(&plan(&[]));
     assert!(j.fate_table.is_empty());
     assert!(!has(&j, FindingKind::RetryNotMade));
+    // A scenario whose only fault is a planned drain tests no request fate: not
+    // evaluated (Maintenance judges it), not UNKNOWN for want of a caught request.
+    let drain = plan(&[
+        "faults[0]={name: drain-w2, domain: drain, action: drain, target: {replica: w2}, at: {phase: fault, offset: 1s}}",
+    ]);
+    let v = fate(&h.judge(&drain)).clone();
+    assert_eq!(v.status, Status::NotEvaluated, "{v:?}");
+    contains(&v.summary, "a planned drain is judged by Maintenance");
+    // Output that no healthy stream could produce still fails it.
+    let mut h = H::new();
+    let w = words("d", 3);
+    h.req("r1", 0)
+        .deltas("r1", "A", 10 * MS, &refs(&w))
+        .end("r1", 210 * MS, Outcome::Reset);
+    assert_eq!(status(&h.judge(&drain)), Status::Fail);
+}
+
+/// r1's one attempt on w2: scheduled, preempted at 15 ms, recomputed at 40 ms, finished;
+/// a fault hit w2 at 20 ms, while r1 waited to be recomputed.
+fn preempted_and_recomputed() -> H {
+    use crate::trace::journal::WorkerEntry as W;
+    let mut h = H::journaled();
+    super::clean(&mut h, "r1", "w2", 0, 4);
+    h.attempt("r1", 1, "w2", (MS, 0), (200 * MS, "finished", 4))
+        .fault(20 * MS, "w2", "command");
+    let attempt = Some("r1/a1".to_string());
+    let scheduled = |recompute| W::Scheduled {
+        req: "r1".into(),
+        attempt: attempt.clone(),
+        cached_tokens: 0,
+        recompute,
+    };
+    h.wk(2 * MS, "w2", scheduled(false))
+        .wk(
+            15 * MS,
+            "w2",
+            W::Preempted {
+                req: "r1".into(),
+                attempt: attempt.clone(),
+                generated: 0,
+            },
+        )
+        .wk(40 * MS, "w2", scheduled(true));
+    h
+}
+
+#[test]
+fn a_recompute_on_the_same_replica_matches_a_declared_recompute() {
+    let j = preempted_and_recomputed().judge(&plan(&["policy.queued=recompute"]));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
+    let row = &j.fate_table[0];
+    assert_eq!(
+        (row.stage, row.declared, row.observed),
+        (Stage::Queued, Some(Fate::Recompute), Observed::Recomputed)
+    );
+    // The engine's own recovery gives one complete answer: no finding under retry either.
+    let j = preempted_and_recomputed().judge(&plan(&[]));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    assert_eq!(j.fate_table[0].observed, Observed::Recomputed);
+    // Where the policy says recompute, a retry on another replica is a mismatch.
+    let mut h = H::journaled();
+    super::clean(&mut h, "r1", "w1", 0, 4);
+    h.attempt("r1", 1, "w2", (MS, 0), (30 * MS, "failed", 0))
+        .attempt("r1", 2, "w1", (31 * MS, 0), (200 * MS, "finished", 4))
+        .kill(20 * MS, "w2");
+    let j = h.judge(&plan(&[
+        "policy.queued=recompute",
+        "policy.prefill=recompute",
+        "policy.decode=recompute",
+    ]));
+    let f = finding(&j, FindingKind::FateMismatch);
+    contains(&f.detail, "the policy says recompute, it was retried");
 }

@@ -8,11 +8,16 @@
 //! it end (the gateway learns late that the client left), so an ended request lingers
 //! for a bounded window of trace time before it is judged.
 
+mod attempts;
+
 use std::collections::{HashMap, VecDeque};
 
+pub use attempts::{AttemptRec, FENCE_KINDS, GwNote, Jot, ProxyLeg};
+use attempts::{attach, worker_req};
+
 use super::evidence::GwItem;
-use crate::trace::journal::{FenceHow, GatewayEntry, WorkerEntry};
-use crate::trace::{ChunkKind, Event, Outcome, ProxyEndKind};
+use crate::trace::journal::WorkerEntry;
+use crate::trace::{ChunkKind, Event, Outcome};
 
 #[derive(Debug, Clone)]
 pub struct ChunkRec {
@@ -56,109 +61,11 @@ pub struct RequestRecord {
     /// Trace time up to which the gateway journal is known to go on, when this record
     /// was judged (0: no journal).
     pub journal_until: u64,
+    /// A probe request (issue 5): the fault whose trigger it drives. Probes are
+    /// instrumentation held back at haq's proxy: judged by Request-Fate, not measured
+    /// as the workload's latency (Q2).
+    pub probe: Option<String>,
 }
-
-/// One upstream attempt of a request, as the gateway journaled it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AttemptRec {
-    pub id: String,
-    pub worker: String,
-    pub start: u64,
-    /// Deltas already delivered to the client when the attempt started.
-    pub delivered_at_start: u32,
-    pub end: Option<u64>,
-    /// `finished`, `failed`, `client_gone`, `relayed`, or what a newer gateway says.
-    pub result: Option<String>,
-    pub why: Option<String>,
-    /// Deltas delivered to the client (request total) when the attempt ended.
-    pub delivered_at_end: Option<u32>,
-    /// Engine phases the journal reported: (time, `queued` / `prefill` / `decode`).
-    pub phases: Vec<(u64, String)>,
-    /// When the attempt was fenced: lease revoked or expired, cancel confirmed,
-    /// confirmed dead.
-    pub fenced: Option<u64>,
-    /// When the gateway handed its first delta to the client (the commit, M1).
-    pub first_delta: Option<u64>,
-    /// When the gateway cancelled it because the client went away (M4).
-    pub cancelled: Option<u64>,
-    /// The engine preempted it and recomputed (worker journal).
-    pub recomputed: bool,
-}
-
-impl AttemptRec {
-    /// Alive at `t`: started, not ended.
-    pub fn live_at(&self, t: u64) -> bool {
-        self.start <= t && self.end.is_none_or(|e| e > t)
-    }
-    /// The engine phase the journal last reported at or before `t`.
-    pub fn phase_at(&self, t: u64) -> Option<&str> {
-        self.phases
-            .iter()
-            .rfind(|(pt, _)| *pt <= t)
-            .map(|(_, p)| p.as_str())
-    }
-}
-
-/// One upstream request of a client request, as haq's proxy forwarded it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProxyLeg {
-    pub replica: String,
-    pub conn: u64,
-    /// The gateway's attempt header, when it sends one.
-    pub attempt: Option<String>,
-    pub start: u64,
-    pub end: Option<(u64, ProxyEndKind)>,
-    /// SSE events the replica sent.
-    pub events: u32,
-    /// When the replica's first event passed the proxy: output was computed.
-    pub first_event: Option<u64>,
-}
-
-impl ProxyLeg {
-    /// The leg as an attempt, for gateways that keep no journal: ended by the gateway
-    /// closing the connection is a cancel (`client_gone`), by the replica a failure.
-    pub fn attempt(&self) -> AttemptRec {
-        let result = self.end.map(|(_, k)| match k {
-            ProxyEndKind::Completed => "finished",
-            ProxyEndKind::DownstreamClosed | ProxyEndKind::DownstreamReset => "client_gone",
-            ProxyEndKind::Stopped => "stopped",
-            _ => "failed",
-        });
-        AttemptRec {
-            id: self
-                .attempt
-                .clone()
-                .unwrap_or_else(|| format!("{}#{}", self.replica, self.conn)),
-            worker: self.replica.clone(),
-            start: self.start,
-            end: self.end.map(|e| e.0),
-            result: result.map(str::to_string),
-            why: self.end.map(|(_, k)| format!("proxy: {k:?}")),
-            ..Default::default()
-        }
-    }
-}
-
-/// A journal entry about a request that is not an attempt's start or end.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GwNote {
-    pub t: u64,
-    pub ev: String,
-    pub attempt: Option<String>,
-    pub delivered: Option<u32>,
-    pub detail: String,
-}
-
-/// Journal entry kinds (from a newer gateway) that mean "this attempt can no longer
-/// publish": the retry after it is legal (M2, M5).
-pub const FENCE_KINDS: [&str; 6] = [
-    "fence",
-    "fenced",
-    "lease_revoked",
-    "lease_expired",
-    "cancel_confirmed",
-    "cancel_ack",
-];
 
 #[derive(Debug, Clone)]
 pub struct EndRec {
@@ -303,6 +210,7 @@ impl Folder {
                 protected,
                 stream,
                 admitted,
+                probe,
                 ..
             } => {
                 let mut r = RequestRecord {
@@ -315,6 +223,7 @@ impl Folder {
                     protected,
                     stream,
                     admitted,
+                    probe,
                     ..Default::default()
                 };
                 for (gt, item) in self.early.remove(&id).into_iter().flatten() {
@@ -583,249 +492,5 @@ impl Folder {
     /// Requests with no end in the trace (the run was killed): indeterminate.
     pub fn unfinished(&self) -> usize {
         self.in_flight.values().filter(|r| r.end.is_none()).count()
-    }
-}
-
-/// A journal line about one request, from the gateway or a worker.
-#[derive(Debug, Clone)]
-pub enum Jot {
-    Gateway(GwItem),
-    Worker(String, WorkerEntry),
-}
-
-fn worker_req(e: &WorkerEntry) -> Option<&str> {
-    use WorkerEntry::*;
-    match e {
-        Admitted { req, .. }
-        | Scheduled { req, .. }
-        | Preempted { req, .. }
-        | LeaseExpired { req, .. }
-        | LeaseRevoked { req, .. }
-        | FaultFired { req, .. }
-        | Finished { req, .. } => Some(req),
-        _ => None,
-    }
-}
-
-/// Files one journal line into its request's record.
-fn attach(r: &mut RequestRecord, t: u64, jot: Jot) {
-    match jot {
-        Jot::Gateway(GwItem::Known(e)) => attach_gateway(r, t, e),
-        Jot::Gateway(GwItem::Other { ev, fields }) => {
-            let attempt = fields["attempt"].as_str().map(str::to_string);
-            let a = attempt.as_deref().and_then(|id| find(r, id));
-            match (a, fields["phase"].as_str()) {
-                (Some(a), Some(phase)) if ev == "phase" => a.phases.push((t, phase.to_string())),
-                (Some(a), _) if FENCE_KINDS.contains(&ev.as_str()) => {
-                    a.fenced.get_or_insert(t);
-                }
-                _ => r.notes.push(GwNote {
-                    t,
-                    ev,
-                    attempt,
-                    delivered: fields["delivered"].as_u64().map(|d| d as u32),
-                    detail: fields["why"].as_str().unwrap_or_default().to_string(),
-                }),
-            }
-        }
-        Jot::Worker(worker, e) => attach_worker(r, t, &worker, e),
-    }
-}
-
-fn find<'r>(r: &'r mut RequestRecord, attempt: &str) -> Option<&'r mut AttemptRec> {
-    r.attempts.iter_mut().rfind(|a| a.id == attempt)
-}
-
-fn note(
-    r: &mut RequestRecord,
-    t: u64,
-    ev: &str,
-    attempt: Option<String>,
-    delivered: Option<u32>,
-    detail: String,
-) {
-    r.notes.push(GwNote {
-        t,
-        ev: ev.into(),
-        attempt,
-        delivered,
-        detail,
-    });
-}
-
-fn attach_gateway(r: &mut RequestRecord, t: u64, e: GatewayEntry) {
-    use GatewayEntry as G;
-    match e {
-        G::AttemptStart {
-            attempt,
-            worker,
-            delivered,
-            ..
-        } => r.attempts.push(AttemptRec {
-            id: attempt,
-            worker,
-            start: t,
-            delivered_at_start: delivered,
-            ..Default::default()
-        }),
-        G::AttemptEnd {
-            attempt,
-            worker,
-            result,
-            why,
-            delivered,
-            ..
-        } => {
-            if let Some(a) = find(r, &attempt) {
-                a.end = Some(t);
-                a.result = Some(result);
-                a.why = why;
-                a.delivered_at_end = Some(delivered);
-            } else {
-                // The start was lost (torn journal): keep what the end says.
-                r.attempts.push(AttemptRec {
-                    id: attempt,
-                    worker,
-                    start: t,
-                    end: Some(t),
-                    result: Some(result),
-                    why,
-                    delivered_at_end: Some(delivered),
-                    ..Default::default()
-                });
-            }
-        }
-        G::Fence { attempt, how, .. } => {
-            if how == FenceHow::Unfenced {
-                note(r, t, "unfenced", Some(attempt), None, String::new());
-            } else if let Some(a) = find(r, &attempt) {
-                a.fenced.get_or_insert(t);
-            }
-        }
-        G::CancelConfirmed { attempt, .. } | G::LeaseExpired { attempt, .. } => {
-            if let Some(a) = find(r, &attempt) {
-                a.fenced.get_or_insert(t);
-            }
-        }
-        G::FirstDelta { attempt, .. } => {
-            if let Some(a) = find(r, &attempt) {
-                a.first_delta.get_or_insert(t);
-            }
-        }
-        G::ClientGone { attempt, .. } => {
-            if let Some(a) = find(r, &attempt) {
-                a.cancelled.get_or_insert(t);
-            }
-        }
-        G::ExplicitError { delivered, why, .. } => {
-            note(r, t, "explicit_error", None, Some(delivered), why);
-        }
-        G::RetryAfterDelta { delivered, .. } => {
-            note(
-                r,
-                t,
-                "retry_after_delta",
-                None,
-                Some(delivered),
-                String::new(),
-            );
-        }
-        G::NoUpstream { attempts, .. } => {
-            note(
-                r,
-                t,
-                "no_upstream",
-                None,
-                None,
-                format!("{attempts} attempts made"),
-            );
-        }
-        G::RetryDenied { why, .. } => note(r, t, "retry_denied", None, None, why),
-        G::Retry {
-            after,
-            delivered,
-            why,
-            ..
-        } => note(r, t, "retry", Some(after), Some(delivered), why),
-        G::SoftTimeoutFailover {
-            attempt, silent_ms, ..
-        } => note(
-            r,
-            t,
-            "soft_timeout_failover",
-            Some(attempt),
-            None,
-            format!("after {silent_ms} ms of silence, without fencing"),
-        ),
-        G::HardDrainAbort { attempt, .. } => {
-            note(r, t, "hard_drain_abort", Some(attempt), None, String::new());
-        }
-        G::Queued { queue_len, .. } => {
-            note(
-                r,
-                t,
-                "queued",
-                None,
-                None,
-                format!("queue length {queue_len}"),
-            );
-        }
-        G::RequestEnd {
-            outcome,
-            attempts,
-            delivered,
-            ..
-        } => note(
-            r,
-            t,
-            "request_end",
-            None,
-            Some(delivered),
-            format!("{outcome} after {attempts} attempts"),
-        ),
-        _ => {}
-    }
-}
-
-/// Worker journal: engine phases of an attempt (M1), fault hooks, leases.
-fn attach_worker(r: &mut RequestRecord, t: u64, worker: &str, e: WorkerEntry) {
-    use WorkerEntry as W;
-    let (attempt, phase) = match &e {
-        W::Admitted { attempt, .. } => (attempt.clone(), Some("queued")),
-        W::Preempted { attempt, .. } => (attempt.clone(), Some("queued")),
-        W::Scheduled { attempt, .. } => (attempt.clone(), Some("prefill")),
-        W::FaultFired { attempt, point, .. } => (
-            attempt.clone(),
-            match point.as_str() {
-                "prefill" => Some("prefill"),
-                // Computed, not yet written; or a tool call executed, not yet streamed.
-                "before_event" | "after_tool_call" => Some("decode"),
-                _ => None,
-            },
-        ),
-        W::LeaseExpired { attempt, .. } | W::LeaseRevoked { attempt, .. } => {
-            (Some(attempt.clone()), None)
-        }
-        W::Finished { attempt, .. } => (attempt.clone(), None),
-        _ => (None, None),
-    };
-    // The attempt by id, else the latest one on this worker.
-    let a = match attempt.as_deref() {
-        Some(id) => r.attempts.iter_mut().rfind(|a| a.id == id),
-        None => r.attempts.iter_mut().rfind(|a| a.worker == worker),
-    };
-    let Some(a) = a else { return };
-    if let Some(p) = phase {
-        a.phases.push((t, p.to_string()));
-    }
-    match e {
-        W::Preempted { .. }
-        | W::Scheduled {
-            recompute: true, ..
-        } => a.recomputed = true,
-        W::LeaseExpired { .. } | W::LeaseRevoked { .. } => {
-            a.fenced.get_or_insert(t);
-        }
-        _ => {}
     }
 }
