@@ -101,6 +101,15 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     }
 
     validate_target(&s.target)?;
+    if let Some(d) = s.evidence.readiness_watch
+        && d.0 < std::time::Duration::from_millis(10)
+    {
+        return Err(Issue::new(
+            "evidence.readiness_watch",
+            d,
+            "must be at least 10ms (one poll per replica per interval)",
+        ));
+    }
     let replica_decls = super::fault_plan::validate_replicas(&s.target)?;
     let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
 
