@@ -8,9 +8,11 @@ fn main() -> ExitCode {
     haq::install_crypto_provider();
     let cli = Cli::parse();
     // The measuring client runs ahead of compilers and of the system under test when it
-    // may (haq::priority); before the runtime so that every thread inherits it.
+    // may (haq::priority); before the runtime so that every thread inherits it. The
+    // bench server is part of the instrument (it stamps the truth the client's lag is
+    // measured against), so it is favoured like the client it measures.
     if matches!(&cli.command, Command::Run(_))
-        || matches!(&cli.command, Command::Bench(b) if matches!(b.command, BenchCommand::Client { .. }))
+        || matches!(&cli.command, Command::Bench(b) if matches!(b.command, BenchCommand::Client { .. } | BenchCommand::Server { .. }))
     {
         haq::priority::raise_for_measurement();
     }
