@@ -24,6 +24,7 @@ pub mod cli;
 pub mod engine;
 pub mod faults;
 pub mod metrics;
+pub mod observe;
 pub mod priority;
 pub mod proxy;
 pub mod report;

@@ -99,10 +99,17 @@ pub fn verdict(plan: &Plan, ev: &Evidence, tl: &Timeline, phases: &[PhaseStats])
                 } else {
                     Status::Unknown
                 },
-                format!(
-                    "{}: no replacement for {} became ready by the end of the run",
-                    f.fault, f.replica
-                ),
+                if f.healed.is_some() && r.requested.is_none() {
+                    format!(
+                        "{}: {} was healed but neither ready nor serving again by the end of the run",
+                        f.fault, f.replica
+                    )
+                } else {
+                    format!(
+                        "{}: no replacement for {} became ready by the end of the run",
+                        f.fault, f.replica
+                    )
+                },
             )),
             (Some(ready), None) => parts.push((
                 Status::Fail,
@@ -345,6 +352,11 @@ mod tests {
         // Healed, but the gateway never sends it traffic again: not recovered.
         let v = pick(&never.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
-        assert!(v.summary.contains("no replacement for w2"), "{}", v.summary);
+        assert!(
+            v.summary
+                .contains("w2 was healed but neither ready nor serving again"),
+            "{}",
+            v.summary
+        );
     }
 }

@@ -378,7 +378,13 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
         }
         _ => None,
     });
-    let observed = ev.observed(&f.replica, f.t, says_unusable).next().map(|o| {
+    // The system's observers (gateway, health checks, EndpointSlice watchers) date
+    // the detection; haq's own readiness poll only when none of them saw it.
+    let seen = |ours: bool| {
+        ev.observed(&f.replica, f.t, says_unusable)
+            .find(move |o| (o.source == crate::observe::READINESS) == ours)
+    };
+    let observed = seen(false).or_else(|| seen(true)).map(|o| {
         mark(
             o.t,
             &o.source,
@@ -392,10 +398,10 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
             ),
         )
     });
-    [journal, observed]
-        .into_iter()
-        .flatten()
-        .min_by_key(|m| m.t)
+    match (journal, observed) {
+        (Some(j), Some(o)) if o.source == crate::observe::READINESS => Some(j),
+        (j, o) => [j, o].into_iter().flatten().min_by_key(|m| m.t),
+    }
 }
 
 /// A healed fault's endpoint back in service: with no readiness mark, the first
@@ -550,7 +556,7 @@ fn full_recovery(
         t,
         "gateway journal + client latency series",
         format!(
-            "{} replaced endpoint(s) ready and receiving traffic; p95 TTFT and ITL inside the SLO from +{:.1}s",
+            "{} endpoint(s) back (replaced or healed), ready and receiving traffic; p95 TTFT and ITL inside the SLO from +{:.1}s",
             removing.len(),
             back
         ),
@@ -829,5 +835,32 @@ mod tests {
             .find(|e| e.event == "traffic removed from w2")
             .expect("removal entry");
         assert_eq!(e.source, HEADER);
+    }
+
+    #[test]
+    fn haqs_readiness_watch_dates_detection_only_when_the_system_saw_nothing() {
+        let watch = crate::observe::READINESS;
+        let p = plan(&[]);
+        // With the gateway journal: the gateway's detection (+50 ms) is the system's,
+        // though haq's poll saw the replica down first.
+        let mut tb = standard(&p);
+        tb.obs(13.01, watch, "w2", "not_ready");
+        let j = tb.judge(&p);
+        let d = j.timeline.fault("kill-w2").and_then(|f| f.detected.clone());
+        assert_eq!(d.map(|d| d.source), Some(JOURNAL.to_string()));
+        // Without a journal or another observer: haq's poll, and it says so.
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.obs(13.1, watch, "w2", "not_ready");
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        let j = tb.judge(&p);
+        let d = j.timeline.fault("kill-w2").and_then(|f| f.detected.clone());
+        assert_eq!(
+            d.map(|d| (d.t, d.source)),
+            Some((us(13.1), watch.to_string()))
+        );
     }
 }

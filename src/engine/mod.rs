@@ -469,6 +469,18 @@ pub async fn run(
         &load_done,
         &stop_faults,
     )?;
+    // The replicas' own readiness, polled while the load runs (Q11), when asked for.
+    let watch = match plan.scenario.evidence.readiness_watch {
+        Some(every) => Some(tokio::spawn(crate::observe::readiness(
+            target.registry.clone(),
+            every.0,
+            crate::faults::admin_client()?,
+            clock,
+            tw.clone(),
+            load_done.clone(),
+        ))),
+        None => None,
+    };
     let (started, load_start) = tokio::sync::oneshot::channel();
     let fault_plans = plan.faults.clone();
     let faults = tokio::spawn(async move {
@@ -479,6 +491,9 @@ pub async fn run(
     });
     let driven = load::drive(&plan, &target, started, &clock, &tw, &cancel, &progress).await;
     load_done.cancel();
+    if let Some(w) = watch {
+        let _ = w.await;
+    }
     finish_faults(faults, &plan, &stop_faults).await;
     guard.heals().heal_all("the run ended").await;
     if let Some(p) = target.proxies.take() {

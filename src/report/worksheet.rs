@@ -358,15 +358,26 @@ fn recovery(plan: &Plan, j: &Judgement) -> Section {
             String::new(),
         );
         let r = &f.replacement;
+        // A healed fault's endpoint comes back by itself: no replacement to wait for.
+        let healed_back = f.healed.is_some() && r.requested.is_none();
+        if healed_back {
+            put("healed", since(f, &f.healed), String::new());
+        } else {
+            put(
+                "replacement requested",
+                since(f, &r.requested),
+                String::new(),
+            );
+            put("replacement started", since(f, &r.started), String::new());
+        }
+        let (ready, serving) = if healed_back {
+            ("ready again", "receiving traffic again")
+        } else {
+            ("replacement ready", "replacement receiving traffic")
+        };
+        put(ready, since(f, &r.ready), String::new());
         put(
-            "replacement requested",
-            since(f, &r.requested),
-            String::new(),
-        );
-        put("replacement started", since(f, &r.started), String::new());
-        put("replacement ready", since(f, &r.ready), String::new());
-        put(
-            "replacement receiving traffic",
+            serving,
             since(f, &r.serving),
             c.recovery
                 .as_ref()

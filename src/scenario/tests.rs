@@ -254,3 +254,11 @@ fn recorded_scenario_reads_back_to_the_same_plan() {
     assert_eq!(q.total, p.total);
     assert_eq!(q.faults[0].at, p.faults[0].at);
 }
+
+#[test]
+fn a_readiness_watch_faster_than_10ms_is_refused() {
+    let e = err(GOOD, &["evidence.readiness_watch=1ms"]);
+    assert_eq!(e.field, "evidence.readiness_watch");
+    assert!(e.reason.contains("at least 10ms"), "{}", e.reason);
+    assert!(load(GOOD, &["evidence.readiness_watch=250ms"]).is_ok());
+}

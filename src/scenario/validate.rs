@@ -101,6 +101,15 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     }
 
     validate_target(&s.target)?;
+    if let Some(d) = s.evidence.readiness_watch
+        && d.0 < std::time::Duration::from_millis(10)
+    {
+        return Err(Issue::new(
+            "evidence.readiness_watch",
+            d,
+            "must be at least 10ms (one poll per replica per interval)",
+        ));
+    }
     let replica_decls = super::fault_plan::validate_replicas(&s.target)?;
     let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
 
@@ -310,6 +319,9 @@ fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
 fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
     positive("target.gateway.health_interval", g.health_interval)?;
     at_least("target.gateway.health_failures", g.health_failures, 1)?;
+    if let Some(t) = g.health_timeout {
+        positive("target.gateway.health_timeout", t)?;
+    }
     if !(g.retry_ratio.is_finite() && g.retry_ratio >= 0.0) {
         return Err(Issue::new(
             "target.gateway.retry_ratio",

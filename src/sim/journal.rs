@@ -40,11 +40,18 @@ impl Journal {
             .name("haq-journal".into())
             .spawn(move || {
                 let mut out = std::io::BufWriter::new(file);
+                // A steady trickle of lines never lets `recv_timeout` time out: flush
+                // by age too, so readers never wait more than ~50 ms for a line.
+                let mut flushed = std::time::Instant::now();
                 loop {
                     match rx.recv_timeout(Duration::from_millis(50)) {
                         Ok(Msg::Line(l)) => {
                             let _ = out.write_all(l.as_bytes());
                             let _ = out.write_all(b"\n");
+                            if flushed.elapsed() >= Duration::from_millis(50) {
+                                let _ = out.flush();
+                                flushed = std::time::Instant::now();
+                            }
                         }
                         Ok(Msg::Flush(ack)) => {
                             let _ = out.flush();
@@ -53,6 +60,7 @@ impl Journal {
                         }
                         Err(mpsc::RecvTimeoutError::Timeout) => {
                             let _ = out.flush();
+                            flushed = std::time::Instant::now();
                         }
                         Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     }
@@ -106,5 +114,27 @@ mod tests {
         let lines: Vec<Stamped<GatewayEntry>> = read_lines(&p).expect("io").expect("parse");
         assert_eq!(lines.len(), 1);
         assert!(lines[0].t_ns > 0);
+    }
+
+    /// A line every 20 ms never lets the writer's receive time out; lines still reach
+    /// the file by age (here well before 8 KiB of them would fill the buffer).
+    #[test]
+    fn a_steady_trickle_is_flushed_by_age() {
+        let dir = std::env::temp_dir().join(format!("haq-journal-age-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join("j.jsonl");
+        let _ = std::fs::remove_file(&p);
+        let j = Journal::open(Some(&p)).expect("open");
+        let start = std::time::Instant::now();
+        let mut on_disk = false;
+        while !on_disk && start.elapsed() < Duration::from_secs(2) {
+            j.write(GatewayEntry::NoUpstream {
+                req: "r".into(),
+                attempts: 1,
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            on_disk = std::fs::metadata(&p).is_ok_and(|m| m.len() > 0);
+        }
+        assert!(on_disk, "nothing on disk after 2 s of steady writes");
     }
 }

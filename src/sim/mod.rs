@@ -25,6 +25,21 @@ pub(crate) fn announce(addr: SocketAddr) {
     let _ = out.flush();
 }
 
+/// Serves `app` on `listener` with TCP_NODELAY on every accepted connection: an SSE
+/// event is one small write, and without it Nagle's algorithm holds each write after
+/// the first until the client's delayed ACK (up to 40 ms on Linux), which would add to
+/// every TTFT and inter-token gap the sim models.
+pub(crate) async fn serve_nodelay(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app).await
+}
+
 /// The haq executable that sim processes are started from: `$HAQ_BIN`, else this
 /// process's own executable.
 pub fn haq_binary() -> std::io::Result<PathBuf> {

@@ -69,7 +69,7 @@ pub async fn serve(cfg: ToolsConfig) -> anyhow::Result<()> {
         .route("/v1/tools/execute", post(execute))
         .route("/haq/status", get(status))
         .with_state(t);
-    axum::serve(listener, app).await?;
+    super::serve_nodelay(listener, app).await?;
     Ok(())
 }
 

@@ -332,6 +332,15 @@ pub enum WorkerEntry {
         cached_tokens: u32,
         recompute: bool,
     },
+    /// Prefill done, the first output token sampled: the request is decoding (M1 phase).
+    FirstToken {
+        req: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<String>,
+        /// Prompt tokens served from the prefix cache at its last scheduling.
+        #[serde(default)]
+        cached_tokens: u32,
+    },
     /// KV cache ran out: the sequence was preempted and will be recomputed.
     Preempted {
         req: String,

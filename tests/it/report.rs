@@ -332,3 +332,27 @@ fn haq_compare_exits_1_on_a_regression_beyond_the_threshold() {
     assert_eq!(code, Some(2));
     assert!(err.contains("no phase `nope`"), "{err}");
 }
+
+#[test]
+fn the_terminal_summary_has_phases_faults_timeline_and_every_verdict() {
+    let dir = fixture();
+    let (plan, j) = judged(&dir);
+    let text = haq::report::terminal(&plan, &j, &dir);
+    for name in haq::check::VERDICTS {
+        assert!(text.contains(name), "no {name} row:\n{text}");
+    }
+    for want in [
+        "TTFT p50/p95 ms",
+        "baseline",
+        "degraded",
+        "fault kill-w2 at +4.5s: kill w2",
+        "timeline (Q11):",
+        "w2 detected — gateway journal",
+        "result: PASS",
+    ] {
+        assert!(
+            text.contains(want),
+            "terminal summary lacks {want:?}:\n{text}"
+        );
+    }
+}

@@ -136,6 +136,27 @@ async fn quickstart_passes_on_the_reference_gateway_and_names_the_killed_worker(
         lat.summary
     );
 
+    // The same run, all its evidence, judged as if the scenario had declared w3: the
+    // test removed another replica than declared, Failure-Domain FAILs.
+    let mut elsewhere = r.plan.clone();
+    elsewhere.faults[0].replicas = vec!["w3".into()];
+    let j = haq::check::judge_with(
+        &elsewhere,
+        || haq::trace::read(&tp).expect("trace").map_while(Result::ok),
+        haq::check::evidence::open(&r.run_dir, &elsewhere),
+    );
+    let fd = j
+        .verdicts
+        .iter()
+        .find(|v| v.name == "Failure-Domain")
+        .expect("Failure-Domain");
+    assert_eq!(fd.status, Status::Fail, "{fd:?}");
+    assert!(
+        fd.summary.contains("removed w2, but the scenario declares"),
+        "{}",
+        fd.summary
+    );
+
     // The trace holds every chunk with its arrival time, and the fault.
     let events: Vec<Event> = haq::trace::read(&tp)
         .expect("trace")

@@ -33,6 +33,7 @@ async fn a_replacement_that_serves_within_the_bound_passes_recovery() {
             "faults[0].restart={after: 300ms, cold_start: 300ms}",
             "criteria.recovery.ready_and_serving_max=5s",
             "criteria.routing.traffic_removal_max=2s",
+            "evidence.readiness_watch=100ms",
         ]),
         "recovery",
     )
@@ -58,6 +59,58 @@ async fn a_replacement_that_serves_within_the_bound_passes_recovery() {
     // The replacement's traffic is not counted as traffic to the dead endpoint.
     let removal = f.removal.as_ref().expect("removal");
     assert!(removal.t < ready.t, "{removal:?}");
+    // haq's readiness watch saw w2 go down after the kill and come back ready; the
+    // detection stays the gateway's (the system's), not haq's poll.
+    let watched: Vec<(u64, String)> = haq::trace::read(&r.run_dir.join(haq::trace::TRACE_FILE))
+        .expect("trace")
+        .map_while(Result::ok)
+        .filter_map(|e| match e {
+            haq::trace::Event::Observation {
+                t,
+                source,
+                replica,
+                what,
+                ..
+            } if source == haq::observe::READINESS && replica.as_deref() == Some("w2") => {
+                Some((t, what))
+            }
+            _ => None,
+        })
+        .collect();
+    let down = watched
+        .iter()
+        // (a poll is dated when it was sent: one in flight at the kill may predate it)
+        .position(|(t, w)| w == "not_ready" && t + 200_000 >= f.injected)
+        .unwrap_or_else(|| panic!("no not_ready after the kill: {watched:?}"));
+    assert!(
+        watched[down..].iter().any(|(_, w)| w == "ready"),
+        "{watched:?}"
+    );
+    assert_eq!(
+        f.detected.as_ref().map(|d| d.source.as_str()),
+        Some("gateway journal")
+    );
+
+    // The same run, all its evidence, judged against a recovery objective no
+    // replacement with a 300 ms restart delay and a 300 ms cold start can meet: FAIL,
+    // naming the bound.
+    let mut strict = r.plan.clone();
+    if let Some(c) = strict.scenario.criteria.recovery.as_mut() {
+        c.ready_and_serving_max = haq::scenario::units::Dur(std::time::Duration::from_millis(200));
+    }
+    let tp = r.run_dir.join(haq::trace::TRACE_FILE);
+    let j = haq::check::judge_with(
+        &strict,
+        || haq::trace::read(&tp).expect("trace").map_while(Result::ok),
+        haq::check::evidence::open(&r.run_dir, &strict),
+    );
+    let v = j
+        .verdicts
+        .iter()
+        .find(|v| v.name == "Recovery")
+        .expect("Recovery");
+    assert_eq!(v.status, Status::Fail, "{v:?}");
+    assert!(v.summary.contains("(bound 200 ms)"), "{v:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,6 +139,43 @@ async fn a_gateway_without_health_checks_fails_routing() {
         "{removal:?}"
     );
     crate::fate::no_request_fate_finding(&r, "no-health-check");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healed_freeze_is_routed_around_then_serves_again() {
+    // SIGSTOP w2 for 1.5 s: the gateway's health checks take it out, SIGCONT brings it
+    // back, and traffic to it after the heal is not traffic to a dead endpoint.
+    let r = run(
+        short(&[
+            "phases=[{name: baseline, duration: 2s}, {name: fault, duration: 4s}, {name: degraded, duration: 2s}]",
+            "faults[0]={name: freeze-w2, domain: worker, action: freeze, target: {replica: w2}, at: {phase: fault, offset: 500ms}, duration: 1500ms}",
+            "criteria.routing.traffic_removal_max=2s",
+        ]),
+        "freeze-healed",
+    )
+    .await;
+    for name in ["Failure-Domain", "Routing"] {
+        let (s, v) = status_of(&r, name);
+        assert_eq!(s, Status::Pass, "{v}");
+    }
+    // The heal is no replacement step of the scenario.
+    let (s, v) = status_of(&r, "Recovery");
+    assert_eq!(s, Status::NotEvaluated, "{v}");
+    let f = &r.judgement.timeline.faults[0];
+    let healed = f.healed.as_ref().expect("healed");
+    let back = f.replacement.serving.as_ref().expect("w2 serves again");
+    assert!(back.t > healed.t, "{f:?}");
+    let removal = f.removal.as_ref().expect("removal");
+    assert!(removal.t < healed.t, "{removal:?}");
+    // The worksheet says so: healed, then serving again — no replacement.
+    let md = std::fs::read_to_string(r.run_dir.join("report.md")).expect("report.md");
+    for want in [
+        "| freeze-w2 | healed | +",
+        "| freeze-w2 | receiving traffic again | +",
+    ] {
+        assert!(md.contains(want), "report.md lacks {want:?}:\n{md}");
+    }
+    assert!(!md.contains("| freeze-w2 | replacement"), "{md}");
 }
 
 fn drain(policy: &str) -> haq::scenario::Plan {

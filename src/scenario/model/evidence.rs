@@ -25,6 +25,12 @@ pub struct EvidenceCfg {
     /// went away before that is a finding (M4).
     #[serde(default = "default_cancel_grace")]
     pub cancel_grace: Dur,
+    /// Poll each replica's readiness path directly at this interval during the load
+    /// and record every change as an observation (`haq readiness watch`): detection and
+    /// readiness in the timeline for targets without a gateway journal (Q11). Off by
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_watch: Option<Dur>,
 }
 
 fn default_attempt_header() -> String {
@@ -44,6 +50,7 @@ impl Default for EvidenceCfg {
             worker_header: default_worker_header(),
             tool_log: None,
             cancel_grace: default_cancel_grace(),
+            readiness_watch: None,
         }
     }
 }

@@ -265,6 +265,10 @@ pub struct GatewayCfg {
     /// Consecutive failed checks before a worker is taken out of rotation.
     #[serde(default = "default_health_failures")]
     pub health_failures: u32,
+    /// How long one health check may take before it counts as failed (default: the
+    /// larger of `health_interval` and 200 ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_timeout: Option<Dur>,
     /// Publication lease of an attempt (M5); renewed every third of it while the worker
     /// answers.
     #[serde(default = "default_lease_ttl")]
@@ -344,6 +348,15 @@ fn default_retry_after() -> Dur {
     Dur::secs(1)
 }
 
+impl GatewayCfg {
+    /// One health check's time limit.
+    pub fn health_timeout(&self) -> Duration {
+        self.health_timeout
+            .map(|d| d.0)
+            .unwrap_or_else(|| self.health_interval.0.max(Duration::from_millis(200)))
+    }
+}
+
 impl Default for GatewayCfg {
     fn default() -> Self {
         GatewayCfg {
@@ -354,6 +367,7 @@ impl Default for GatewayCfg {
             retry_max_prompt_tokens: default_retry_max_prompt_tokens(),
             health_interval: default_health_interval(),
             health_failures: default_health_failures(),
+            health_timeout: None,
             lease_ttl: default_lease_ttl(),
             soft_timeout: default_soft_timeout(),
             upstream_timeout: default_upstream_timeout(),

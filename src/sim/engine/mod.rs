@@ -88,7 +88,7 @@ pub trait Publisher: Send + 'static {
     /// The sequence entered the waiting queue.
     fn submitted(&mut self, _seq: &Seq<Self::Job>) {}
     /// The sequence left the queue (first time: its prefill begins now).
-    fn scheduled(&mut self, _seq: &Seq<Self::Job>, _cached: u32, _recompute: bool) {}
+    fn scheduled(&mut self, _seq: &mut Seq<Self::Job>, _cached: u32, _recompute: bool) {}
     fn preempted(&mut self, _seq: &Seq<Self::Job>) {}
     /// Token `i` was sampled; `now` is when the step's outputs are published, `due`
     /// when the model says the step ended.

@@ -71,7 +71,7 @@ impl Work {
 pub enum Note<'a, T> {
     /// Left the waiting queue; `cached` prompt tokens came from the prefix cache.
     Scheduled {
-        seq: &'a Seq<T>,
+        seq: &'a mut Seq<T>,
         cached: u32,
         recompute: bool,
     },
@@ -279,7 +279,7 @@ impl<T> Sched<T> {
             let recompute = s.started;
             s.started = true;
             note(Note::Scheduled {
-                seq: &s,
+                seq: &mut s,
                 cached,
                 recompute,
             });

@@ -1,5 +1,8 @@
 //! The engine loop with a recording publisher: the batching model's effects on the
-//! clock. Bounds are ratios with wide margins (a busy 2-core machine).
+//! clock. Deterministic on a busy 2-core machine: orderings and step counts are exact,
+//! and times are the model's step deadlines (`due`), which are spaced by at least each
+//! step's modelled duration whatever the machine does (a late step only adds time), so
+//! only lower bounds are taken from them, plus minima with wide margins.
 
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{
@@ -9,7 +12,10 @@ use tokio::sync::mpsc::{
 use super::*;
 use crate::scenario::units::Dur;
 
-struct Rec(Sender<(u32, u32, Instant)>);
+/// One published token: job id, token index, the step's modelled deadline.
+type Tok = (u32, u32, Instant);
+
+struct Rec(Sender<Tok>);
 
 struct TJob {
     id: u32,
@@ -21,8 +27,8 @@ impl Publisher for Rec {
     fn live(&self, _: &TJob) -> bool {
         true
     }
-    fn token(&mut self, seq: &mut Seq<TJob>, i: u32, now: Instant, _due: Instant) -> Verdict {
-        let _ = self.0.send((seq.job.id, i, now));
+    fn token(&mut self, seq: &mut Seq<TJob>, i: u32, _now: Instant, due: Instant) -> Verdict {
+        let _ = self.0.send((seq.job.id, i, due));
         if i + 1 >= seq.job.max {
             Verdict::Finish
         } else {
@@ -42,7 +48,7 @@ fn cfg(max_num_seqs: u32, step_ms: u64, per_seq_ms: u64) -> EngineCfg {
     }
 }
 
-fn start(c: &EngineCfg) -> (EngineHandle<TJob>, Receiver<(u32, u32, Instant)>) {
+fn start(c: &EngineCfg) -> (EngineHandle<TJob>, Receiver<Tok>) {
     let (tx, rx) = channel();
     let h = spawn(c, Rec(tx), Arc::new(Stats::default())).expect("engine thread");
     (h, rx)
@@ -59,66 +65,110 @@ fn submit(h: &EngineHandle<TJob>, id: u32, max: u32) -> Instant {
     at
 }
 
+/// Submits every job while the engine is held (`hang`), then lets it run: they all
+/// wait in the queue (the engine's own gauge says so) before the first step.
+async fn submit_together(h: &EngineHandle<TJob>, jobs: impl IntoIterator<Item = (u32, u32)>) {
+    h.controls.hang.store(true, Ordering::Relaxed);
+    let mut n = 0u32;
+    for (id, max) in jobs {
+        submit(h, id, max);
+        n += 1;
+    }
+    let limit = Instant::now() + Duration::from_secs(30);
+    while h.stats.c.waiting.load(Ordering::Relaxed) != n {
+        assert!(Instant::now() < limit, "{n} requests never all queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    h.controls.hang.store(false, Ordering::Relaxed);
+}
+
 /// Collects `n` tokens.
-async fn collect(rx: &mut Receiver<(u32, u32, Instant)>, n: usize) -> Vec<(u32, u32, Instant)> {
+async fn collect(rx: &mut Receiver<Tok>, n: usize) -> Vec<Tok> {
     let mut v = Vec::new();
     while v.len() < n {
-        let t = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
+        let t = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
         v.push(t.ok().flatten().expect("token"));
     }
     v
 }
 
-fn first_token(v: &[(u32, u32, Instant)], id: u32) -> Instant {
+/// The step (1-based, counted over distinct deadlines) at which `id` got token 0.
+fn first_token_step(v: &[Tok], id: u32) -> usize {
+    let mut steps = 0;
+    let mut last = None;
+    for (j, i, due) in v {
+        if last != Some(*due) {
+            steps += 1;
+            last = Some(*due);
+        }
+        if (*j, *i) == (id, 0) {
+            return steps;
+        }
+    }
+    panic!("no first token for {id}")
+}
+
+fn first_token(v: &[Tok], id: u32) -> Instant {
     v.iter()
         .find(|(j, i, _)| *j == id && *i == 0)
         .map(|t| t.2)
         .expect("first token")
 }
 
+fn last_token(v: &[Tok], id: u32) -> Instant {
+    v.iter()
+        .rev()
+        .find(|(j, _, _)| *j == id)
+        .map(|t| t.2)
+        .expect("a token")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttft_grows_with_load_and_a_queue_forms_at_saturation() {
     let (h, mut rx) = start(&cfg(2, 5, 0));
-    let alone_at = submit(&h, 0, 10);
+    submit_together(&h, [(0, 10)]).await;
     let alone = collect(&mut rx, 10).await;
-    let ttft_alone = first_token(&alone, 0) - alone_at;
-
-    let mut sent = Vec::new();
-    for id in 1..=6 {
-        sent.push(submit(&h, id, 10));
-    }
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let c = &h.stats.c;
-    assert_eq!(c.running.load(Ordering::Relaxed), 2, "batch full");
-    assert!(c.waiting.load(Ordering::Relaxed) >= 3, "a queue forms");
-    let loaded = collect(&mut rx, 60).await;
-    let ttft_last = first_token(&loaded, 6) - sent[5];
-    // Alone: one step (~5 ms). Sixth of six with two slots: two whole generations
-    // (2 × 10 steps) first.
-    assert!(
-        ttft_last > ttft_alone * 5 && ttft_last > Duration::from_millis(80),
-        "alone {ttft_alone:?}, sixth {ttft_last:?}"
+    assert_eq!(
+        first_token_step(&alone, 0),
+        1,
+        "alone: first token in the first step"
     );
-    assert!(h.stats.queue.snapshot().max() >= 80_000);
+
+    // Six requests, two batch slots: a queue of four forms at once.
+    submit_together(&h, (1..=6).map(|id| (id, 10))).await;
+    let loaded = collect(&mut rx, 60).await;
+    // The third and fourth start only after the first two finished, the sixth after
+    // two whole generations (2 × 10 steps).
+    for (late, early) in [(3, 1), (4, 2), (5, 3), (6, 4)] {
+        assert!(
+            first_token(&loaded, late) > last_token(&loaded, early),
+            "{late} waited for {early}"
+        );
+    }
+    assert_eq!(first_token_step(&loaded, 6), 21, "sixth: TTFT of 21 steps");
+    // Wall time never runs faster than the model: ≥ 20 steps × 5 ms in the queue.
+    assert!(h.stats.queue.snapshot().max() >= 100_000);
 }
 
-fn mean_itl(v: &[(u32, u32, Instant)], id: u32) -> Duration {
+/// Smallest gap between consecutive tokens of `id` in model time.
+fn min_itl(v: &[Tok], id: u32) -> Duration {
     let t: Vec<Instant> = v.iter().filter(|x| x.0 == id).map(|x| x.2).collect();
-    (t[t.len() - 1] - t[0]) / (t.len() as u32 - 1)
+    t.windows(2).map(|w| w[1] - w[0]).min().expect("two tokens")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inter_token_latency_grows_with_the_batch() {
-    let (h, mut rx) = start(&cfg(16, 4, 2));
-    submit(&h, 0, 12);
-    let alone = mean_itl(&collect(&mut rx, 12).await, 0);
-    for id in 1..=8 {
-        submit(&h, id, 12);
-    }
-    let batch = mean_itl(&collect(&mut rx, 96).await, 8);
-    // Model: 4 + 2 ms alone vs 4 + 8 × 2 ms with eight decoding.
+    let (h, mut rx) = start(&cfg(16, 4, 10));
+    submit_together(&h, [(0, 12)]).await;
+    let alone = min_itl(&collect(&mut rx, 12).await, 0);
+    submit_together(&h, (1..=8).map(|id| (id, 12))).await;
+    let batch = min_itl(&collect(&mut rx, 96).await, 8);
+    // Model: 4 + 10 ms alone vs 4 + 8 × 10 ms with eight decoding. Deadlines are never
+    // closer than the model's step (`batch` is exact or more); `alone` exceeds 14 ms
+    // only if every one of its 11 steps was more than 70 ms late.
+    assert!(batch >= Duration::from_millis(84), "batch of 8 {batch:?}");
     assert!(
-        batch > alone.mul_f64(1.8),
+        alone < Duration::from_millis(84),
         "alone {alone:?}, batch of 8 {batch:?}"
     );
 }
@@ -132,12 +182,17 @@ async fn hang_stops_every_stream_and_slow_stretches_steps() {
     assert!(none.is_err(), "hung: no token");
     h.controls.hang.store(false, Ordering::Relaxed);
     collect(&mut rx, 3).await;
-    submit(&h, 2, 6);
-    let normal = mean_itl(&collect(&mut rx, 6).await, 2);
-    h.controls.set_slow(8.0);
+    submit(&h, 2, 10);
+    let normal = min_itl(&collect(&mut rx, 10).await, 2);
+    h.controls.set_slow(20.0);
     submit(&h, 3, 6);
-    let slow = mean_itl(&collect(&mut rx, 6).await, 3);
-    assert!(slow > normal * 3, "normal {normal:?}, slow ×8 {slow:?}");
+    let slow = min_itl(&collect(&mut rx, 6).await, 3);
+    // ×20: every step ≥ 100 ms; normal steps are 5 ms unless all 9 were 95 ms late.
+    assert!(slow >= Duration::from_millis(100), "slow ×20 {slow:?}");
+    assert!(
+        normal < Duration::from_millis(100),
+        "normal {normal:?}, slow ×20 {slow:?}"
+    );
 }
 
 #[test]

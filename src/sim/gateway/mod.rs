@@ -10,6 +10,7 @@
 
 mod admission;
 mod lease;
+mod query;
 mod relay;
 mod request;
 mod upstream;
@@ -65,6 +66,8 @@ pub struct Gateway {
     /// process would only say "reset").
     control: reqwest::Client,
     journal: Journal,
+    /// Where `journal` writes (for `GET /haq/requests/{id}`).
+    journal_path: Option<PathBuf>,
     admission: Arc<Admission>,
     retry_tokens: Mutex<f64>,
     rr: AtomicUsize,
@@ -105,6 +108,7 @@ pub async fn serve(c: GatewayConfig) -> anyhow::Result<()> {
         http,
         control,
         journal: Journal::open(c.journal.as_deref())?,
+        journal_path: c.journal.clone(),
         rr: AtomicUsize::new(0),
         seq: AtomicU64::new(0),
     });
@@ -120,11 +124,12 @@ pub async fn serve(c: GatewayConfig) -> anyhow::Result<()> {
     let app = Router::new()
         .route("/health", get(|| async { "ok" }))
         .route("/haq/status", get(status))
+        .route("/haq/requests/{id}", get(query::request))
         .route("/v1/chat/completions", post(forward))
         .route("/v1/completions", post(forward))
         .route("/v1/models", get(models))
         .with_state(gw);
-    axum::serve(listener, app).await?;
+    super::serve_nodelay(listener, app).await?;
     Ok(())
 }
 

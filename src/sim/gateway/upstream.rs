@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use super::Gateway;
 use super::lease::LeaseBook;
@@ -172,7 +171,7 @@ impl Gateway {
 /// Polls worker `i`'s `/ready` every `health_interval` for as long as the gateway runs.
 pub async fn health_loop(gw: Arc<Gateway>, i: usize) {
     let every = gw.cfg.health_interval.0;
-    let timeout = every.max(Duration::from_millis(200));
+    let timeout = gw.cfg.health_timeout();
     let url = format!("{}/ready", gw.ups[i].url);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

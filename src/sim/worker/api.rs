@@ -322,6 +322,8 @@ pub struct Fmt {
     pub chat: bool,
     pub include_usage: bool,
     pub prompt_tokens: u32,
+    /// Prompt tokens served from the prefix cache (`usage.prompt_tokens_details`).
+    pub cached_tokens: u32,
     /// `{"id":…,"object":…,"created":…,"model":…,` of stream chunks.
     head: String,
     id: String,
@@ -357,6 +359,7 @@ impl Fmt {
             chat,
             include_usage,
             prompt_tokens,
+            cached_tokens: 0,
             head,
             id,
             model,
@@ -408,7 +411,8 @@ impl Fmt {
 
     fn usage_json(&self, completion: u32) -> serde_json::Value {
         json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
-               "total_tokens": self.prompt_tokens + completion})
+               "total_tokens": self.prompt_tokens + completion,
+               "prompt_tokens_details": {"cached_tokens": self.cached_tokens}})
     }
 
     /// The final usage event (`stream_options.include_usage`): empty choices.

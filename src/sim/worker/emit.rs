@@ -32,6 +32,8 @@ pub struct Job {
     pub events: u32,
     /// Output text kept for whole answers, stop matching and tool arguments.
     pub text: String,
+    /// Prompt tokens the prefix cache served at the last scheduling.
+    pub cached_tokens: u32,
 }
 
 impl Job {
@@ -160,7 +162,9 @@ impl Publisher for WorkerPublisher {
         });
     }
 
-    fn scheduled(&mut self, seq: &Seq<Job>, cached: u32, recompute: bool) {
+    fn scheduled(&mut self, seq: &mut Seq<Job>, cached: u32, recompute: bool) {
+        seq.job.cached_tokens = cached;
+        seq.job.fmt.cached_tokens = cached;
         if let Some(a) = (!recompute)
             .then(|| self.faults.take(Point::Prefill, 0, seq.job.rid()))
             .flatten()
@@ -185,6 +189,13 @@ impl Publisher for WorkerPublisher {
 
     fn token(&mut self, seq: &mut Seq<Job>, i: u32, _now: Instant, due: Instant) -> Verdict {
         let generated = i + 1;
+        if i == 0 {
+            self.journal.write(WorkerEntry::FirstToken {
+                req: seq.job.rid().into(),
+                attempt: seq.job.attempt().map(str::to_string),
+                cached_tokens: seq.job.cached_tokens,
+            });
+        }
         let j = &mut seq.job;
         let tok = text::token(j.req.prompt_hash, j.req.seed, i);
         if j.req.tool.is_some() {

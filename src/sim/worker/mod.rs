@@ -206,7 +206,7 @@ pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
         .route("/haq/leases/revoke", post(admin::revoke))
         .route("/haq/leases/{attempt}", delete(admin::revoke_path))
         .with_state(w);
-    axum::serve(listener, app).await?;
+    super::serve_nodelay(listener, app).await?;
     Ok(())
 }
 
@@ -356,6 +356,7 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
         tool_tokens: w.cfg.tool_call_tokens,
         events: 0,
         text: String::new(),
+        cached_tokens: 0,
     };
     let submitted = w.engine.submit(Submit {
         job,
