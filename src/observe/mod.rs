@@ -76,11 +76,13 @@ async fn watch(
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let t = clock.now_us();
         let got = tokio::select! {
             _ = stop.cancelled() => return,
             got = poll(&r, &http, timeout) => got,
         };
+        // Dated when the watch knew: a refused connection at once, an unanswered poll
+        // when it timed out (as a health checker concludes).
+        let t = clock.now_us();
         let ready = got.is_ok();
         if last == Some(ready) || (last.is_none() && ready) {
             last = Some(ready);

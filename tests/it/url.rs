@@ -143,7 +143,11 @@ async fn a_url_target_with_listed_replicas_is_faulted_through_pids_and_proxies()
   - {name: freeze-b, domain: worker, action: freeze, target: {replica: b}, at: {phase: degraded, offset: 1s}, duration: 500ms}
 ",
     );
-    let r = run(plan_text(&text, &[]), "url-target").await;
+    let r = run(
+        plan_text(&text, &["evidence.readiness_watch=100ms"]),
+        "url-target",
+    )
+    .await;
     let evs = events(&r);
     if let Ok(p) = std::fs::read_to_string(ext.dir.join("a2.pid")) {
         // Stop the replacement whatever the assertions say (it is not our child).
@@ -201,6 +205,16 @@ async fn a_url_target_with_listed_replicas_is_faulted_through_pids_and_proxies()
         "{evs:?}"
     );
     assert_eq!(verdict(&r, "Failure-Domain").status, Status::Pass);
+    // No gateway journal here: haq's readiness watch dates the detection of the kill
+    // and of the freeze (a frozen replica does not answer its readiness check) (Q11).
+    for name in ["kill-a", "freeze-b"] {
+        let f = r.judgement.timeline.fault(name).expect("timeline");
+        let d = f
+            .detected
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name} not detected: {f:?}"));
+        assert_eq!(d.source, haq::observe::READINESS, "{name}: {d:?}");
+    }
     let fate = verdict(&r, "Request-Fate");
     assert!(
         matches!(fate.status, Status::Pass),
