@@ -623,6 +623,70 @@ async fn slow_is_not_dead_and_soft_timeout_failover_publishes_two_attempts() {
     );
 }
 
+/// Q6: a replacement that listens but is still loading its model (`/ready` 503
+/// `starting`) gets no traffic, even when asked for by name; once ready, it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_replacement_gets_traffic_only_once_ready() {
+    let sim = Sim::start("gw-cold", 2, json!({}), json!({"cold_start": "4s"})).await;
+    sim.signal("w1", Signal::SIGKILL).await;
+    let old = sim.c.worker("w1").expect("w1");
+    old.lock().await.wait_exit(LIMIT).await.expect("w1 exits");
+    let mut fresh = sim
+        .c
+        .spawn_worker("w1", &sim.c.target.engine.for_replacement())
+        .await
+        .expect("replacement");
+    let gw = sim.c.api_url.trim_end_matches("/v1").to_string();
+    let w1_state = async || {
+        let (_, st) = get_json(&format!("{gw}/haq/status")).await;
+        st["upstreams"]
+            .as_array()
+            .and_then(|u| u.iter().find(|u| u["name"] == "w1"))
+            .map(|u| u["state"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    eventually("the gateway sees w1 starting", LIMIT, async || {
+        w1_state().await == "starting"
+    })
+    .await;
+    let ready_url = format!("{}/ready", sim.worker("w1"));
+    let mut checked = 0;
+    for k in 0..3 {
+        let s = sim
+            .req(&format!("s{k}"), &chat("cold", 4), &[("x-haq-route", "w1")])
+            .await;
+        // Only a request that ended while w1 still loads proves anything.
+        if get_json(&ready_url).await.1["status"] == "starting" {
+            assert!(s.done());
+            assert_eq!(
+                s.headers["x-haq-worker"], "w2",
+                "not routed to a starting worker"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1, "no request ended during the 4 s model load");
+    let p = sim.dir.join("gateway.jsonl");
+    eventually("w1 back in rotation after its removal", LIMIT, async || {
+        let j = gw_journal(&p);
+        let removed = j.iter().rposition(
+            |e| matches!(e, GatewayEntry::UpstreamRemoved { worker, .. } if worker == "w1"),
+        );
+        removed.is_some_and(|r| {
+            j[r..]
+                .iter()
+                .any(|e| matches!(e, GatewayEntry::UpstreamReady { worker, .. } if worker == "w1"))
+        })
+    })
+    .await;
+    let s = sim
+        .req("s-ready", &chat("warm", 4), &[("x-haq-route", "w1")])
+        .await;
+    assert_eq!(s.headers["x-haq-worker"], "w1", "ready: back in rotation");
+    fresh.kill_and_reap().await;
+    sim.stop().await;
+}
+
 async fn dead_worker_run(policy: &str) -> (Vec<Seen>, Vec<GatewayEntry>) {
     let sim = Sim::start(
         &format!("gw-dead-{policy}"),

@@ -73,6 +73,33 @@ async fn the_openai_surface_answers_like_vllm() {
         a.content().concat(),
         "same tokens for /v1/completions"
     );
+    assert_eq!(whole["usage"]["completion_tokens"], 6, "{whole}");
+    assert_eq!(whole["choices"][0]["finish_reason"], "length");
+    // Completions, streaming: `text` deltas, usage chunk, [DONE].
+    let streamed = stream(
+        &format!("{u}/v1/completions"),
+        &json!({"model": "haq-sim-8b", "prompt": "tell me about failover", "max_tokens": 6,
+                "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}),
+        &[],
+        LIMIT,
+    )
+    .await;
+    assert_eq!(streamed.content().concat(), text);
+    assert!(streamed.done());
+    assert!(
+        streamed
+            .data()
+            .iter()
+            .all(|v| v["object"] == "text_completion"),
+        "{:?}",
+        streamed.data()
+    );
+    assert!(
+        streamed
+            .data()
+            .iter()
+            .any(|v| v["usage"]["completion_tokens"] == 6)
+    );
     let third = a.content()[2].clone();
     let (_, stopped) = post_json(
         &format!("{u}/v1/chat/completions"),

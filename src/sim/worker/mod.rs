@@ -148,6 +148,7 @@ pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
     let engine = engine::spawn(&cfg.engine, publisher, stats)?;
     let http = reqwest::Client::builder()
         .no_proxy()
+        .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2))
         .build()?;
     let exec = Arc::new(tool_call::ToolExec {
