@@ -255,6 +255,7 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
             evidence::Item::Trace(ev) => {
                 acc.run.see(&ev);
                 acc.series.observe(&ev, &mut intervals);
+                acc.slip.observe(&ev);
                 folder.push(ev, &mut acc)
             }
             evidence::Item::Gateway(t, it) => {

@@ -21,12 +21,15 @@ pub struct ToolFragment {
     pub arguments: Option<String>,
 }
 
+/// What one payload says. Text fields borrow from the payload unless the JSON escaped
+/// something (or several pieces were joined): the client's read loop allocates nothing
+/// for a plain delta.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct ChunkInfo {
+pub struct ChunkInfo<'a> {
     pub kind: Option<ChunkKind>,
-    pub text: Option<String>,
-    pub cid: Option<String>,
-    pub finish: Option<String>,
+    pub text: Option<Cow<'a, str>>,
+    pub cid: Option<Cow<'a, str>>,
+    pub finish: Option<Cow<'a, str>>,
     pub usage: Option<Usage>,
     pub error: Option<InBandError>,
     pub tools: Vec<ToolFragment>,
@@ -36,7 +39,7 @@ pub struct ChunkInfo {
     pub keep_raw: bool,
 }
 
-impl ChunkInfo {
+impl ChunkInfo<'_> {
     /// `usage.completion_tokens`, when this chunk reports usage.
     pub fn usage_tokens(&self) -> Option<u32> {
         self.usage.and_then(|u| u.completion)
@@ -48,13 +51,54 @@ struct Wire<'a> {
     #[serde(default, borrow)]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    choices: Option<Vec<WireChoice<'a>>>,
+    choices: Option<Choices<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<serde_json::Value>,
     #[serde(default, borrow)]
     object: Option<Cow<'a, str>>,
+}
+
+/// `choices`, read without a heap allocation for the usual single choice.
+struct Choices<'a> {
+    first: Option<WireChoice<'a>>,
+    rest: Vec<WireChoice<'a>>,
+}
+
+impl<'a> IntoIterator for Choices<'a> {
+    type Item = WireChoice<'a>;
+    type IntoIter =
+        std::iter::Chain<std::option::IntoIter<WireChoice<'a>>, std::vec::IntoIter<WireChoice<'a>>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.rest)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Choices<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let first = seq.next_element()?;
+                let mut rest = Vec::new();
+                if first.is_some() {
+                    while let Some(c) = seq.next_element()? {
+                        rest.push(c);
+                    }
+                }
+                Ok(Choices { first, rest })
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -117,8 +161,16 @@ struct WireDetails {
     cached_tokens: Option<u32>,
 }
 
-fn nonempty<'s>(s: &'s Option<Cow<'_, str>>) -> Option<&'s str> {
-    s.as_deref().filter(|t| !t.is_empty())
+fn nonempty(s: Option<Cow<'_, str>>) -> Option<Cow<'_, str>> {
+    s.filter(|t| !t.is_empty())
+}
+
+/// Joins text pieces, borrowing while there is only one.
+fn add<'a>(text: &mut Option<Cow<'a, str>>, piece: Cow<'a, str>) {
+    match text {
+        None => *text = Some(piece),
+        Some(t) => t.to_mut().push_str(&piece),
+    }
 }
 
 /// Reads an in-band error object (`{"error": {...}}` or `{"object": "error", ...}`).
@@ -147,9 +199,34 @@ pub fn read_error(v: &serde_json::Value) -> InBandError {
     e
 }
 
-/// Classifies one `data:` payload (streamed chunk or a whole non-streaming answer).
-pub fn classify(data: &str) -> ChunkInfo {
-    if data.trim() == "[DONE]" {
+/// Classifies one `data:` payload (streamed chunk or a whole non-streaming answer);
+/// the result owns its text.
+pub fn classify(data: &str) -> ChunkInfo<'static> {
+    classify_ref(data).into_owned()
+}
+
+impl ChunkInfo<'_> {
+    pub fn into_owned(self) -> ChunkInfo<'static> {
+        let own = |c: Option<Cow<'_, str>>| c.map(|c| Cow::Owned(c.into_owned()));
+        ChunkInfo {
+            kind: self.kind,
+            text: own(self.text),
+            cid: own(self.cid),
+            finish: own(self.finish),
+            usage: self.usage,
+            error: self.error,
+            tools: self.tools,
+            unparsable: self.unparsable,
+            keep_raw: self.keep_raw,
+        }
+    }
+}
+
+/// As [`classify`], borrowing the text fields from `data` where the JSON allows (the
+/// client's read loop).
+pub fn classify_ref(data: &str) -> ChunkInfo<'_> {
+    // `[DONE]` with any whitespace is short: no scan of a long payload.
+    if data.len() < 32 && data.trim() == "[DONE]" {
         return ChunkInfo {
             kind: Some(ChunkKind::Done),
             ..Default::default()
@@ -167,7 +244,7 @@ pub fn classify(data: &str) -> ChunkInfo {
         }
     };
     let mut info = ChunkInfo {
-        cid: w.id.map(Cow::into_owned),
+        cid: w.id,
         ..Default::default()
     };
     if w.error.is_some() || w.object.as_deref() == Some("error") {
@@ -195,54 +272,54 @@ pub fn classify(data: &str) -> ChunkInfo {
             .as_ref()
             .and_then(|d| d.cached_tokens),
     });
+    let has_choices = w.choices.is_some();
     let mut kind = None;
-    let mut text = String::new();
-    for c in w.choices.iter().flatten() {
-        if let Some(f) = &c.finish_reason {
-            info.finish = Some(f.to_string());
+    let mut text = None;
+    for c in w.choices.into_iter().flatten() {
+        if let Some(f) = c.finish_reason {
+            info.finish = Some(f);
         }
-        if let Some(t) = nonempty(&c.text) {
-            text.push_str(t);
+        if let Some(t) = nonempty(c.text) {
+            add(&mut text, t);
             kind = Some(ChunkKind::Content);
         }
-        let Some(d) = c.delta.as_ref().or(c.message.as_ref()) else {
+        let Some(d) = c.delta.or(c.message) else {
             continue;
         };
-        if let Some(t) = nonempty(&d.content) {
-            text.push_str(t);
+        if let Some(t) = nonempty(d.content) {
+            add(&mut text, t);
             kind = Some(ChunkKind::Content);
         }
-        if let Some(t) = nonempty(&d.reasoning_content).or(nonempty(&d.reasoning)) {
-            text.push_str(t);
+        if let Some(t) = nonempty(d.reasoning_content).or(nonempty(d.reasoning)) {
+            add(&mut text, t);
             kind.get_or_insert(ChunkKind::Reasoning);
         }
-        for (i, tc) in d.tool_calls.iter().flatten().enumerate() {
-            let f = tc.function.as_ref();
-            let name = f.and_then(|f| nonempty(&f.name)).map(str::to_string);
-            let arguments = f.and_then(|f| nonempty(&f.arguments)).map(str::to_string);
+        for (i, tc) in d.tool_calls.into_iter().flatten().enumerate() {
+            let (name, arguments) = match tc.function {
+                Some(f) => (nonempty(f.name), nonempty(f.arguments)),
+                None => (None, None),
+            };
             if let Some(n) = &name {
-                text.push_str(n);
+                add(&mut text, n.clone());
             }
             if let Some(a) = &arguments {
-                text.push_str(a);
+                add(&mut text, a.clone());
             }
             info.tools.push(ToolFragment {
                 index: tc.index.unwrap_or(i as u32),
-                id: tc.id.as_deref().map(str::to_string),
-                name,
-                arguments,
+                id: tc.id.map(Cow::into_owned),
+                name: name.map(Cow::into_owned),
+                arguments: arguments.map(Cow::into_owned),
             });
             kind.get_or_insert(ChunkKind::ToolCall);
         }
     }
-    if !text.is_empty() {
-        info.text = Some(text);
-    }
+    info.text = text;
     info.kind = Some(match kind {
         Some(k) => k,
         None if info.finish.is_some() => ChunkKind::Finish,
         None if w.usage.is_some() => ChunkKind::Usage,
-        None if w.choices.is_some() => ChunkKind::Role,
+        None if has_choices => ChunkKind::Role,
         None => ChunkKind::Other,
     });
     info.keep_raw = matches!(info.kind, Some(ChunkKind::Usage | ChunkKind::Other));

@@ -14,7 +14,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::trace::{Clock, Event, Outcome, TraceWriter};
+use crate::trace::{ChunkRef, Clock, Event, Outcome, TraceWriter};
 use stream::{Cut, Ending, StreamState};
 
 /// Header naming the replica that served a request (the sim gateway sets it).
@@ -26,6 +26,32 @@ pub const ATTEMPT_HEADER: &str = "x-haq-attempt";
 pub const PRIORITY_HEADER: &str = "x-haq-priority";
 /// Headers a server may use to report how long the request queued (milliseconds).
 pub const QUEUE_HEADERS: [&str; 2] = ["x-haq-queue-ms", "x-queue-time"];
+
+/// Most response headers recorded per request (the rest are counted).
+pub const MAX_HEADERS: usize = 32;
+/// Longest header name or value recorded (bytes); longer ones are cut, marked `…`.
+pub const MAX_HEADER_BYTES: usize = 256;
+
+/// The response headers as the trace records them: in order, bounded in number and
+/// size (issue #4 item 2), and how many were left out.
+pub fn record_headers(h: &HeaderMap) -> (Vec<(String, String)>, u32) {
+    fn cut(s: &str) -> String {
+        if s.len() <= MAX_HEADER_BYTES {
+            return s.to_string();
+        }
+        let mut end = MAX_HEADER_BYTES;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &s[..end])
+    }
+    let list = h
+        .iter()
+        .take(MAX_HEADERS)
+        .map(|(k, v)| (cut(k.as_str()), cut(&String::from_utf8_lossy(v.as_bytes()))))
+        .collect();
+    (list, h.len().saturating_sub(MAX_HEADERS) as u32)
+}
 
 /// Client timeouts. The first-token deadline runs from dispatch until the first
 /// output delta (or an error or terminator); keep-alive comments do not extend it.
@@ -270,6 +296,7 @@ pub async fn execute(
     };
     let status = resp.status().as_u16();
     let h = resp.headers();
+    let (headers, headers_omitted) = record_headers(h);
     let sse = h
         .get("content-type")
         .and_then(|v| v.to_str().ok())
@@ -292,6 +319,8 @@ pub async fn execute(
         ),
         retry_after: header(h, "retry-after"),
         queue_us: queue_us(h),
+        headers,
+        headers_omitted,
     });
     if let Some(o) = &call.observe {
         (o.0)(Seen::Head {
@@ -311,7 +340,7 @@ pub async fn execute(
     }
 
     let mut st = StreamState::new(call.expect_json);
-    let mut emit = |e| trace.emit(e);
+    let mut emit = |c: ChunkRef<'_>| trace.emit_chunk(&c);
     if !sse {
         // A whole (non-streaming) answer: its arrival is the first token.
         let deadline = first_deadline.max(Instant::now() + timeouts.idle);

@@ -25,14 +25,56 @@ pub struct SseEvent {
     pub unterminated: bool,
 }
 
+/// One parsed item, borrowed from the parser (valid during the callback): the
+/// client's read loop copies nothing out of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SseRef<'a> {
+    Event {
+        event: Option<&'a str>,
+        data: &'a str,
+        id: Option<&'a str>,
+        unterminated: bool,
+    },
+    Comment(&'a str),
+}
+
+impl SseRef<'_> {
+    pub fn to_item(self) -> SseItem {
+        match self {
+            SseRef::Comment(c) => SseItem::Comment(c.to_string()),
+            SseRef::Event {
+                event,
+                data,
+                id,
+                unterminated,
+            } => SseItem::Event(SseEvent {
+                event: event.map(str::to_string),
+                data: data.to_string(),
+                id: id.map(str::to_string),
+                unterminated,
+            }),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct SseParser {
     line: Vec<u8>,
     /// The previous chunk ended in `\r`; a leading `\n` in the next one belongs to it.
     after_cr: bool,
-    cur: SseEvent,
+    /// The event being read; its buffers are reused from event to event.
+    event: Option<String>,
+    data: String,
+    id: Option<String>,
     has_data: bool,
     started: bool,
+}
+
+fn lossy(b: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(b) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(b),
+    }
 }
 
 impl SseParser {
@@ -41,7 +83,17 @@ impl SseParser {
     }
 
     /// Consumes `bytes`, appending complete items to `out`.
-    pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<SseItem>) {
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<SseItem>) {
+        self.push_with(bytes, &mut |r| out.push(r.to_item()));
+    }
+
+    /// End of stream: returns the unfinished event, if any (marked `unterminated`).
+    pub fn finish(&mut self, out: &mut Vec<SseItem>) {
+        self.finish_with(&mut |r| out.push(r.to_item()));
+    }
+
+    /// Consumes `bytes`, handing each complete item to `f` (borrowed, no copy).
+    pub fn push_with(&mut self, mut bytes: &[u8], f: &mut impl FnMut(SseRef<'_>)) {
         if bytes.is_empty() {
             return;
         }
@@ -51,8 +103,16 @@ impl SseParser {
                 bytes = rest;
             }
         }
-        while let Some(i) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
-            self.line.extend_from_slice(&bytes[..i]);
+        while let Some(i) = memchr::memchr2(b'\n', b'\r', bytes) {
+            if self.line.is_empty() {
+                self.line_done(&bytes[..i], f);
+            } else {
+                self.line.extend_from_slice(&bytes[..i]);
+                let line = std::mem::take(&mut self.line);
+                self.line_done(&line, f);
+                self.line = line;
+                self.line.clear();
+            }
             let cr = bytes[i] == b'\r';
             bytes = &bytes[i + 1..];
             if cr {
@@ -62,29 +122,39 @@ impl SseParser {
                     _ => {}
                 }
             }
-            let line = std::mem::take(&mut self.line);
-            self.line_done(&line, out);
-            self.line = line;
-            self.line.clear();
         }
         self.line.extend_from_slice(bytes);
     }
 
-    /// End of stream: returns the unfinished event, if any (marked `unterminated`).
-    pub fn finish(&mut self, out: &mut Vec<SseItem>) {
+    /// End of stream: hands `f` the unfinished event, if any (marked `unterminated`).
+    pub fn finish_with(&mut self, f: &mut impl FnMut(SseRef<'_>)) {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
-            self.line_done(&line, out);
+            self.line_done(&line, f);
         }
         if self.has_data {
-            let mut ev = std::mem::take(&mut self.cur);
-            ev.unterminated = true;
-            self.has_data = false;
-            out.push(SseItem::Event(ev));
+            self.dispatch(true, f);
         }
     }
 
-    fn line_done(&mut self, mut line: &[u8], out: &mut Vec<SseItem>) {
+    fn dispatch(&mut self, unterminated: bool, f: &mut impl FnMut(SseRef<'_>)) {
+        self.has_data = false;
+        f(SseRef::Event {
+            event: self.event.as_deref(),
+            data: &self.data,
+            id: self.id.as_deref(),
+            unterminated,
+        });
+        self.reset();
+    }
+
+    fn reset(&mut self) {
+        self.data.clear();
+        self.event = None;
+        self.id = None;
+    }
+
+    fn line_done(&mut self, mut line: &[u8], f: &mut impl FnMut(SseRef<'_>)) {
         if !self.started {
             self.started = true;
             if let Some(rest) = line.strip_prefix(b"\xEF\xBB\xBF") {
@@ -93,17 +163,14 @@ impl SseParser {
         }
         if line.is_empty() {
             if self.has_data {
-                self.has_data = false;
-                out.push(SseItem::Event(std::mem::take(&mut self.cur)));
+                self.dispatch(false, f);
             } else {
-                self.cur = SseEvent::default();
+                self.reset();
             }
             return;
         }
         if let Some(c) = line.strip_prefix(b":") {
-            out.push(SseItem::Comment(
-                String::from_utf8_lossy(c).trim_start().to_string(),
-            ));
+            f(SseRef::Comment(lossy(c).trim_start()));
             return;
         }
         let (name, value) = match line.iter().position(|&b| b == b':') {
@@ -113,17 +180,17 @@ impl SseParser {
             }
             None => (line, &b""[..]),
         };
-        let value = String::from_utf8_lossy(value);
+        let value = lossy(value);
         match name {
             b"data" => {
                 if self.has_data {
-                    self.cur.data.push('\n');
+                    self.data.push('\n');
                 }
-                self.cur.data.push_str(&value);
+                self.data.push_str(&value);
                 self.has_data = true;
             }
-            b"event" => self.cur.event = Some(value.into_owned()),
-            b"id" => self.cur.id = Some(value.into_owned()),
+            b"event" => self.event = Some(value.into_owned()),
+            b"id" => self.id = Some(value.into_owned()),
             _ => {} // `retry:` and unknown fields are ignored, as the spec says
         }
     }

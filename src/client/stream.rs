@@ -2,10 +2,10 @@
 //! it yields the trace's chunk events and, at the end, the stream's classification.
 //! No I/O here, so every wire shape and every split of its bytes is testable offline.
 
-use crate::trace::{ChunkKind, Event, InBandError, Outcome, ToolCall, Usage};
+use crate::trace::{ChunkKind, ChunkRef, Event, InBandError, Outcome, ToolCall, Usage};
 
 use super::chunk::{self, ChunkInfo};
-use super::sse::{SseItem, SseParser};
+use super::sse::{SseParser, SseRef};
 
 /// How the bytes stopped coming (decided by the network loop).
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +35,6 @@ pub struct Ending {
 #[derive(Debug, Default)]
 pub struct StreamState {
     parser: SseParser,
-    items: Vec<SseItem>,
     /// Events (and comments) seen so far: the next chunk's index.
     pub n: u32,
     /// Output deltas (content, reasoning, tool-call).
@@ -65,27 +64,29 @@ impl StreamState {
         }
     }
 
-    /// Bytes that arrived at `t`: parses them and hands each chunk event to `emit`.
-    pub fn on_bytes(&mut self, t: u64, id: &str, bytes: &[u8], emit: &mut impl FnMut(Event)) {
-        let mut items = std::mem::take(&mut self.items);
-        self.parser.push(bytes, &mut items);
-        for it in items.drain(..) {
-            self.on_item(t, id, it, emit);
-        }
-        self.items = items;
+    /// Bytes that arrived at `t`: parses them and hands each chunk event to `emit`
+    /// (borrowed: nothing is copied out of the bytes for a plain delta).
+    pub fn on_bytes(
+        &mut self,
+        t: u64,
+        id: &str,
+        bytes: &[u8],
+        emit: &mut impl FnMut(ChunkRef<'_>),
+    ) {
+        let mut parser = std::mem::take(&mut self.parser);
+        parser.push_with(bytes, &mut |it| self.on_item(t, id, it, emit));
+        self.parser = parser;
     }
 
     /// The body ended at `t`: flushes an unfinished last event.
-    pub fn on_eof(&mut self, t: u64, id: &str, emit: &mut impl FnMut(Event)) {
-        let mut items = std::mem::take(&mut self.items);
-        self.parser.finish(&mut items);
-        for it in items.drain(..) {
-            self.on_item(t, id, it, emit);
-        }
+    pub fn on_eof(&mut self, t: u64, id: &str, emit: &mut impl FnMut(ChunkRef<'_>)) {
+        let mut parser = std::mem::take(&mut self.parser);
+        parser.finish_with(&mut |it| self.on_item(t, id, it, emit));
+        self.parser = parser;
     }
 
     /// A whole (non-streaming) JSON answer arrived at `t`.
-    pub fn on_whole(&mut self, t: u64, id: &str, body: &str, emit: &mut impl FnMut(Event)) {
+    pub fn on_whole(&mut self, t: u64, id: &str, body: &str, emit: &mut impl FnMut(ChunkRef<'_>)) {
         self.on_data(t, id, body, false, emit);
     }
 
@@ -94,12 +95,12 @@ impl StreamState {
         self.first_delta_us.is_some() || self.error.is_some() || self.done
     }
 
-    fn on_item(&mut self, t: u64, id: &str, item: SseItem, emit: &mut impl FnMut(Event)) {
+    fn on_item(&mut self, t: u64, id: &str, item: SseRef<'_>, emit: &mut impl FnMut(ChunkRef<'_>)) {
         match item {
-            SseItem::Comment(c) => {
-                emit(Event::Chunk {
+            SseRef::Comment(c) => {
+                emit(ChunkRef {
                     t,
-                    id: id.to_string(),
+                    id,
                     n: self.n,
                     kind: ChunkKind::Comment,
                     text: (!c.is_empty()).then_some(c),
@@ -109,12 +110,16 @@ impl StreamState {
                 });
                 self.n += 1;
             }
-            SseItem::Event(ev) => {
-                if ev.unterminated {
+            SseRef::Event {
+                event,
+                data,
+                unterminated,
+                ..
+            } => {
+                if unterminated {
                     self.unterminated = true;
                 }
-                let is_error_event = ev.event.as_deref() == Some("error");
-                self.on_data(t, id, &ev.data, is_error_event, emit);
+                self.on_data(t, id, data, event == Some("error"), emit);
             }
         }
     }
@@ -125,9 +130,9 @@ impl StreamState {
         id: &str,
         data: &str,
         error_event: bool,
-        emit: &mut impl FnMut(Event),
+        emit: &mut impl FnMut(ChunkRef<'_>),
     ) {
-        let mut info: ChunkInfo = chunk::classify(data);
+        let mut info: ChunkInfo<'_> = chunk::classify_ref(data);
         if error_event && info.kind != Some(ChunkKind::Error) {
             // `event: error` with a payload that is not an error object.
             info.kind = Some(ChunkKind::Error);
@@ -155,8 +160,10 @@ impl StreamState {
         if info.unparsable && !self.unterminated && self.malformed.is_none() {
             self.malformed = Some((self.n, "not JSON"));
         }
-        if info.finish.is_some() {
-            self.finish.clone_from(&info.finish);
+        if let Some(f) = info.finish.as_deref()
+            && self.finish.as_deref() != Some(f)
+        {
+            self.finish = Some(f.to_string());
         }
         if info.usage.is_some() {
             self.usage = info.usage;
@@ -167,16 +174,15 @@ impl StreamState {
         if let (true, ChunkKind::Content, Some(t)) = (self.keep_text, kind, &info.text) {
             self.text.push_str(t);
         }
-        let raw = info.keep_raw.then(|| data.to_string());
-        emit(Event::Chunk {
+        emit(ChunkRef {
             t,
-            id: id.to_string(),
+            id,
             n: self.n,
             kind,
-            text: info.text,
-            cid: info.cid,
-            finish: info.finish,
-            raw,
+            text: info.text.as_deref(),
+            cid: info.cid.as_deref(),
+            finish: info.finish.as_deref(),
+            raw: info.keep_raw.then_some(data),
         });
         self.n += 1;
     }
@@ -267,7 +273,7 @@ impl StreamState {
 pub fn replay<'a>(pieces: impl IntoIterator<Item = &'a [u8]>, cut: Cut) -> (Vec<Event>, Ending) {
     let mut s = StreamState::new(false);
     let mut events = Vec::new();
-    let mut emit = |e| events.push(e);
+    let mut emit = |c: ChunkRef<'_>| events.push(c.to_event());
     let mut t = 0;
     for p in pieces {
         s.on_bytes(t, "r", p, &mut emit);

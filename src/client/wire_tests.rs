@@ -320,3 +320,35 @@ fn property_any_split_of_any_stream_gives_the_same_events() {
         }
     }
 }
+
+/// Issue #4 item 2: response headers are recorded in order, bounded in number and size.
+#[test]
+fn response_headers_are_recorded_in_order_and_bounded() {
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+    let mut h = HeaderMap::new();
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.append("x-haq-worker", HeaderValue::from_static("w1"));
+    let long = "é".repeat(200); // 400 bytes
+    h.insert("x-long", HeaderValue::from_str(&long).expect("value"));
+    let (list, omitted) = super::record_headers(&h);
+    assert_eq!(omitted, 0);
+    assert_eq!(list[0], ("content-type".into(), "text/event-stream".into()));
+    assert_eq!(list[1], ("x-haq-worker".into(), "w1".into()));
+    let cut = &list[2].1;
+    assert!(
+        cut.ends_with('…') && cut.len() <= super::MAX_HEADER_BYTES + 3,
+        "{cut}"
+    );
+    assert!(long.starts_with(cut.trim_end_matches('…')));
+    for i in 0..40 {
+        h.append(
+            HeaderName::from_bytes(format!("x-h{i}").as_bytes()).expect("name"),
+            HeaderValue::from_static("v"),
+        );
+    }
+    let (list, omitted) = super::record_headers(&h);
+    assert_eq!((list.len(), omitted), (super::MAX_HEADERS, 43 - 32));
+}

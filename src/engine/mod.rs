@@ -403,6 +403,21 @@ async fn finish_faults(
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
 }
 
+/// Records how the trace writer kept up (issue #4 item 5): any wait for room in its
+/// bounded buffer makes the run INVALID when judged.
+fn emit_trace_stats(tw: &TraceWriter, clock: &Clock) {
+    let b = tw.backpressure();
+    tw.emit(Event::TraceStats {
+        t: clock.now_us(),
+        waits: b.waits,
+        waited_us: b.waited_us,
+        worst_us: b.worst_us,
+        peak_bytes: b.peak_bytes,
+        cap_bytes: b.cap_bytes,
+        lines: b.lines,
+    });
+}
+
 /// Runs a validated plan end to end. Setup failures are [`EnvironmentError`]s.
 pub async fn run(
     plan: Plan,
@@ -515,6 +530,7 @@ pub async fn run(
     }
     drop(guard);
     let interrupted = cancel.is_cancelled();
+    emit_trace_stats(&tw, &clock);
     tw.emit(Event::RunEnd {
         t: clock.now_us(),
         interrupted,

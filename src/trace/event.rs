@@ -68,6 +68,14 @@ pub enum Event {
         /// Server-reported queue time (µs), where a header reports it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         queue_us: Option<u64>,
+        /// Every response header as received, in order (Q2: a router's own headers
+        /// are evidence too). Bounded: at most `client::MAX_HEADERS`, each name and
+        /// value cut at `client::MAX_HEADER_BYTES` (marked with `…`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        headers: Vec<(String, String)>,
+        /// Headers left out beyond the bound.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        headers_omitted: u32,
     },
     /// One SSE event, stamped when its bytes arrived.
     Chunk {
@@ -233,6 +241,22 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// How the trace writer kept up with the run (written once, before `run_end`). Any
+    /// wait for room in its bounded buffer makes the run INVALID (issue #4 item 5).
+    TraceStats {
+        t: u64,
+        /// Emits that found the buffer full and waited for the writer.
+        waits: u64,
+        /// Time spent waiting, in all (µs).
+        waited_us: u64,
+        /// The longest single wait (µs).
+        worst_us: u64,
+        /// Most bytes the buffer held, and its bound.
+        peak_bytes: u64,
+        cap_bytes: u64,
+        /// Lines written before this one.
+        lines: u64,
+    },
     /// Last line of a complete trace.
     RunEnd {
         t: u64,
@@ -259,6 +283,7 @@ impl Event {
             | Event::ProxyRequest { t, .. }
             | Event::ProxyEnd { t, .. }
             | Event::Observation { t, .. }
+            | Event::TraceStats { t, .. }
             | Event::RunEnd { t, .. } => *t,
         }
     }
@@ -270,6 +295,10 @@ fn yes() -> bool {
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Token usage as the server reported it.
@@ -412,6 +441,22 @@ pub enum ChunkKind {
 }
 
 impl ChunkKind {
+    /// The name the trace uses (serde's `snake_case`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChunkKind::Role => "role",
+            ChunkKind::Content => "content",
+            ChunkKind::Reasoning => "reasoning",
+            ChunkKind::ToolCall => "tool_call",
+            ChunkKind::Finish => "finish",
+            ChunkKind::Usage => "usage",
+            ChunkKind::Error => "error",
+            ChunkKind::Done => "done",
+            ChunkKind::Other => "other",
+            ChunkKind::Comment => "comment",
+        }
+    }
+
     /// Output the client can see: the M1 boundary is the first such delta.
     pub fn is_delta(self) -> bool {
         matches!(

@@ -4,14 +4,16 @@
 //!
 //! Times (`t`) are microseconds since the trace was opened, on the monotonic clock.
 
+mod chunkref;
 mod clock;
 mod event;
 pub mod journal;
 mod writer;
 
+pub use chunkref::ChunkRef;
 pub use clock::{Clock, mono_ns};
 pub use event::*;
-pub use writer::{TraceHandle, TraceWriter};
+pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};
 
 use std::io::BufRead;
 use std::path::Path;

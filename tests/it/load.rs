@@ -179,6 +179,36 @@ async fn latency_from_intended_time_includes_a_stall_a_closed_loop_would_hide() 
     assert!(slow_from_dispatch >= 10, "{slow_from_dispatch}");
     assert!(m.iter().all(|(r, _)| r.admitted.is_none()));
 
+    // The trace records each response's headers (bounded) and how its writer kept up:
+    // a healthy writer never made an emit wait (issue #4 items 2 and 5).
+    let mut heads = 0;
+    let mut stats = Vec::new();
+    for ev in haq::trace::read(&open.run_dir.join("trace.jsonl")).expect("trace") {
+        match ev.expect("event") {
+            haq::trace::Event::Response { headers, .. } => {
+                heads += 1;
+                let h = |k: &str| {
+                    headers
+                        .iter()
+                        .find(|(n, _)| n == k)
+                        .map(|(_, v)| v.as_str())
+                };
+                assert_eq!(h("content-type"), Some("text/event-stream"), "{headers:?}");
+                assert!(h("content-length").is_some(), "{headers:?}");
+            }
+            haq::trace::Event::TraceStats {
+                waits,
+                peak_bytes,
+                cap_bytes,
+                ..
+            } => stats.push((waits, peak_bytes <= cap_bytes)),
+            _ => {}
+        }
+    }
+    assert_eq!(heads, m.len());
+    assert_eq!(stats, [(0, true)]);
+    assert!(open.judgement.client.valid, "{:?}", open.judgement.client);
+
     // Per second: the stall shows in the seconds its requests were sent; the interval
     // log has the same intervals, readable back.
     let secs = &open.judgement.seconds;
@@ -207,9 +237,10 @@ async fn latency_from_intended_time_includes_a_stall_a_closed_loop_would_hide() 
     );
 }
 
-#[test]
-fn a_run_whose_client_fell_behind_is_invalid_and_exits_2() {
-    let dir = scratch("invalid");
+/// A stored run of 20 requests, each sent `late_us` after its intended time, with
+/// `extra` lines before its end.
+fn stored_run(name: &str, late_us: u64, extra: &[serde_json::Value]) -> std::path::PathBuf {
+    let dir = scratch(name);
     let plan = scenario("http://127.0.0.1:9/v1", "");
     std::fs::write(
         dir.join("scenario.json"),
@@ -222,14 +253,43 @@ fn a_run_whose_client_fell_behind_is_invalid_and_exits_2() {
     ];
     for i in 0..20u64 {
         let intended = i * 50_000;
-        // every request sent 300 ms late
-        lines.push(serde_json::json!({"ev":"request","t":intended + 300_000,"id":format!("r{i}"),"class":"c","phase":"baseline","intended":intended,"prompt_tokens":5,"max_tokens":3,"protected":true}));
-        lines.push(serde_json::json!({"ev":"end","t":intended + 310_000,"id":format!("r{i}"),"outcome":"completed","tokens":3,"done":true,"finish":"length"}));
+        lines.push(serde_json::json!({"ev":"request","t":intended + late_us,"id":format!("r{i}"),"class":"c","phase":"baseline","intended":intended,"prompt_tokens":5,"max_tokens":3,"protected":true}));
+        lines.push(serde_json::json!({"ev":"end","t":intended + late_us + 10_000,"id":format!("r{i}"),"outcome":"completed","tokens":3,"done":true,"finish":"length"}));
     }
     lines.push(serde_json::json!({"ev":"phase","t":3_000_000,"name":"baseline","edge":"end"}));
+    lines.extend(extra.iter().cloned());
     lines.push(serde_json::json!({"ev":"run_end","t":3_100_000,"interrupted":false}));
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(dir.join("trace.jsonl"), text).expect("write");
+    dir
+}
+
+/// Issue #4 item 5: the trace writer's buffer is bounded; an emit that had to wait for
+/// room stalled the client, so the run is INVALID — and says why.
+#[test]
+fn a_run_whose_trace_writer_fell_behind_is_invalid() {
+    let stats = |waits: u64| serde_json::json!({"ev":"trace_stats","t":3_050_000,"waits":waits,"waited_us":waits * 900,"worst_us":if waits > 0 { 2_500 } else { 0 },"peak_bytes":8_000_000,"cap_bytes":8_388_608,"lines":60});
+    let (_, ok) = haq::check::judge_dir(&stored_run("trace-ok", 200, &[stats(0)])).expect("judge");
+    assert!(ok.client.valid, "{:?}", ok.client);
+    let (_, j) =
+        haq::check::judge_dir(&stored_run("trace-behind", 200, &[stats(3)])).expect("judge");
+    assert!(j.invalid());
+    assert_eq!((j.client.trace_waits, j.client.trace_wait_max_ms), (3, 2.5));
+    assert!(
+        j.client
+            .invalid_reasons
+            .iter()
+            .any(|r| r.contains("trace writer fell behind")),
+        "{:?}",
+        j.client
+    );
+    assert_eq!(j.client.late, 0, "requests were on time");
+}
+
+#[test]
+fn a_run_whose_client_fell_behind_is_invalid_and_exits_2() {
+    // every request sent 300 ms late
+    let dir = stored_run("invalid", 300_000, &[]);
     let (_, j) = haq::check::judge_dir(&dir).expect("judge");
     assert!(j.invalid());
     assert_eq!(

@@ -390,7 +390,8 @@ impl Folder {
             | Event::Replacement { .. }
             | Event::Exited { .. }
             | Event::ProxyRequest { .. }
-            | Event::ProxyEnd { .. } => {}
+            | Event::ProxyEnd { .. }
+            | Event::TraceStats { .. } => {}
         }
     }
 

@@ -99,6 +99,8 @@ impl H {
             attempt: Some(attempt.into()),
             retry_after: None,
             queue_us: None,
+            headers: Vec::new(),
+            headers_omitted: 0,
         });
         self
     }
