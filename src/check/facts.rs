@@ -41,6 +41,8 @@ pub struct Req {
     /// Stage and fault index when a fault caught it in flight.
     pub caught: Option<(Stage, usize)>,
     pub detail: Option<String>,
+    /// A probe request: the fault whose trigger it drove (not the workload's latency).
+    pub probe: Option<String>,
 }
 
 impl Req {
@@ -73,6 +75,7 @@ impl Req {
                 .or_else(|| r.chunks.iter().rev().find_map(|c| c.finish.clone())),
             caught,
             detail: end.detail.as_deref().map(short),
+            probe: r.probe.clone(),
         })
     }
 

@@ -168,7 +168,12 @@ mod tests {
         let fault = j.phases.iter().find(|p| p.name == "fault").expect("phase");
         assert_eq!(fault.requests, 10, "{fault:?}");
         // Still a request of the run: in the per-request facts (CSV) and Request-Fate.
-        assert!(j.facts.requests.iter().any(|r| r.id == "probe-1"));
+        assert!(
+            j.facts
+                .requests
+                .iter()
+                .any(|r| r.id == "probe-1" && r.probe.as_deref() == Some("kill-w2"))
+        );
         // The same request without the probe mark is the workload's: it FAILs Latency.
         let mut tb2 = Tb::new();
         tb2.phases(&p);

@@ -4,7 +4,7 @@
 use crate::check::Judgement;
 use crate::check::facts::Req;
 
-pub const HEADER: [&str; 21] = [
+pub const HEADER: [&str; 22] = [
     "id",
     "class",
     "phase",
@@ -26,9 +26,10 @@ pub const HEADER: [&str; 21] = [
     "caught_stage",
     "caught_by",
     "detail",
+    "probe",
 ];
 
-fn row(j: &Judgement, r: &Req) -> [String; 21] {
+fn row(j: &Judgement, r: &Req) -> [String; 22] {
     let base = j.facts.load_start;
     let s = |t: u64| format!("{:.6}", (t as f64 - base as f64) / 1e6);
     let ms = |us: u64| format!("{:.3}", us as f64 / 1000.0);
@@ -58,6 +59,7 @@ fn row(j: &Judgement, r: &Req) -> [String; 21] {
             .and_then(|c| j.facts.faults.get(c.1))
             .map(|f| f.name.clone())),
         opt(r.detail.clone()),
+        opt(r.probe.clone()),
     ]
 }
 

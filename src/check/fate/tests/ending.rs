@@ -47,6 +47,26 @@ fn a_clean_end_after_a_failed_attempt_is_silent_truncation() {
 }
 
 #[test]
+fn a_finished_answer_or_a_retry_before_output_is_no_truncation() {
+    // finish_reason then [DONE]: a clean end.
+    let mut h = H::new();
+    cut(&mut h, "r1", 4);
+    h.finish("r1", "A", 200 * MS)
+        .end("r1", 210 * MS, Outcome::Completed);
+    // A failed first attempt, retried before any delta; the retry finished cleanly.
+    let mut j = H::journaled();
+    cut(&mut j, "r2", 4);
+    j.finish("r2", "A", 200 * MS)
+        .end("r2", 210 * MS, Outcome::Completed)
+        .attempt("r2", 1, "w3", (MS, 0), (5 * MS, "failed", 0))
+        .attempt("r2", 2, "w2", (6 * MS, 0), (200 * MS, "finished", 4));
+    for h in [h, j] {
+        let j = h.judge(&plan(&["faults=[]"]));
+        assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    }
+}
+
+#[test]
 fn a_reset_after_output_is_a_silent_interruption_and_before_output_is_not() {
     let mut h = H::new();
     cut(&mut h, "r1", 3);
