@@ -6,6 +6,11 @@
 //! every child haq starts (sim processes, fault commands, restarts) gets the nice value
 //! haq was started with, so only the instrument is favoured, never the system under test.
 //! `HAQ_NICE=off` keeps the inherited priority; `HAQ_NICE=N` asks for nice N instead.
+//!
+//! Nice values rank threads within one scheduling group only. Where the kernel groups
+//! CPU time by session (`/proc/sys/kernel/sched_autogroup_enabled`), the sim processes
+//! run in sessions of their own (`sim::cluster`), so that the session holding haq stays
+//! light and wakes up on time however busy the simulated cluster is.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 

@@ -44,7 +44,7 @@ pub async fn run(f: &FaultPlan, r: &Arc<Replica>, env: &Env) {
     }
     emit(env, f, r, ReplacementStage::Requested, None, None);
     let started = match &env.registry.sim {
-        Some(sim) => start_sim(r, sim, spec.cold_start.map(|d| d.0)).await,
+        Some(sim) => start_sim(r, sim, spec.cold_start.map(|d| d.0), &env.load_done).await,
         None => start_command(f, r, env, spec.cold_start.map(|d| d.0)).await,
     };
     let (pid, how) = match started {
@@ -96,6 +96,7 @@ async fn start_sim(
     r: &Replica,
     sim: &SimSpawner,
     cold_start: Option<Duration>,
+    stop: &tokio_util::sync::CancellationToken,
 ) -> Result<(Option<u32>, String), String> {
     let Some(ProcRef::Sim(shared)) = r.process() else {
         return Err("no sim process handle".into());
@@ -104,13 +105,36 @@ async fn start_sim(
     if let Some(c) = cold_start {
         engine.startup = crate::scenario::units::Dur(c);
     }
-    // The replacement listens where its predecessor did: the path to it is unchanged.
-    let listen = shared
-        .lock()
-        .await
-        .url
-        .trim_start_matches("http://")
-        .to_string();
+    // Delete, then create (a rolling update with no surge): a drained predecessor first
+    // finishes its streams — its leases are renewed and its events relayed through the
+    // same path the replacement will take. A crashed one is gone already.
+    let grace = drain_grace(sim);
+    let t0 = std::time::Instant::now();
+    let old_url = loop {
+        {
+            let mut w = shared.lock().await;
+            if w.exited().is_some() {
+                break w.url.clone();
+            }
+            if t0.elapsed() > grace {
+                return Err(format!(
+                    "{} (pid {}) still running {grace:?} after it was asked to stop",
+                    r.name, w.pid
+                ));
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stop.cancelled() => return Err("the load ended before the predecessor exited".into()),
+        }
+    };
+    // Behind haq's proxy any free port does (the proxy is re-pointed); without it the
+    // gateway knows only the old address.
+    let listen = if r.proxy.is_some() {
+        "127.0.0.1:0".to_string()
+    } else {
+        old_url.trim_start_matches("http://").to_string()
+    };
     let new = crate::sim::cluster::start_worker(
         &sim.target,
         &engine,
@@ -125,7 +149,7 @@ async fn start_sim(
     let (pid, url) = (new.pid, new.url.clone());
     {
         let mut w = shared.lock().await;
-        // The replaced process is dead; the new one takes its place (and dies with haq).
+        // The replaced process has exited; the new one takes its place (and dies with haq).
         *w = new;
     }
     r.set_direct_url(url.clone());
@@ -139,6 +163,11 @@ async fn start_sim(
             engine.startup.0
         ),
     ))
+}
+
+/// How long a drained sim worker may take to finish its in-flight streams.
+fn drain_grace(sim: &SimSpawner) -> Duration {
+    sim.target.engine.drain_timeout.0 + Duration::from_secs(5)
 }
 
 async fn start_command(

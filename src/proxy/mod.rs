@@ -345,13 +345,16 @@ impl ProxySet {
     ) -> anyhow::Result<ProxySet> {
         let mut listeners = Vec::new();
         for s in specs {
-            let l = TcpListener::bind(s.listen).await.map_err(|e| {
-                anyhow::anyhow!("proxy for {}: cannot listen on {}: {e}", s.name, s.listen)
-            })?;
+            let l = std::net::TcpListener::bind(s.listen)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| {
+                    anyhow::anyhow!("proxy for {}: cannot listen on {}: {e}", s.name, s.listen)
+                })?;
             listeners.push(l);
         }
         let board = Arc::new(ProbeBoard::default());
         let stop = CancellationToken::new();
+        let rt = own_runtime(stop.clone())?;
         let mut replicas = Vec::new();
         for (s, l) in specs.iter().zip(listeners) {
             let p = Arc::new(ReplicaProxy {
@@ -371,7 +374,14 @@ impl ProxySet {
                 trace: trace.clone(),
                 clock: *clock,
             });
-            tokio::spawn(accept_loop(p.clone(), l, stop.clone()));
+            let (p2, stop2) = (p.clone(), stop.clone());
+            rt.spawn(async move {
+                // Registered with the proxies' own runtime, whose thread serves it.
+                match TcpListener::from_std(l) {
+                    Ok(l) => accept_loop(p2, l, stop2).await,
+                    Err(e) => eprintln!("haq: proxy for {}: {e}", p2.name),
+                }
+            });
             replicas.push(p);
         }
         Ok(ProxySet {
@@ -393,6 +403,33 @@ impl ProxySet {
     pub fn stop(&self) {
         self.stop.cancel();
     }
+}
+
+/// The proxies relay every byte between gateway and replicas; on their own thread and
+/// runtime they never delay the load client's dispatch or its reading of a stream (the
+/// client's timing is the evidence, SPEC Q12). The thread ends, dropping the runtime and
+/// every connection, when `stop` is cancelled.
+fn own_runtime(stop: CancellationToken) -> anyhow::Result<tokio::runtime::Handle> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("haq-proxy".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = tx.send(Ok(rt.handle().clone()));
+            rt.block_on(stop.cancelled());
+        })?;
+    rx.recv()
+        .map_err(|_| anyhow::anyhow!("the proxy thread ended at once"))?
+        .map_err(|e| anyhow::anyhow!("cannot start the proxy runtime: {e}"))
 }
 
 impl Drop for ProxySet {

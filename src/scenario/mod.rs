@@ -186,11 +186,20 @@ fn resolve_mix_files(mix: &mut serde_json::Value, base: &Path) {
     }
 }
 
+/// Absolute, so that a path resolved against a mix file's directory is never joined to
+/// the scenario's directory again (`haq run scenarios/x.yaml` with a mix in
+/// `../workloads/` that names `lengths.csv`), and the recorded scenario reads back
+/// from any working directory.
 fn absolute(v: &mut serde_json::Value, base: &Path) {
     if let Some(s) = v.as_str()
         && !Path::new(s).is_absolute()
     {
-        *v = base.join(s).display().to_string().into();
+        let p = base.join(s);
+        *v = std::path::absolute(&p)
+            .unwrap_or(p)
+            .display()
+            .to_string()
+            .into();
     }
 }
 

@@ -150,11 +150,18 @@ async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::R
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log_file))
-        .kill_on_drop(true)
-        .process_group(0);
-    // SAFETY: prctl and setpriority are async-signal-safe and touch no memory of the parent.
+        .kill_on_drop(true);
+    // SAFETY: setsid, prctl and setpriority are async-signal-safe and touch no memory of
+    // the parent.
     unsafe {
         cmd.pre_exec(|| {
+            // Its own session, hence its own process group (a terminal's Ctrl-C reaches
+            // haq, which stops the sim in order) and, where the kernel groups CPU time
+            // by session (autogroup), its own CPU share: a busy sim never delays haq's
+            // dispatcher, whose timing is the evidence (crate::priority).
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }

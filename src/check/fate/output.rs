@@ -236,9 +236,11 @@ pub fn chunk_order(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
         }
         prev = Some((c.n, c.t));
     }
-    // The gateway's own count, when the client read the stream to its end.
+    // The gateway's own count, when the client read the stream to its end. A
+    // non-streamed answer is one body, not deltas: the gateway counts none of it.
     let atts = &v.r.attempts;
-    if !matches!(v.end.outcome, Outcome::Completed | Outcome::ExplicitError)
+    if !v.r.stream
+        || !matches!(v.end.outcome, Outcome::Completed | Outcome::ExplicitError)
         || atts.is_empty()
         || atts.iter().any(|a| a.end.is_none())
     {

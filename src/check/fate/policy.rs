@@ -179,7 +179,16 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
                     && l.first_event.is_some_and(|fe| fe <= f.t)
             });
             if computed {
-                return Some(Stage::Decode);
+                // ... unless the client got it (stamped a little after the fault): the
+                // response that committed came from this attempt's replica.
+                let reached_client = v.delivered() > 0
+                    && r.worker.as_deref() == Some(a.worker.as_str())
+                    && r.attempts.last().is_some_and(|l| l.id == a.id);
+                return Some(if reached_client {
+                    Stage::Streaming
+                } else {
+                    Stage::Decode
+                });
             }
             return Some(match a.phase_at(f.t) {
                 Some("queued") => Stage::Queued,
@@ -203,7 +212,19 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
             Stage::New
         });
     }
-    // Client side only: the attribution header names the replica that committed.
+    // Client side only: the attribution header names the replica that committed. Output
+    // the client got from the faulted replica left it before the fault when the proxy
+    // saw it leave by then, or when the fault killed the replica (a dead process sends
+    // nothing): delivered output, stamped by the client a little after the fault.
+    let left_before = r.worker.as_deref() == Some(f.replica.as_str())
+        && v.delivered() > 0
+        && (f.action == "kill"
+            || r.proxy.iter().any(|l| {
+                l.replica == f.replica
+                    && l.start <= f.t
+                    && l.first_event.is_some_and(|fe| fe <= f.t)
+            }));
+    let delivered_before = delivered_before || left_before;
     match (&r.worker, delivered_before) {
         (Some(w), true) if *w == f.replica => Some(Stage::Streaming),
         (Some(_), true) => None,

@@ -182,3 +182,17 @@ fn fewer_deltas_than_the_gateway_delivered_is_a_gap() {
     contains(&f.detail, "8 deltas were delivered, the client received 6");
     assert_eq!(j.findings.len(), 1, "{:#?}", j.findings);
 }
+
+#[test]
+fn a_non_streamed_answer_is_one_body_the_gateway_counts_no_deltas_of() {
+    let mut h = H::journaled();
+    super::clean(&mut h, "r1", "w1", 0, 1);
+    h.attempt("r1", 1, "w1", (MS, 0), (300 * MS, "relayed", 0));
+    for e in &mut h.events {
+        if let Event::Request { stream, .. } = e {
+            *stream = false;
+        }
+    }
+    let j = h.judge(&plan(&[]));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+}

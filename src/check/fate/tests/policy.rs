@@ -294,3 +294,47 @@ fn a_recompute_on_the_same_replica_matches_a_declared_recompute() {
     let f = finding(&j, FindingKind::FateMismatch);
     contains(&f.detail, "the policy says recompute, it was retried");
 }
+
+/// r1 on w2, no gateway journal: w2 is hit at 80 ms and the client stamps its
+/// first deltas at 83 ms; the stream ends with the seed's explicit error.
+fn output_stamped_just_after_the_fault(h: &mut H, action: &str) {
+    let w = words("k", 2);
+    h.req("r1", 0)
+        .head("r1", 83 * MS, "w2", "r1/a1")
+        .deltas("r1", "A", 83 * MS, &refs(&w))
+        .seed_error("r1", 150 * MS, 2)
+        .end("r1", 151 * MS, Outcome::ExplicitError)
+        .fault(80 * MS, "w2", action);
+}
+
+#[test]
+fn output_that_left_a_killed_replica_before_the_kill_was_delivered_even_if_stamped_after() {
+    // A dead process sends nothing: what the client got from w2 left it before the kill.
+    let mut h = H::new();
+    output_stamped_just_after_the_fault(&mut h, "kill");
+    let j = h.judge(&plan(&[]));
+    assert_eq!(stages(&j), vec![Stage::Streaming]);
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+
+    // A freeze keeps the replica alive: without other evidence the client's stamps
+    // decide (nothing was delivered by 80 ms: the policy's retry was not made).
+    let mut h = H::new();
+    output_stamped_just_after_the_fault(&mut h, "freeze");
+    let j = h.judge(&plan(&[]));
+    assert_eq!(stages(&j), vec![Stage::BeforeFirstDelta]);
+    assert!(has(&j, FindingKind::RetryNotMade), "{:#?}", j.findings);
+
+    // The proxy saw w2 send r1's first event before the freeze: delivered output.
+    let mut h = H::new();
+    output_stamped_just_after_the_fault(&mut h, "freeze");
+    h.proxy_req("r1", 5 * MS, "w2", 1).proxy_end_after(
+        "r1",
+        101 * MS,
+        ("w2", 1),
+        crate::trace::ProxyEndKind::UpstreamReset,
+        Some(79 * MS),
+    );
+    let j = h.judge(&plan(&[]));
+    assert_eq!(stages(&j), vec![Stage::Streaming]);
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+}
