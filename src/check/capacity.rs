@@ -96,7 +96,9 @@ impl WindowAcc {
         if end.outcome != Outcome::Completed {
             return;
         }
-        if let Some(f) = r.first_delta_t() {
+        // TTFT of streamed requests only, as in the phase figures (metrics::request): a
+        // non-streamed answer arrives whole, its first byte is its end (counted in E2E).
+        if let Some(f) = r.first_delta_t().filter(|_| r.stream) {
             let _ = self.ttft.record(f.saturating_sub(r.intended).max(1));
         }
         let _ = self.e2e.record(end.t.saturating_sub(r.intended).max(1));
@@ -360,6 +362,28 @@ mod tests {
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(v.summary.contains("p95 TTFT 1500"), "{}", v.summary);
+    }
+
+    #[test]
+    fn a_non_streamed_answer_counts_in_e2e_not_in_ttft() {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.steady("degraded", 21.0, 26.0, 10.0, rr(&["w1", "w3"]));
+        // Whole answers in 1.5 s: over the TTFT SLO as a first token, inside it as E2E.
+        for k in 0..50 {
+            let t = 26.0 + k as f64 * 0.1;
+            tb.req(
+                R::ok(format!("whole{k}"), "degraded", t, "w1")
+                    .ttft(1500.0)
+                    .whole(),
+            );
+        }
+        tb.end(33.0);
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
     }
 
     #[test]

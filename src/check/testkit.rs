@@ -68,6 +68,8 @@ pub struct R<'a> {
     pub retry_after: bool,
     /// A probe request driving this fault's trigger.
     pub probe: Option<&'a str>,
+    /// Sent as a streaming request (a non-streamed answer is one delta at its end).
+    pub stream: bool,
 }
 
 impl<'a> R<'a> {
@@ -85,6 +87,7 @@ impl<'a> R<'a> {
             protected: true,
             retry_after: false,
             probe: None,
+            stream: true,
         }
     }
     pub fn rejected(mut self) -> Self {
@@ -98,6 +101,12 @@ impl<'a> R<'a> {
     }
     pub fn outcome(mut self, o: Outcome) -> Self {
         self.outcome = o;
+        self
+    }
+    /// Not streamed: the answer arrives whole, `ttft` after the request, as one delta.
+    pub fn whole(mut self) -> Self {
+        self.stream = false;
+        self.tokens = 1;
         self
     }
     pub fn ttft(mut self, ms: f64) -> Self {
@@ -277,7 +286,7 @@ impl Tb {
         self.ev(event(
             json!({"ev": "request", "t": t0, "id": r.id, "class": "chat",
             "phase": r.phase, "intended": t0, "prompt_tokens": 100, "max_tokens": 10,
-            "protected": r.protected, "probe": r.probe}),
+            "protected": r.protected, "probe": r.probe, "stream": r.stream}),
         ));
         if let Some(w) = r.worker {
             let attempt = format!("{}/a1", r.id);
