@@ -259,24 +259,14 @@ pub enum BenchCommand {
         /// Concurrent streams in steady state.
         #[arg(long, default_value_t = 64)]
         streams: u32,
-        /// Tokens per stream.
-        #[arg(long, default_value_t = 200)]
-        tokens: u32,
-        /// Time between tokens of a stream.
-        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
-        itl: Duration,
-        /// Time to the first token.
-        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
-        ttft: Duration,
+        #[command(flatten)]
+        shape: crate::bench::server::StreamShape,
         /// How long load is offered.
         #[arg(long, default_value = "40s", value_parser = scenario::units::parse_duration)]
         duration: Duration,
         /// Arrival rate (req/s); default: streams / stream length (steady concurrency).
         #[arg(long)]
         rate: Option<f64>,
-        /// The server emits every stream's token on one step clock (batch steps).
-        #[arg(long)]
-        sync: bool,
         /// Keep the run here (default: a temp dir).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -292,14 +282,8 @@ pub enum BenchCommand {
     Server {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
-        #[arg(long, default_value_t = 200)]
-        tokens: u32,
-        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
-        itl: Duration,
-        #[arg(long, default_value = "20ms", value_parser = scenario::units::parse_duration)]
-        ttft: Duration,
-        #[arg(long)]
-        sync: bool,
+        #[command(flatten)]
+        shape: crate::bench::server::StreamShape,
     },
 }
 
@@ -488,31 +472,15 @@ fn init(a: InitArgs) -> Exit {
 
 async fn bench(cmd: BenchCommand) -> Exit {
     let r = match cmd {
-        BenchCommand::Server {
-            listen,
-            tokens,
-            itl,
-            ttft,
-            sync,
-        } => {
+        BenchCommand::Server { listen, shape } => {
             crate::bench::raise_fd_limit();
-            crate::bench::server::serve(crate::bench::server::ServerConfig {
-                listen,
-                tokens,
-                itl,
-                ttft,
-                sync,
-            })
-            .await
+            crate::bench::server::serve(crate::bench::server::ServerConfig { listen, shape }).await
         }
         BenchCommand::Client {
             streams,
-            tokens,
-            itl,
-            ttft,
+            shape,
             duration,
             rate,
-            sync,
             out,
             json,
             bare,
@@ -520,12 +488,9 @@ async fn bench(cmd: BenchCommand) -> Exit {
             let cfg = crate::bench::BenchConfig {
                 bare,
                 streams,
-                tokens,
-                itl,
-                ttft,
+                shape,
                 duration,
                 rate,
-                sync,
                 out,
             };
             crate::bench::run(cfg).await.map(|r| {

@@ -23,13 +23,10 @@ use crate::trace::{ChunkKind, Event};
 pub struct BenchConfig {
     /// Concurrent streams in steady state (arrivals are spaced to keep this many).
     pub streams: u32,
-    pub tokens: u32,
-    pub itl: Duration,
-    pub ttft: Duration,
+    pub shape: server::StreamShape,
     pub duration: Duration,
     /// Arrival rate; default `streams / stream length` (steady concurrency).
     pub rate: Option<f64>,
-    pub sync: bool,
     pub out: Option<PathBuf>,
     /// Only read the bytes (no parsing, no trace): the floor any client pays here.
     pub bare: bool,
@@ -113,7 +110,7 @@ fn scenario(cfg: &BenchConfig, url: &str, rate: f64) -> String {
     let total = cfg.duration.as_secs_f64();
     format!(
         "name: bench-client\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 1\n  mix: {{classes: [{{name: bench, prompt_tokens: 16, output_tokens: {tokens}}}]}}\n  arrival: {{process: constant, rate: {rate}/s}}\nprotected_load: {rate}/s\nslo: {{ttft_p95: 60s, itl_p95: 60s, e2e_p95: 600s}}\nphases: [{{name: baseline, duration: {total}s}}]\nclient: {{first_token_timeout: 60s, idle_timeout: 60s, drain_timeout: 600s}}\n",
-        tokens = cfg.tokens
+        tokens = cfg.shape.tokens
     )
 }
 
@@ -186,21 +183,11 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
     };
     std::fs::create_dir_all(&dir)?;
     let bin = crate::sim::haq_binary().context("locating the haq executable")?;
-    let mut args = vec![
-        "bench".to_string(),
-        "server".into(),
-        "--tokens".into(),
-        cfg.tokens.to_string(),
-        "--itl".into(),
-        format!("{}us", cfg.itl.as_micros()),
-        "--ttft".into(),
-        format!("{}us", cfg.ttft.as_micros()),
-    ];
-    if cfg.sync {
-        args.push("--sync".into());
-    }
+    let mut args = vec!["bench".to_string(), "server".into()];
+    args.extend(cfg.shape.args());
     let server = crate::sim::SimProcess::start(&bin, "bench-server", &args, &dir).await?;
-    let stream_s = cfg.ttft.as_secs_f64() + cfg.itl.as_secs_f64() * f64::from(cfg.tokens);
+    let stream_s =
+        cfg.shape.ttft.as_secs_f64() + cfg.shape.itl.as_secs_f64() * f64::from(cfg.shape.tokens);
     let rate = cfg
         .rate
         .unwrap_or(f64::from(cfg.streams) / stream_s.max(1e-3));
@@ -244,9 +231,9 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
     Ok(BenchReport {
         bare: false,
         streams: cfg.streams,
-        tokens: cfg.tokens,
-        itl_ms: cfg.itl.as_secs_f64() * 1e3,
-        sync: cfg.sync,
+        tokens: cfg.shape.tokens,
+        itl_ms: cfg.shape.itl.as_secs_f64() * 1e3,
+        sync: cfg.shape.sync,
         rate: (rate * 1000.0).round() / 1000.0,
         requests: phase.map_or(0, |p| p.requests),
         completed: phase.map_or(0, |p| p.completed),
@@ -285,7 +272,7 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
 async fn bare(cfg: &BenchConfig, url: &str, rate: f64) -> anyhow::Result<BenchReport> {
     let http = crate::client::http_client(Duration::from_secs(5), &Default::default())?;
     let url = format!("{url}/v1/chat/completions");
-    let body = format!("{{\"max_tokens\":{}}}", cfg.tokens);
+    let body = format!("{{\"max_tokens\":{}}}", cfg.shape.tokens);
     let n = (rate * cfg.duration.as_secs_f64()) as u64;
     let reads = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let start = tokio::time::Instant::now();
@@ -310,9 +297,9 @@ async fn bare(cfg: &BenchConfig, url: &str, rate: f64) -> anyhow::Result<BenchRe
     Ok(BenchReport {
         bare: true,
         streams: cfg.streams,
-        tokens: cfg.tokens,
-        itl_ms: cfg.itl.as_secs_f64() * 1e3,
-        sync: cfg.sync,
+        tokens: cfg.shape.tokens,
+        itl_ms: cfg.shape.itl.as_secs_f64() * 1e3,
+        sync: cfg.shape.sync,
         rate,
         requests: n,
         completed: n,

@@ -18,18 +18,47 @@ use tokio::time::Instant;
 
 use crate::trace::mono_ns;
 
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    pub listen: SocketAddr,
+/// What the stamping server streams: given to `haq bench client`, passed on to its
+/// `haq bench server` child as the same flags.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct StreamShape {
     /// Tokens per answer (the request's `max_tokens` when smaller).
+    #[arg(long, default_value_t = 200)]
     pub tokens: u32,
     /// Time between tokens of one stream.
+    #[arg(long, default_value = "20ms", value_parser = crate::scenario::units::parse_duration)]
     pub itl: Duration,
     /// Time before the first token.
+    #[arg(long, default_value = "20ms", value_parser = crate::scenario::units::parse_duration)]
     pub ttft: Duration,
     /// Emit every stream's token on a shared step clock (an engine's batch step), so
     /// all streams' events leave together; otherwise each stream keeps its own phase.
+    #[arg(long)]
     pub sync: bool,
+}
+
+impl StreamShape {
+    /// The same shape as command-line flags.
+    pub fn args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--tokens".to_string(),
+            self.tokens.to_string(),
+            "--itl".into(),
+            format!("{}us", self.itl.as_micros()),
+            "--ttft".into(),
+            format!("{}us", self.ttft.as_micros()),
+        ];
+        if self.sync {
+            a.push("--sync".into());
+        }
+        a
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub shape: StreamShape,
 }
 
 struct St {
@@ -96,10 +125,10 @@ fn chunk(id: u64, content: &str, finish: Option<&str>) -> String {
 impl Gen {
     /// The next step time: the stream's own phase, or the shared step clock.
     fn step(&self, after: Instant) -> Instant {
-        if !self.st.cfg.sync {
+        if !self.st.cfg.shape.sync {
             return after;
         }
-        let itl = self.st.cfg.itl.as_nanos().max(1);
+        let itl = self.st.cfg.shape.itl.as_nanos().max(1);
         let since = after.saturating_duration_since(self.st.start).as_nanos();
         let k = since.div_ceil(itl);
         self.st.start + Duration::from_nanos((k * itl) as u64)
@@ -119,7 +148,7 @@ impl Gen {
             tokio::time::sleep_until(self.next).await;
             let k = self.i;
             self.i += 1;
-            self.next = self.step(self.next + self.st.cfg.itl);
+            self.next = self.step(self.next + self.st.cfg.shape.itl);
             let now = mono_ns();
             let text = if k == 1 {
                 format!(" r{}s{now}", self.recv_ns)
@@ -142,8 +171,8 @@ impl Gen {
 async fn chat(State(st): State<Arc<St>>, body: Bytes) -> Response {
     let recv_ns = mono_ns();
     let n = max_tokens(&body)
-        .unwrap_or(st.cfg.tokens)
-        .min(st.cfg.tokens)
+        .unwrap_or(st.cfg.shape.tokens)
+        .min(st.cfg.shape.tokens)
         .max(1);
     let id = st.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut g = Gen {
@@ -155,7 +184,7 @@ async fn chat(State(st): State<Arc<St>>, body: Bytes) -> Response {
         st: st.clone(),
         done: false,
     };
-    g.next = g.step(Instant::now() + st.cfg.ttft);
+    g.next = g.step(Instant::now() + st.cfg.shape.ttft);
     let stream = futures_util::stream::unfold(g, |mut g| async move {
         g.next_bytes().await.map(|b| (Ok::<_, Infallible>(b), g))
     });

@@ -13,6 +13,7 @@ use super::latency::{MIN_SAMPLES, Pcts, pcts};
 use super::timeline::{Timeline, ms};
 use super::{Status, Verdict};
 use crate::capacity::Search;
+use crate::metrics::Measured;
 use crate::scenario::{PhaseKind, Plan};
 use crate::trace::Outcome;
 
@@ -80,7 +81,8 @@ impl WindowAcc {
         }
     }
 
-    pub fn add(&mut self, r: &RequestRecord) {
+    /// `m`: the request's figures as the phase table has them (metrics::Measured).
+    pub fn add(&mut self, r: &RequestRecord, m: &Measured) {
         let Some(from) = self.from else { return };
         let Some(end) = &r.end else { return };
         if !r.protected || r.intended < from || !self.phases.contains(&r.phase) {
@@ -96,14 +98,16 @@ impl WindowAcc {
         if end.outcome != Outcome::Completed {
             return;
         }
-        // TTFT of streamed requests only, as in the phase figures (metrics::request): a
-        // non-streamed answer arrives whole, its first byte is its end (counted in E2E).
-        if let Some(f) = r.first_delta_t().filter(|_| r.stream) {
-            let _ = self.ttft.record(f.saturating_sub(r.intended).max(1));
+        // The same definitions as the phase figures: TTFT of streamed requests only (a
+        // non-streamed answer arrives whole: its time counts in E2E).
+        if let Some(t) = m.ttft {
+            let _ = self.ttft.record(t.max(1));
         }
-        let _ = self.e2e.record(end.t.saturating_sub(r.intended).max(1));
-        for (_, gap) in r.itl_gaps() {
-            let _ = self.itl.record(gap.max(1));
+        if let Some(t) = m.e2e {
+            let _ = self.e2e.record(t.max(1));
+        }
+        for gap in &m.itl {
+            let _ = self.itl.record((*gap).max(1));
         }
     }
 

@@ -181,7 +181,7 @@ impl RequestSink for Acc {
             self.slip.add(m.slip);
         }
         self.fate.add(r, faults);
-        self.run.request(r, faults);
+        self.run.request(r, &m, faults);
     }
 }
 

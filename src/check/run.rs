@@ -12,7 +12,7 @@ use super::history::{FaultRec, RequestRecord};
 use super::latency::PhaseStats;
 use super::timeline::{self, Timeline};
 use super::{Status, Verdict, failure_domain, maintenance, overload, recovery, routing};
-use crate::metrics::SecondStats;
+use crate::metrics::{Measured, SecondStats};
 use crate::scenario::Plan;
 use crate::trace::Event;
 
@@ -56,9 +56,9 @@ impl RunAcc {
         self.evidence.gateway(t, item);
     }
 
-    pub fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
+    pub fn request(&mut self, r: &RequestRecord, m: &Measured, faults: &[FaultRec]) {
         self.evidence.request(r, faults);
-        self.window.add(r);
+        self.window.add(r, m);
     }
 
     pub fn finish(

@@ -9,7 +9,6 @@ use std::fmt::Write;
 
 use super::svg::{self, Band, Line, Marker, Plot};
 use super::worksheet::Section;
-use crate::check::timeline::Mark;
 use crate::check::{Judgement, Status};
 use crate::metrics::SecondStats;
 use crate::scenario::Plan;
@@ -80,18 +79,18 @@ fn series(
 
 fn markers(j: &Judgement) -> Vec<Marker> {
     let base = j.facts.load_start;
-    let at = |m: &Mark| (m.t as f64 - base as f64) / 1e6;
+    let at = |t: u64| (t as f64 - base as f64) / 1e6;
     let mut out = Vec::new();
     for f in &j.timeline.faults {
         out.push(Marker {
-            at_s: (f.injected as f64 - base as f64) / 1e6,
+            at_s: at(f.injected),
             kind: "fault",
             label: f.fault.clone(),
             color: "#c22",
         });
         if let Some(d) = &f.detected {
             out.push(Marker {
-                at_s: at(d),
+                at_s: at(d.t),
                 kind: "detection",
                 label: format!("{} detected", f.replica),
                 color: "#d97706",
@@ -99,7 +98,7 @@ fn markers(j: &Judgement) -> Vec<Marker> {
         }
         if let Some(r) = &f.removal {
             out.push(Marker {
-                at_s: (r.t as f64 - base as f64) / 1e6,
+                at_s: at(r.t),
                 kind: "removal",
                 label: format!("{} removed", f.replica),
                 color: "#7c3aed",
@@ -107,7 +106,7 @@ fn markers(j: &Judgement) -> Vec<Marker> {
         }
         if let Some(s) = &f.replacement.serving {
             out.push(Marker {
-                at_s: at(s),
+                at_s: at(s.t),
                 kind: "recovery",
                 label: format!("{} serving again", f.replica),
                 color: "#0f766e",
@@ -116,7 +115,7 @@ fn markers(j: &Judgement) -> Vec<Marker> {
     }
     if let Some(m) = &j.timeline.full_recovery {
         out.push(Marker {
-            at_s: at(m),
+            at_s: at(m.t),
             kind: "recovery",
             label: "full recovery".into(),
             color: "#17803d",

@@ -171,18 +171,10 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
                 return Some(Stage::Streaming);
             }
             // The proxy saw the replica send output for it before the fault: computed,
-            // not delivered (M9 case 2).
-            let computed = r.proxy.iter().any(|l| {
-                l.replica == a.worker
-                    && l.attempt.as_deref().is_none_or(|x| x == a.id)
-                    && l.start <= f.t
-                    && l.first_event.is_some_and(|fe| fe <= f.t)
-            });
-            if computed {
-                // ... unless the client got it (stamped a little after the fault): the
-                // response that committed came from this attempt's replica.
-                let reached_client = v.delivered() > 0
-                    && r.worker.as_deref() == Some(a.worker.as_str())
+            // not delivered (M9 case 2) — unless the client got it (stamped a little
+            // after the fault) from this, the last, attempt.
+            if proxy_saw_output_before(v, f, Some(&a.id)) {
+                let reached_client = client_got_output_of(v, &a.worker)
                     && r.attempts.last().is_some_and(|l| l.id == a.id);
                 return Some(if reached_client {
                     Stage::Streaming
@@ -216,14 +208,8 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
     // the client got from the faulted replica left it before the fault when the proxy
     // saw it leave by then, or when the fault killed the replica (a dead process sends
     // nothing): delivered output, stamped by the client a little after the fault.
-    let left_before = r.worker.as_deref() == Some(f.replica.as_str())
-        && v.delivered() > 0
-        && (f.action == "kill"
-            || r.proxy.iter().any(|l| {
-                l.replica == f.replica
-                    && l.start <= f.t
-                    && l.first_event.is_some_and(|fe| fe <= f.t)
-            }));
+    let left_before = client_got_output_of(v, &f.replica)
+        && (f.action == "kill" || proxy_saw_output_before(v, f, None));
     let delivered_before = delivered_before || left_before;
     match (&r.worker, delivered_before) {
         (Some(w), true) if *w == f.replica => Some(Stage::Streaming),
@@ -235,6 +221,22 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
         }
         (Some(_), false) => None,
     }
+}
+
+/// haq's proxy saw `f.replica` send output for `v` (for `attempt`, when the proxy
+/// knows attempts) before `f` hit.
+fn proxy_saw_output_before(v: &View, f: &FaultRec, attempt: Option<&str>) -> bool {
+    v.r.proxy.iter().any(|l| {
+        l.replica == f.replica
+            && attempt.is_none_or(|a| l.attempt.as_deref().is_none_or(|x| x == a))
+            && l.start <= f.t
+            && l.first_event.is_some_and(|fe| fe <= f.t)
+    })
+}
+
+/// The client received output, and the response that committed names `worker`.
+fn client_got_output_of(v: &View, worker: &str) -> bool {
+    v.delivered() > 0 && v.r.worker.as_deref() == Some(worker)
 }
 
 /// What became of `v`, caught by `f`.

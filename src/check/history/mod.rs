@@ -89,11 +89,6 @@ impl RequestRecord {
     pub fn first_delta_t(&self) -> Option<u64> {
         self.deltas().next().map(|c| c.t)
     }
-    /// Inter-token gaps: (arrival of the later delta, gap), µs.
-    pub fn itl_gaps(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        let d: Vec<u64> = self.deltas().map(|c| c.t).collect();
-        (1..d.len()).map(move |i| (d[i], d[i].saturating_sub(d[i - 1])))
-    }
     pub fn end_t(&self) -> Option<u64> {
         self.end.as_ref().map(|e| e.t)
     }
