@@ -207,21 +207,55 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
 pub fn judge_full<I: IntoIterator<Item = Event>>(
     plan: &Plan,
     events: impl Fn() -> I,
+    src: evidence::Sources,
+    intervals: Option<crate::metrics::series::IntervalSink>,
+) -> Judgement {
+    let setup = Setup::from(events());
+    judge_set_up(plan, setup, events(), src, intervals)
+}
+
+/// What the first pass over a trace collects before requests are folded.
+struct Setup {
+    folder: Folder,
+    mono_ns: u64,
+    proxied: bool,
+}
+
+impl Setup {
+    /// The only kinds of event the first pass reads.
+    const TAGS: &'static [&'static str] = &["fault", "run_start", "proxy_request"];
+
+    fn from(events: impl IntoIterator<Item = Event>) -> Setup {
+        let mut s = Setup {
+            folder: Folder::default(),
+            mono_ns: 0,
+            proxied: false,
+        };
+        for ev in events {
+            match ev {
+                Event::Fault { .. } => s.folder.push(ev, &mut NoSink),
+                Event::RunStart { mono_ns: m, .. } => s.mono_ns = m,
+                Event::ProxyRequest { .. } => s.proxied = true,
+                _ => {}
+            }
+        }
+        s.folder.faults.sort_by_key(|f| f.t);
+        s
+    }
+}
+
+fn judge_set_up(
+    plan: &Plan,
+    setup: Setup,
+    trace: impl IntoIterator<Item = Event>,
     mut src: evidence::Sources,
     mut intervals: Option<crate::metrics::series::IntervalSink>,
 ) -> Judgement {
-    let mut folder = Folder::default();
-    let mut mono_ns = 0;
-    let mut proxied = false;
-    for ev in events() {
-        match ev {
-            Event::Fault { .. } => folder.push(ev, &mut NoSink),
-            Event::RunStart { mono_ns: m, .. } => mono_ns = m,
-            Event::ProxyRequest { .. } => proxied = true,
-            _ => {}
-        }
-    }
-    folder.faults.sort_by_key(|f| f.t);
+    let Setup {
+        mut folder,
+        mono_ns,
+        proxied,
+    } = setup;
     let mut ctx = fate::Ctx::new(plan);
     ctx.journal = src.gateway.is_some();
     if ctx.journal || proxied {
@@ -245,7 +279,7 @@ pub fn judge_full<I: IntoIterator<Item = Event>>(
         slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
     };
     let mut read_errors = Vec::new();
-    let trace = events()
+    let trace = trace
         .into_iter()
         .filter(|e| !matches!(e, Event::Fault { .. }));
     let workers = std::mem::take(&mut src.workers);
@@ -368,25 +402,37 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     let text = std::fs::read_to_string(&sc).with_context(|| format!("reading {}", sc.display()))?;
     let plan = crate::scenario::from_recorded_json(&text).map_err(anyhow::Error::msg)?;
     let tp = dir.join(crate::trace::TRACE_FILE);
-    // Fail early on an unreadable trace rather than judging part of it.
-    for e in crate::trace::read(&tp).with_context(|| format!("reading {}", tp.display()))? {
-        e.map_err(|msg| anyhow::anyhow!("{}: {msg}", tp.display()))?;
-    }
-    let events = || {
-        crate::trace::read(&tp)
-            .into_iter()
-            .flatten()
-            .map_while(Result::ok)
-    };
+    let reading = |e: std::io::Error| anyhow::anyhow!("reading {}: {e}", tp.display());
+    let setup = Setup::from(
+        crate::trace::read_only(&tp, Setup::TAGS)
+            .map_err(reading)?
+            .map_while(Result::ok),
+    );
+    let load_start = load_start_wall(
+        crate::trace::read_only(&tp, &["run_start", "phase"])
+            .map_err(reading)?
+            .map_while(Result::ok),
+    );
+    // One full pass reads (and checks) every line while judging; an unreadable line
+    // fails the whole judgement, and nothing is written for it.
+    let bad_line: std::cell::RefCell<Option<String>> = Default::default();
+    let trace = crate::trace::read(&tp).map_err(reading)?.map_while(|r| {
+        r.map_err(|msg| {
+            bad_line.borrow_mut().get_or_insert(msg);
+        })
+        .ok()
+    });
     let sources = evidence::open(dir, &plan);
     // The interval log is rebuilt from the trace each time the run is judged.
-    let hp = dir.join(crate::metrics::hlog::HLOG_FILE);
-    let file = std::fs::File::create(&hp).with_context(|| format!("writing {}", hp.display()))?;
-    let mut out = std::io::BufWriter::new(file);
-    let j = crate::metrics::hlog::write(&mut out, load_start_wall(events()), |sink| {
-        judge_full(&plan, events, sources, Some(sink))
+    let mut hlog = Vec::new();
+    let j = crate::metrics::hlog::write(&mut hlog, load_start, |sink| {
+        judge_set_up(&plan, setup, trace, sources, Some(sink))
     })
-    .with_context(|| format!("writing {}", hp.display()))?;
-    std::io::Write::flush(&mut out).with_context(|| format!("writing {}", hp.display()))?;
+    .context("writing the interval log")?;
+    if let Some(msg) = bad_line.take() {
+        anyhow::bail!("{}: {msg}", tp.display());
+    }
+    let hp = dir.join(crate::metrics::hlog::HLOG_FILE);
+    std::fs::write(&hp, hlog).with_context(|| format!("writing {}", hp.display()))?;
     Ok((plan, j))
 }

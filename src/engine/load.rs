@@ -106,15 +106,24 @@ pub(super) async fn drive(
         attribution,
     };
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("haq-dispatch".into())
         .spawn(move || {
             let r = d.run();
             let _ = done_tx.send(r);
         })?;
+    // The dispatcher sleeps parked until its next deadline; a cancel wakes it at once.
+    let waker = {
+        let (cancel, thread) = (cancel.clone(), thread.thread().clone());
+        tokio::spawn(async move {
+            cancel.cancelled().await;
+            thread.unpark();
+        })
+    };
     let dispatched = done_rx
         .await
         .unwrap_or_else(|_| Err("the dispatcher thread panicked".into()));
+    waker.abort();
 
     // Drain: let in-flight requests finish, within the drain timeout.
     tracker.close();
@@ -142,7 +151,8 @@ pub(super) async fn drive(
     dispatched.map_err(anyhow::Error::msg)
 }
 
-/// Sleeps on the OS timer until `deadline`; false when cancelled first.
+/// Sleeps on the OS timer until `deadline`; false when cancelled first (the cancel
+/// unparks the dispatcher thread: no polling wake-ups while it waits).
 fn sleep_until(deadline: Instant, cancel: &CancellationToken) -> bool {
     loop {
         if cancel.is_cancelled() {
@@ -152,7 +162,7 @@ fn sleep_until(deadline: Instant, cancel: &CancellationToken) -> bool {
         if now >= deadline {
             return true;
         }
-        std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
+        std::thread::park_timeout(deadline - now);
     }
 }
 

@@ -58,6 +58,39 @@ impl ChunkRef<'_> {
     }
 }
 
+/// A chunk line as read back ([`super::parse_line`]): the fields of
+/// [`Event::Chunk`] in a plain struct (the `ev` key is ignored).
+#[derive(serde::Deserialize)]
+pub(super) struct ChunkLine {
+    t: u64,
+    id: String,
+    n: u32,
+    kind: ChunkKind,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    cid: Option<String>,
+    #[serde(default)]
+    finish: Option<String>,
+    #[serde(default)]
+    raw: Option<String>,
+}
+
+impl From<ChunkLine> for Event {
+    fn from(c: ChunkLine) -> Event {
+        Event::Chunk {
+            t: c.t,
+            id: c.id,
+            n: c.n,
+            kind: c.kind,
+            text: c.text,
+            cid: c.cid,
+            finish: c.finish,
+            raw: c.raw,
+        }
+    }
+}
+
 fn num(out: &mut Vec<u8>, mut v: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
@@ -130,9 +163,40 @@ mod tests {
                     String::from_utf8_lossy(&mine),
                     String::from_utf8_lossy(&serde)
                 );
+                // Read back: the chunk fast path gives the event the tagged path gives.
+                let line = std::str::from_utf8(&mine).expect("utf-8");
+                let slow: Event = serde_json::from_str(line).expect("tagged read");
+                assert_eq!(super::super::parse_line(line).expect("fast read"), slow);
+                assert_eq!(slow, c.to_event());
                 checked += 1;
             }
         }
         assert_eq!(checked, 50);
+    }
+
+    #[test]
+    fn lines_in_other_shapes_take_the_tagged_path() {
+        use super::super::{line_tag, parse_line};
+        // Keys in another order, spaces, a tag not first: read as before.
+        for line in [
+            r#"{"t":5,"ev":"chunk","id":"r","n":1,"kind":"content","text":"x"}"#,
+            r#"{ "ev": "chunk", "t":5,"id":"r","n":1,"kind":"content","text":"x"}"#,
+            r#"{"ev":"chunk","t":5,"id":"r","n":1,"kind":"content","text":"x","later":1}"#,
+        ] {
+            let ev = parse_line(line).expect(line);
+            assert!(
+                matches!(ev, Event::Chunk { t: 5, n: 1, .. }),
+                "{line}: {ev:?}"
+            );
+        }
+        assert_eq!(line_tag(r#"{"ev":"chunk","t":1}"#), Some("chunk"));
+        assert_eq!(line_tag(r#"{"ev":"run_end"}"#), Some("run_end"));
+        assert_eq!(line_tag(r#"{"ev":"chunkx"#), None);
+        assert_eq!(line_tag(r#"{"t":1,"ev":"chunk"}"#), None);
+        // A chunk line the struct cannot read fails as the tagged path fails.
+        assert!(
+            parse_line(r#"{"ev":"chunk","t":"soon","id":"r","n":1,"kind":"content"}"#).is_err()
+        );
+        assert!(parse_line(r#"{"ev":"chunk","t":1,"id":"r","n":1,"kind":"nope"}"#).is_err());
     }
 }

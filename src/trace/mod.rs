@@ -23,6 +23,23 @@ pub const TRACE_FILE: &str = "trace.jsonl";
 /// Streams the events of a trace file; a torn last line (the run was killed mid-write)
 /// ends the stream instead of failing it.
 pub fn read(path: &Path) -> std::io::Result<impl Iterator<Item = Result<Event, String>>> {
+    read_lines(path, None)
+}
+
+/// As [`read`], but only the events whose `ev` tag is in `tags`: other lines that
+/// carry their tag first (as haq writes every line) are skipped without being parsed.
+/// For passes that look at a few kinds of event; they do not validate the rest.
+pub fn read_only(
+    path: &Path,
+    tags: &'static [&'static str],
+) -> std::io::Result<impl Iterator<Item = Result<Event, String>>> {
+    read_lines(path, Some(tags))
+}
+
+fn read_lines(
+    path: &Path,
+    tags: Option<&'static [&'static str]>,
+) -> std::io::Result<impl Iterator<Item = Result<Event, String>>> {
     let f = std::fs::File::open(path)?;
     let mut lines = std::io::BufReader::new(f).lines().enumerate().peekable();
     Ok(std::iter::from_fn(move || {
@@ -35,11 +52,37 @@ pub fn read(path: &Path) -> std::io::Result<impl Iterator<Item = Result<Event, S
             if line.trim().is_empty() {
                 continue;
             }
-            return match serde_json::from_str::<Event>(&line) {
+            if let (Some(tags), Some(tag)) = (tags, line_tag(&line))
+                && !tags.contains(&tag)
+            {
+                continue;
+            }
+            return match parse_line(&line) {
                 Ok(ev) => Some(Ok(ev)),
                 Err(_) if lines.peek().is_none() => None,
                 Err(e) => Some(Err(format!("line {}: {e}", i + 1))),
             };
         }
     }))
+}
+
+/// The `ev` tag of a line that starts with it, as haq writes every line
+/// (`{"ev":"chunk",…` → `chunk`), read without parsing the line.
+pub fn line_tag(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("{\"ev\":\"")?;
+    let (tag, after) = rest.split_once('"')?;
+    (after.starts_with(',') || after.starts_with('}')).then_some(tag)
+}
+
+/// Parses one trace line. Chunk lines, nearly all of a trace, are read as a plain
+/// struct (serde reads an internally tagged enum by buffering every field first,
+/// several times slower); any other line, or a chunk line that does not read that
+/// way, goes through [`Event`]'s own deserializer.
+pub fn parse_line(line: &str) -> serde_json::Result<Event> {
+    if line_tag(line) == Some("chunk")
+        && let Ok(c) = serde_json::from_str::<chunkref::ChunkLine>(line)
+    {
+        return Ok(c.into());
+    }
+    serde_json::from_str(line)
 }

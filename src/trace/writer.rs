@@ -300,6 +300,53 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    #[test]
+    fn read_only_skips_other_kinds_unparsed() {
+        let dir = temp("only");
+        let p = dir.join("t.jsonl");
+        let (w, h) = TraceWriter::create(&p).expect("create");
+        for i in 0..10u64 {
+            w.emit(Event::Phase {
+                t: i,
+                name: format!("p{i}"),
+                edge: Edge::Start,
+            });
+            w.emit_chunk(&crate::trace::ChunkRef {
+                t: i,
+                id: "r",
+                n: i as u32,
+                kind: crate::trace::ChunkKind::Content,
+                text: Some("x"),
+                cid: None,
+                finish: None,
+                raw: None,
+            });
+        }
+        h.finish().expect("finish");
+        // A broken chunk line: `read` reports it, a pass over phases never parses it.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .expect("open");
+        f.write_all(b"{\"ev\":\"chunk\",\"t\":oops}\n{\"ev\":\"phase\",\"t\":99,\"name\":\"z\",\"edge\":\"end\"}\n")
+            .expect("write");
+        let all: Vec<_> = read(&p).expect("read").collect();
+        assert_eq!(all.len(), 22);
+        assert!(
+            all[20].as_ref().is_err_and(|e| e.starts_with("line 21:")),
+            "{:?}",
+            all[20]
+        );
+        let phases: Vec<Event> = super::super::read_only(&p, &["phase"])
+            .expect("read")
+            .collect::<Result<_, _>>()
+            .expect("parse");
+        assert_eq!(phases.len(), 11);
+        assert!(phases.iter().all(|e| matches!(e, Event::Phase { .. })));
+        assert_eq!(phases[10].t(), 99);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Issue #4 item 5: with a buffer far smaller than what is emitted, every event
     /// still reaches the file in order, memory stays at the bound (plus one line), and
     /// the waits are counted instead of events being dropped.
