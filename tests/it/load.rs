@@ -264,6 +264,30 @@ fn stored_run(name: &str, late_us: u64, extra: &[serde_json::Value]) -> std::pat
     dir
 }
 
+/// A line that cannot be read in the middle of a stored trace fails the judgement,
+/// naming the line, and writes nothing; a torn last line (a killed run) does not.
+#[test]
+fn an_unreadable_trace_line_fails_judging_and_writes_nothing() {
+    let dir = stored_run("bad-line", 200, &[]);
+    let trace = dir.join("trace.jsonl");
+    let text = std::fs::read_to_string(&trace).expect("read");
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[10] = r#"{"ev":"end","t":oops}"#;
+    std::fs::write(&trace, lines.join("\n") + "\n").expect("write");
+    let err = haq::check::judge_dir(&dir).expect_err("a bad line must fail judging");
+    assert!(format!("{err}").contains("line 11"), "{err}");
+    assert!(
+        !dir.join("latency.hlog").exists(),
+        "nothing written for a failed judgement"
+    );
+    // The same damage on the last line is a torn tail: judged, the tail ignored.
+    let torn = text.trim_end().to_string() + "\n{\"ev\":\"end\",\"t\":";
+    std::fs::write(&trace, torn).expect("write");
+    let (_, j) = haq::check::judge_dir(&dir).expect("a torn tail is judged");
+    assert_eq!(j.phases[0].requests, 20);
+    assert!(dir.join("latency.hlog").exists());
+}
+
 /// Issue #4 item 5: the trace writer's buffer is bounded; an emit that had to wait for
 /// room stalled the client, so the run is INVALID — and says why.
 #[test]
