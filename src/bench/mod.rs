@@ -61,6 +61,15 @@ pub struct BenchReport {
     pub ttft_error_p50_ms: f64,
     pub ttft_error_p99_ms: f64,
     pub ttft_error_max_ms: f64,
+    /// The same for requests sent on a connection an earlier request used: client and
+    /// server then time the same interval.
+    pub ttft_error_reused_p50_ms: f64,
+    pub ttft_error_reused_p99_ms: f64,
+    /// Requests that opened their connection: their TTFT also holds the TCP handshake
+    /// and the server's accept, which the server's clock (from the parsed request)
+    /// cannot see.
+    pub new_connections: u64,
+    pub ttft_error_new_p50_ms: f64,
     pub slip_p50_ms: f64,
     pub slip_p99_ms: f64,
     pub slip_max_ms: f64,
@@ -129,6 +138,9 @@ struct Analysis {
     deltas: u64,
     lag: Histogram<u64>,
     ttft_err: Histogram<u64>,
+    /// TTFT error of requests on a reused connection, and on a new one.
+    ttft_err_reused: Histogram<u64>,
+    ttft_err_new: Histogram<u64>,
 }
 
 /// Reads the trace: lag of every stamped delta, TTFT against the server's.
@@ -138,14 +150,23 @@ fn analyse(trace: &std::path::Path) -> anyhow::Result<Analysis> {
         deltas: 0,
         lag: hist(),
         ttft_err: hist(),
+        ttft_err_reused: hist(),
+        ttft_err_new: hist(),
     };
     let mut base_ns = 0u64;
-    let mut dispatch: std::collections::HashMap<String, u64> = Default::default();
+    // Per request in flight: dispatch time, and whether its connection was new.
+    let mut dispatch: std::collections::HashMap<String, (u64, bool)> = Default::default();
+    let mut conns: std::collections::HashSet<String> = Default::default();
     for ev in crate::trace::read(trace)? {
         match ev.map_err(anyhow::Error::msg)? {
             Event::RunStart { mono_ns, .. } => base_ns = mono_ns,
             Event::Request { id, t, .. } => {
-                dispatch.insert(id, t);
+                dispatch.insert(id, (t, true));
+            }
+            Event::Response { id, conn, .. } => {
+                if let (Some(c), Some(d)) = (conn, dispatch.get_mut(&id)) {
+                    d.1 = conns.insert(c);
+                }
             }
             Event::End { id, .. } => {
                 dispatch.remove(&id);
@@ -163,10 +184,19 @@ fn analyse(trace: &std::path::Path) -> anyhow::Result<Analysis> {
                 };
                 let arrival_ns = base_ns + t * 1000;
                 rec(&mut a.lag, arrival_ns.saturating_sub(sent) / 1000);
-                if let (Some(r), Some(d)) = (recv, dispatch.get(&id)) {
-                    let client = t.saturating_sub(*d) as i64;
+                if let (Some(r), Some(&(d, new))) = (recv, dispatch.get(&id)) {
+                    let client = t.saturating_sub(d) as i64;
                     let server = (sent.saturating_sub(r) / 1000) as i64;
-                    rec(&mut a.ttft_err, (client - server).unsigned_abs());
+                    let err = (client - server).unsigned_abs();
+                    rec(&mut a.ttft_err, err);
+                    rec(
+                        if new {
+                            &mut a.ttft_err_new
+                        } else {
+                            &mut a.ttft_err_reused
+                        },
+                        err,
+                    );
                 }
             }
             _ => {}
@@ -258,6 +288,10 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
         } else {
             ms(a.ttft_err.max())
         },
+        ttft_error_reused_p50_ms: q(&a.ttft_err_reused, 0.5),
+        ttft_error_reused_p99_ms: q(&a.ttft_err_reused, 0.99),
+        new_connections: a.ttft_err_new.len(),
+        ttft_error_new_p50_ms: q(&a.ttft_err_new, 0.5),
         slip_p50_ms: j.client.slip_p50_ms,
         slip_p99_ms: j.client.slip_p99_ms,
         slip_max_ms: j.client.slip_max_ms,
@@ -316,6 +350,10 @@ async fn bare(cfg: &BenchConfig, url: &str, rate: f64) -> anyhow::Result<BenchRe
         ttft_error_p50_ms: 0.0,
         ttft_error_p99_ms: 0.0,
         ttft_error_max_ms: 0.0,
+        ttft_error_reused_p50_ms: 0.0,
+        ttft_error_reused_p99_ms: 0.0,
+        new_connections: 0,
+        ttft_error_new_p50_ms: 0.0,
         slip_p50_ms: 0.0,
         slip_p99_ms: 0.0,
         slip_max_ms: 0.0,
@@ -376,6 +414,14 @@ impl std::fmt::Display for BenchReport {
             f,
             "TTFT vs server truth: |error| p50 {:.3} ms · p99 {:.3} ms · max {:.3} ms",
             self.ttft_error_p50_ms, self.ttft_error_p99_ms, self.ttft_error_max_ms
+        )?;
+        writeln!(
+            f,
+            "  on a reused connection: p50 {:.3} ms · p99 {:.3} ms · on a new one ({} requests, handshake and accept included): p50 {:.3} ms",
+            self.ttft_error_reused_p50_ms,
+            self.ttft_error_reused_p99_ms,
+            self.new_connections,
+            self.ttft_error_new_p50_ms
         )?;
         writeln!(
             f,

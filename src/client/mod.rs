@@ -321,6 +321,10 @@ pub async fn execute(
         queue_us: queue_us(h),
         headers,
         headers_omitted,
+        conn: resp
+            .extensions()
+            .get::<hyper_util::client::legacy::connect::HttpInfo>()
+            .map(|i| i.local_addr().to_string()),
     });
     if let Some(o) = &call.observe {
         (o.0)(Seen::Head {

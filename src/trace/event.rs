@@ -76,6 +76,11 @@ pub enum Event {
         /// Headers left out beyond the bound.
         #[serde(default, skip_serializing_if = "is_zero")]
         headers_omitted: u32,
+        /// The client's end of the TCP connection that carried the request
+        /// (`127.0.0.1:51234`): requests with the same value shared one connection,
+        /// and the first of them paid its handshake (which no server-side clock sees).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        conn: Option<String>,
     },
     /// One SSE event, stamped when its bytes arrived.
     Chunk {

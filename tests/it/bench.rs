@@ -40,6 +40,15 @@ fn bench_client_reads_every_stamped_event() {
     // role, 10 deltas, finish+usage+[DONE] in one write: 14 events per stream
     assert_eq!(r["events"].as_u64(), Some(requests * 14), "{r}");
     assert!(r["lag_p50_ms"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    // Four streams in steady state: a handful of connections, reused afterwards.
+    let new = r["new_connections"].as_u64().expect("new_connections");
+    assert!((1..requests).contains(&new), "{r}");
+    assert!(
+        r["ttft_error_reused_p50_ms"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0),
+        "{r}"
+    );
     assert!(r["cpu_load_s"].as_f64().is_some_and(|v| v > 0.0), "{r}");
     assert!(r["peak_rss_mib"].as_f64().is_some_and(|v| v > 1.0), "{r}");
 }

@@ -101,6 +101,7 @@ impl H {
             queue_us: None,
             headers: Vec::new(),
             headers_omitted: 0,
+            conn: None,
         });
         self
     }
