@@ -225,6 +225,11 @@ impl ChunkInfo<'_> {
 /// As [`classify`], borrowing the text fields from `data` where the JSON allows (the
 /// client's read loop).
 pub fn classify_ref(data: &str) -> ChunkInfo<'_> {
+    classify_with(data, true)
+}
+
+/// `fast`: try the plain-delta scanner first (tests compare both ways).
+fn classify_with(data: &str, fast: bool) -> ChunkInfo<'_> {
     // `[DONE]` with any whitespace is short: no scan of a long payload.
     if data.len() < 32 && data.trim() == "[DONE]" {
         return ChunkInfo {
@@ -232,7 +237,11 @@ pub fn classify_ref(data: &str) -> ChunkInfo<'_> {
             ..Default::default()
         };
     }
-    let w = match serde_json::from_str::<Wire>(data) {
+    let parsed = match fast.then(|| plain::wire(data)).flatten() {
+        Some(w) => Ok(w),
+        None => serde_json::from_str::<Wire>(data),
+    };
+    let w = match parsed {
         Ok(w) => w,
         Err(_) => {
             return ChunkInfo {
@@ -324,6 +333,274 @@ pub fn classify_ref(data: &str) -> ChunkInfo<'_> {
     });
     info.keep_raw = matches!(info.kind, Some(ChunkKind::Usage | ChunkKind::Other));
     info
+}
+
+/// The plain delta nearly every chunk of a stream is — one choice whose delta holds
+/// at most `role` and `content` (other delta fields null), an optional
+/// `finish_reason`, strings without escapes, no nested values outside `choices` — read
+/// by a small scanner instead of serde (the client's hot path). Anything else, or
+/// anything it is not sure of, gives `None` and goes through serde: the scanner accepts
+/// only what serde reads to the same [`Wire`].
+mod plain {
+    use std::borrow::Cow;
+
+    use super::{Choices, Wire, WireChoice, WireDelta};
+
+    struct Scan<'a> {
+        s: &'a str,
+        b: &'a [u8],
+        i: usize,
+    }
+
+    impl<'a> Scan<'a> {
+        fn ws(&mut self) {
+            while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
+                self.i += 1;
+            }
+        }
+
+        /// Skips whitespace, then consumes `c`.
+        fn eat(&mut self, c: u8) -> Option<()> {
+            self.ws();
+            (self.b.get(self.i) == Some(&c)).then(|| self.i += 1)
+        }
+
+        fn peek(&mut self) -> Option<u8> {
+            self.ws();
+            self.b.get(self.i).copied()
+        }
+
+        /// A string with no escapes, borrowed.
+        fn plain_str(&mut self) -> Option<&'a str> {
+            self.eat(b'"')?;
+            let start = self.i;
+            loop {
+                match *self.b.get(self.i)? {
+                    b'"' => break,
+                    b'\\' => return None,
+                    c if c < 0x20 => return None,
+                    _ => self.i += 1,
+                }
+            }
+            let out = &self.s[start..self.i];
+            self.i += 1;
+            Some(out)
+        }
+
+        /// `null` → `Some(None)`, a plain string → `Some(Some(s))`.
+        fn opt_str(&mut self) -> Option<Option<&'a str>> {
+            if self.peek()? == b'n' {
+                self.null()?;
+                return Some(None);
+            }
+            self.plain_str().map(Some)
+        }
+
+        fn word(&mut self, w: &[u8]) -> Option<()> {
+            self.ws();
+            let end = self.i + w.len();
+            (self.b.get(self.i..end)? == w).then(|| self.i = end)
+        }
+
+        fn null(&mut self) -> Option<()> {
+            self.word(b"null")
+        }
+
+        /// Skips a scalar: any string (escapes checked), a number, true/false/null.
+        /// Objects and arrays are not skipped here: `None`.
+        fn scalar(&mut self) -> Option<()> {
+            match self.peek()? {
+                b'"' => self.any_str(),
+                b't' => self.word(b"true"),
+                b'f' => self.word(b"false"),
+                b'n' => self.null(),
+                b'-' | b'0'..=b'9' => self.number(),
+                _ => None,
+            }
+        }
+
+        fn any_str(&mut self) -> Option<()> {
+            self.eat(b'"')?;
+            loop {
+                match *self.b.get(self.i)? {
+                    b'"' => {
+                        self.i += 1;
+                        return Some(());
+                    }
+                    b'\\' => {
+                        match *self.b.get(self.i + 1)? {
+                            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
+                            b'u' => {
+                                let hex = self.b.get(self.i + 2..self.i + 6)?;
+                                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                    return None;
+                                }
+                                // Surrogates need pairing rules: leave them to serde.
+                                if matches!(hex[0], b'd' | b'D') && !matches!(hex[1], b'0'..=b'7') {
+                                    return None;
+                                }
+                                self.i += 6;
+                            }
+                            _ => return None,
+                        }
+                    }
+                    c if c < 0x20 => return None,
+                    _ => self.i += 1,
+                }
+            }
+        }
+
+        /// JSON number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+        fn number(&mut self) -> Option<()> {
+            let digits = |sc: &mut Self| {
+                let start = sc.i;
+                while sc.b.get(sc.i).is_some_and(u8::is_ascii_digit) {
+                    sc.i += 1;
+                }
+                (sc.i > start).then_some(())
+            };
+            if self.b.get(self.i) == Some(&b'-') {
+                self.i += 1;
+            }
+            match self.b.get(self.i)? {
+                b'0' => self.i += 1,
+                b'1'..=b'9' => digits(self)?,
+                _ => return None,
+            }
+            if self.b.get(self.i) == Some(&b'.') {
+                self.i += 1;
+                digits(self)?;
+            }
+            if let Some(b'e' | b'E') = self.b.get(self.i) {
+                self.i += 1;
+                if let Some(b'+' | b'-') = self.b.get(self.i) {
+                    self.i += 1;
+                }
+                digits(self)?;
+            }
+            Some(())
+        }
+
+        /// The members of an object: `f` is called with each key, after its `:`.
+        fn object(&mut self, mut f: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+            self.eat(b'{')?;
+            if self.peek()? == b'}' {
+                self.i += 1;
+                return Some(());
+            }
+            loop {
+                let key = self.plain_str()?;
+                self.eat(b':')?;
+                f(self, key)?;
+                match self.peek()? {
+                    b',' => self.i += 1,
+                    b'}' => {
+                        self.i += 1;
+                        return Some(());
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+
+    /// Sets a field once: a repeated field is an error to serde, so `None` here.
+    fn once<T>(slot: &mut Option<T>, v: T) -> Option<()> {
+        match slot {
+            Some(_) => None,
+            None => {
+                *slot = Some(v);
+                Some(())
+            }
+        }
+    }
+
+    pub(super) fn wire(s: &str) -> Option<Wire<'_>> {
+        let mut sc = Scan {
+            s,
+            b: s.as_bytes(),
+            i: 0,
+        };
+        let mut id: Option<Option<&str>> = None;
+        let mut object: Option<Option<&str>> = None;
+        let mut choice: Option<WireChoice<'_>> = None;
+        let (mut usage, mut error) = (None, None);
+        sc.object(|sc, key| match key {
+            "id" => once(&mut id, sc.opt_str()?),
+            "object" => once(&mut object, sc.opt_str()?),
+            // Present and not null: serde's path reads them.
+            "usage" => once(&mut usage, sc.null()?),
+            "error" => once(&mut error, sc.null()?),
+            "choices" => {
+                if choice.is_some() {
+                    return None;
+                }
+                sc.eat(b'[')?;
+                choice = Some(one_choice(sc)?);
+                sc.eat(b']')
+            }
+            _ => sc.scalar(),
+        })?;
+        sc.ws();
+        if sc.i != sc.b.len() || object == Some(Some("error")) {
+            return None;
+        }
+        let choice = choice?;
+        Some(Wire {
+            id: id.flatten().map(Cow::Borrowed),
+            choices: Some(Choices {
+                first: Some(choice),
+                rest: Vec::new(),
+            }),
+            usage: None,
+            error: None,
+            object: object.flatten().map(Cow::Borrowed),
+        })
+    }
+
+    fn one_choice<'a>(sc: &mut Scan<'a>) -> Option<WireChoice<'a>> {
+        let mut delta: Option<Option<WireDelta<'a>>> = None;
+        let mut finish: Option<Option<&'a str>> = None;
+        let (mut message, mut text) = (None, None);
+        sc.object(|sc, key| match key {
+            "delta" => {
+                if sc.peek()? == b'n' {
+                    sc.null()?;
+                    return once(&mut delta, None);
+                }
+                let d = one_delta(sc)?;
+                once(&mut delta, Some(d))
+            }
+            "finish_reason" => once(&mut finish, sc.opt_str()?),
+            "message" => once(&mut message, sc.null()?),
+            "text" => once(&mut text, sc.null()?),
+            _ => sc.scalar(),
+        })?;
+        Some(WireChoice {
+            delta: delta.flatten(),
+            message: None,
+            text: None,
+            finish_reason: finish.flatten().map(Cow::Borrowed),
+        })
+    }
+
+    fn one_delta<'a>(sc: &mut Scan<'a>) -> Option<WireDelta<'a>> {
+        let mut content: Option<Option<&'a str>> = None;
+        let (mut reasoning_content, mut reasoning, mut tool_calls) = (None, None, None);
+        sc.object(|sc, key| match key {
+            "content" => once(&mut content, sc.opt_str()?),
+            "reasoning_content" => once(&mut reasoning_content, sc.null()?),
+            "reasoning" => once(&mut reasoning, sc.null()?),
+            "tool_calls" => once(&mut tool_calls, sc.null()?),
+            _ => sc.scalar(),
+        })?;
+        Some(WireDelta {
+            content: content.flatten().map(Cow::Borrowed),
+            reasoning_content: None,
+            reasoning: None,
+            tool_calls: None,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -420,5 +697,148 @@ mod tests {
             (e.code.as_deref(), e.kind.as_deref()),
             (Some("400"), Some("BadRequestError"))
         );
+    }
+
+    /// The plain-delta scanner is only a shortcut: over thousands of generated payloads
+    /// (real shapes, every field in several forms, shuffled keys, then cut or corrupted)
+    /// classifying with it gives exactly what serde alone gives; and it does take the
+    /// common shapes (vLLM's, llama.cpp's, the bench server's).
+    #[test]
+    fn the_plain_delta_scanner_agrees_with_serde() {
+        use rand::seq::SliceRandom;
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let strs = [
+            r#""plain""#,
+            r#""""#,
+            r#"" sp""#,
+            r#""q\"e""#,
+            r#""nl\n""#,
+            r#""\u00e9\u65e5""#,
+            r#""\ud83d\ude42""#,
+            r#""\ud800""#,
+            "\"été 日本 🙂\"",
+            r#""bad\x""#,
+            "null",
+            "7",
+        ];
+        let nums = [
+            "0", "-0", "17", "1.5", "-2e10", "1E+3", "01", "1.", ".5", "-", "1e",
+        ];
+        let deltas = [
+            "{}",
+            r#"{"role":"assistant"}"#,
+            r#"{"role":"assistant","content":null}"#,
+            r#"{"role":"assistant","content":""}"#,
+            r#"{"content":S}"#,
+            r#"{"content":S,"reasoning_content":null,"tool_calls":null}"#,
+            r#"{"role":null,"content":S,"reasoning_content":null}"#,
+            r#"{"reasoning_content":S}"#,
+            r#"{"reasoning":S,"content":null}"#,
+            r#"{"content":S,"content":S}"#,
+            r#"{"tool_calls":[{"index":0,"id":"c1","function":{"name":"f","arguments":"{}"}}]}"#,
+            r#"{"tool_calls":null,"content":S}"#,
+            "null",
+            "5",
+        ];
+        let choices = [
+            r#"{"index":0,"delta":D,"logprobs":null,"finish_reason":F}"#,
+            r#"{"delta":D,"finish_reason":F,"index":N}"#,
+            r#"{"index":0,"delta":D}"#,
+            r#"{"index":0,"delta":D,"logprobs":{"content":[]},"finish_reason":F}"#,
+            r#"{"index":0,"text":S,"finish_reason":F}"#,
+            r#"{"index":0,"message":{"role":"assistant","content":S},"finish_reason":F}"#,
+            r#"{"index":0,"delta":D,"finish_reason":F,"finish_reason":F}"#,
+            r#"{"index":0,"delta":D,"stop_reason":N}"#,
+        ];
+        let mut fast_taken = 0;
+        let mut checked = 0;
+        for _ in 0..20_000 {
+            let pick = |rng: &mut rand_chacha::ChaCha8Rng, xs: &[&str]| {
+                xs[rng.random_range(0..xs.len())].to_string()
+            };
+            let fill = |rng: &mut rand_chacha::ChaCha8Rng, t: String| {
+                let mut t = t;
+                while let Some(i) = t.find('S') {
+                    let v = pick(rng, &strs);
+                    t.replace_range(i..i + 1, &v);
+                }
+                while let Some(i) = t.find('N') {
+                    let v = pick(rng, &nums);
+                    t.replace_range(i..i + 1, &v);
+                }
+                while let Some(i) = t.find('F') {
+                    let v = pick(
+                        rng,
+                        &["null", r#""stop""#, r#""length""#, r#""st\"op""#, "1"],
+                    );
+                    t.replace_range(i..i + 1, &v);
+                }
+                t
+            };
+            let delta = pick(&mut rng, &deltas);
+            let delta = fill(&mut rng, delta);
+            let n_choices = [1, 1, 1, 1, 0, 2][rng.random_range(0..6usize)];
+            let mut cs = Vec::new();
+            for _ in 0..n_choices {
+                let c = pick(&mut rng, &choices).replace('D', &delta);
+                cs.push(fill(&mut rng, c));
+            }
+            let mut members = vec![format!(r#""choices":[{}]"#, cs.join(","))];
+            for (key, vals) in [
+                ("id", &[r#""chatcmpl-1""#, r#""a\"b""#, "null", "3"][..]),
+                (
+                    "object",
+                    &[r#""chat.completion.chunk""#, r#""error""#, "null"][..],
+                ),
+                ("created", &["1795982190", "-1.5e3", "01"][..]),
+                ("model", &[r#""m/x""#, r#""m\/x""#, r#""m""#][..]),
+                ("system_fingerprint", &["null", r#""fp""#][..]),
+                ("usage", &["null", r#"{"completion_tokens":3}"#][..]),
+                ("error", &["null", r#"{"message":"x"}"#][..]),
+                ("timings", &[r#"{"predicted_n":3}"#][..]),
+            ] {
+                if rng.random_bool(0.5) {
+                    members.push(format!(r#""{key}":{}"#, pick(&mut rng, vals)));
+                }
+            }
+            if rng.random_bool(0.05) {
+                members.push(members[0].clone());
+            }
+            members.shuffle(&mut rng);
+            let sep = [",", ", ", " ,\n"][rng.random_range(0..3usize)];
+            let mut payload = format!("{{{}}}", members.join(sep));
+            let mut at = rng.random_range(0..payload.len());
+            while !payload.is_char_boundary(at) {
+                at -= 1;
+            }
+            match rng.random_range(0..10u32) {
+                0 => payload.truncate(at),
+                1 => payload.push_str(" x"),
+                2 => payload.insert(at, '\u{1}'),
+                3 => payload = format!(" \t{payload}\r\n"),
+                _ => {}
+            }
+            let fast = classify_with(&payload, true);
+            let slow = classify_with(&payload, false);
+            assert_eq!(fast, slow, "{payload}");
+            fast_taken += usize::from(plain::wire(&payload).is_some());
+            checked += 1;
+        }
+        assert!(checked > 19_000, "{checked}");
+        assert!(
+            fast_taken > 150,
+            "the scanner took only {fast_taken} payloads"
+        );
+        // The shapes a stream is mostly made of take the scanner.
+        for p in [
+            r#"{"id":"chatcmpl-bench-00000007","object":"chat.completion.chunk","created":1795982190,"model":"bench","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":" t123"},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"id":"cmpl-9","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" the"}}],"created":1732112345,"id":"chatcmpl-x","model":"gpt-3.5-turbo","system_fingerprint":"b4150-ab","object":"chat.completion.chunk"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":null,"content":"x","reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":"stop","matched_stop":1}]}"#,
+        ] {
+            assert!(plain::wire(p).is_some(), "{p}");
+            assert_eq!(classify_with(p, true), classify_with(p, false));
+        }
     }
 }
