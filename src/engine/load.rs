@@ -76,30 +76,6 @@ pub(super) async fn drive(
                 attempt: ev.attempt_header.to_ascii_lowercase(),
             })
         });
-    if c.warm_connections > 0 {
-        let (conns, failed) = warm(
-            &http,
-            &target.api_url,
-            c.warm_connections,
-            c.connect_timeout.0,
-            cancel,
-        )
-        .await;
-        progress.line(&format!(
-            "warmed {} connections to the target{}",
-            conns.len(),
-            if failed > 0 {
-                format!(" ({failed} warm-up requests got no answer)")
-            } else {
-                String::new()
-            }
-        ));
-        tw.emit(Event::Warmed {
-            t: clock.now_us(),
-            conns,
-            failed,
-        });
-    }
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
     let tracker = TaskTracker::new();
@@ -173,49 +149,6 @@ pub(super) async fn drive(
     tracker.wait().await;
     progress.finish();
     dispatched.map_err(anyhow::Error::msg)
-}
-
-/// Opens `n` keep-alive connections to the target before load: `n` concurrent
-/// `GET {api}/models`, every answer's head awaited before any body is read (a
-/// connection returns to the pool only once its body is read, so none is reused among
-/// them), then the bodies read and dropped. Returns the client end of each connection
-/// that answered, and how many got no answer within `wait`.
-async fn warm(
-    http: &reqwest::Client,
-    api_url: &str,
-    n: u32,
-    wait: Duration,
-    cancel: &CancellationToken,
-) -> (Vec<String>, u32) {
-    let url = format!("{}/models", api_url.trim_end_matches('/'));
-    let sends = (0..n).map(|_| {
-        let req = http.get(&url).send();
-        async move {
-            tokio::time::timeout(wait, req)
-                .await
-                .ok()
-                .and_then(Result::ok)
-        }
-    });
-    let answers = tokio::select! {
-        a = futures_util::future::join_all(sends) => a,
-        _ = cancel.cancelled() => return (Vec::new(), n),
-    };
-    let mut conns = Vec::new();
-    let mut failed = 0;
-    for a in answers {
-        let Some(resp) = a else {
-            failed += 1;
-            continue;
-        };
-        let conn = resp
-            .extensions()
-            .get::<hyper_util::client::legacy::connect::HttpInfo>()
-            .map(|i| i.local_addr().to_string());
-        let _ = tokio::time::timeout(wait, resp.bytes()).await;
-        conns.extend(conn);
-    }
-    (conns, failed)
 }
 
 /// Sleeps on the OS timer until `deadline`; false when cancelled first (the cancel

@@ -386,7 +386,6 @@ impl Folder {
             | Event::Exited { .. }
             | Event::ProxyRequest { .. }
             | Event::ProxyEnd { .. }
-            | Event::Warmed { .. }
             | Event::TraceStats { .. } => {}
         }
     }
