@@ -199,19 +199,7 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
     events: impl Fn() -> I,
     src: evidence::Sources,
 ) -> Judgement {
-    judge_full(plan, events, src, None)
-}
-
-/// As [`judge_with`]; each closed second's histograms also go to `intervals` (the
-/// interval log, `latency.hlog`).
-pub fn judge_full<I: IntoIterator<Item = Event>>(
-    plan: &Plan,
-    events: impl Fn() -> I,
-    src: evidence::Sources,
-    intervals: Option<crate::metrics::series::IntervalSink>,
-) -> Judgement {
-    let setup = Setup::from(events());
-    judge_set_up(plan, setup, events(), src, intervals)
+    judge_set_up(plan, Setup::from(events()), events(), src, None)
 }
 
 /// What the first pass over a trace collects before requests are folded.
@@ -219,26 +207,46 @@ struct Setup {
     folder: Folder,
     mono_ns: u64,
     proxied: bool,
+    /// Wall-clock start of load: the run's start plus its first phase edge (the
+    /// interval log's base time).
+    load_start: std::time::SystemTime,
 }
 
 impl Setup {
     /// The only kinds of event the first pass reads.
-    const TAGS: &'static [&'static str] = &["fault", "run_start", "proxy_request"];
+    const TAGS: &'static [&'static str] = &["fault", "run_start", "proxy_request", "phase"];
 
     fn from(events: impl IntoIterator<Item = Event>) -> Setup {
         let mut s = Setup {
             folder: Folder::default(),
             mono_ns: 0,
             proxied: false,
+            load_start: std::time::UNIX_EPOCH,
         };
+        let mut wall = std::time::UNIX_EPOCH;
+        let mut first_phase = None;
         for ev in events {
             match ev {
                 Event::Fault { .. } => s.folder.push(ev, &mut NoSink),
-                Event::RunStart { mono_ns: m, .. } => s.mono_ns = m,
+                Event::RunStart {
+                    mono_ns: m,
+                    wall: w,
+                    ..
+                } => {
+                    s.mono_ns = m;
+                    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&w) {
+                        let us = t.timestamp_micros().max(0) as u64;
+                        wall = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+                    }
+                }
+                Event::Phase { t, .. } => {
+                    first_phase.get_or_insert(t);
+                }
                 Event::ProxyRequest { .. } => s.proxied = true,
                 _ => {}
             }
         }
+        s.load_start = wall + std::time::Duration::from_micros(first_phase.unwrap_or(0));
         s.folder.faults.sort_by_key(|f| f.t);
         s
     }
@@ -255,6 +263,7 @@ fn judge_set_up(
         mut folder,
         mono_ns,
         proxied,
+        ..
     } = setup;
     let mut ctx = fate::Ctx::new(plan);
     ctx.journal = src.gateway.is_some();
@@ -369,24 +378,6 @@ fn judge_set_up(
     }
 }
 
-/// Wall-clock time of the start of load: the run's start plus the first phase's offset.
-fn load_start_wall(events: impl Iterator<Item = Event>) -> std::time::SystemTime {
-    let mut wall = std::time::UNIX_EPOCH;
-    for ev in events {
-        match ev {
-            Event::RunStart { wall: w, .. } => {
-                if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&w) {
-                    let us = t.timestamp_micros().max(0) as u64;
-                    wall = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
-                }
-            }
-            Event::Phase { t, .. } => return wall + std::time::Duration::from_micros(t),
-            _ => {}
-        }
-    }
-    wall
-}
-
 struct NoSink;
 impl RequestSink for NoSink {
     fn request(&mut self, _: &RequestRecord, _: &[FaultRec]) {}
@@ -408,11 +399,6 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
             .map_err(reading)?
             .map_while(Result::ok),
     );
-    let load_start = load_start_wall(
-        crate::trace::read_only(&tp, &["run_start", "phase"])
-            .map_err(reading)?
-            .map_while(Result::ok),
-    );
     // One full pass reads (and checks) every line while judging; an unreadable line
     // fails the whole judgement, and nothing is written for it.
     let bad_line: std::cell::RefCell<Option<String>> = Default::default();
@@ -425,7 +411,7 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     let sources = evidence::open(dir, &plan);
     // The interval log is rebuilt from the trace each time the run is judged.
     let mut hlog = Vec::new();
-    let j = crate::metrics::hlog::write(&mut hlog, load_start, |sink| {
+    let j = crate::metrics::hlog::write(&mut hlog, setup.load_start, |sink| {
         judge_set_up(&plan, setup, trace, sources, Some(sink))
     })
     .context("writing the interval log")?;

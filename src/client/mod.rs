@@ -364,7 +364,7 @@ pub async fn execute(
                 "the answer did not arrive in time".into(),
             ),
         };
-        let first = st.first_delta_us;
+        let first = st.first_delta_us();
         return done(Some(status), first, st.conclude(cut));
     }
     // One timer per stream, moved lazily: reading an event costs no timer work; when
@@ -378,12 +378,12 @@ pub async fn execute(
             r = resp.chunk() => match r {
                 Ok(Some(bytes)) => {
                     let t = clock.now_us();
-                    let deltas = st.deltas;
+                    let deltas = st.deltas();
                     st.on_bytes(t, &call.id, &bytes, &mut emit);
                     if let Some(o) = &call.observe
-                        && st.deltas != deltas
+                        && st.deltas() != deltas
                     {
-                        (o.0)(Seen::Deltas(st.deltas));
+                        (o.0)(Seen::Deltas(st.deltas()));
                     }
                     if !was_settled && st.settled() {
                         was_settled = true;
@@ -400,7 +400,7 @@ pub async fn execute(
                         format!("no output within {:?} of dispatch", timeouts.first_token),
                     );
                 }
-                let last = st.last_event_us.unwrap_or(0);
+                let last = st.last_event_us().unwrap_or(0);
                 let deadline = Instant::from_std(clock.instant_at(last)) + timeouts.idle;
                 if Instant::now() >= deadline {
                     break Cut::Failed(
@@ -413,7 +413,7 @@ pub async fn execute(
         }
     };
     st.on_eof(clock.now_us(), &call.id, &mut emit);
-    let first = st.first_delta_us;
+    let first = st.first_delta_us();
     done(Some(status), first, st.conclude(cut))
 }
 

@@ -31,17 +31,24 @@ pub struct Ending {
     pub json_valid: Option<bool>,
 }
 
-/// The state of one stream while it is read.
+/// The state of one stream while it is read: the SSE parser and what its events said
+/// so far (two fields, so the parser can hand its borrowed events to the fold).
 #[derive(Debug, Default)]
 pub struct StreamState {
     parser: SseParser,
+    fold: Fold,
+}
+
+/// What the events of a stream said so far.
+#[derive(Debug, Default)]
+struct Fold {
     /// Events (and comments) seen so far: the next chunk's index.
-    pub n: u32,
+    n: u32,
     /// Output deltas (content, reasoning, tool-call).
-    pub deltas: u32,
-    pub first_delta_us: Option<u64>,
+    deltas: u32,
+    first_delta_us: Option<u64>,
     /// Last data event (not comment) arrival.
-    pub last_event_us: Option<u64>,
+    last_event_us: Option<u64>,
     usage: Option<Usage>,
     done: bool,
     finish: Option<String>,
@@ -59,9 +66,27 @@ pub struct StreamState {
 impl StreamState {
     pub fn new(keep_text: bool) -> Self {
         StreamState {
-            keep_text,
-            ..Default::default()
+            parser: SseParser::default(),
+            fold: Fold {
+                keep_text,
+                ..Default::default()
+            },
         }
+    }
+
+    /// Output deltas (content, reasoning, tool-call) so far.
+    pub fn deltas(&self) -> u32 {
+        self.fold.deltas
+    }
+
+    /// When the first output delta arrived.
+    pub fn first_delta_us(&self) -> Option<u64> {
+        self.fold.first_delta_us
+    }
+
+    /// When the last data event (not a comment) arrived.
+    pub fn last_event_us(&self) -> Option<u64> {
+        self.fold.last_event_us
     }
 
     /// Bytes that arrived at `t`: parses them and hands each chunk event to `emit`
@@ -73,28 +98,37 @@ impl StreamState {
         bytes: &[u8],
         emit: &mut impl FnMut(ChunkRef<'_>),
     ) {
-        let mut parser = std::mem::take(&mut self.parser);
-        parser.push_with(bytes, &mut |it| self.on_item(t, id, it, emit));
-        self.parser = parser;
+        let fold = &mut self.fold;
+        self.parser
+            .push_with(bytes, &mut |it| fold.on_item(t, id, it, emit));
     }
 
     /// The body ended at `t`: flushes an unfinished last event.
     pub fn on_eof(&mut self, t: u64, id: &str, emit: &mut impl FnMut(ChunkRef<'_>)) {
-        let mut parser = std::mem::take(&mut self.parser);
-        parser.finish_with(&mut |it| self.on_item(t, id, it, emit));
-        self.parser = parser;
+        let fold = &mut self.fold;
+        self.parser
+            .finish_with(&mut |it| fold.on_item(t, id, it, emit));
     }
 
     /// A whole (non-streaming) JSON answer arrived at `t`.
     pub fn on_whole(&mut self, t: u64, id: &str, body: &str, emit: &mut impl FnMut(ChunkRef<'_>)) {
-        self.on_data(t, id, body, false, emit);
+        self.fold.on_data(t, id, body, false, emit);
     }
 
     /// Anything that settles the stream: output, an error, a terminator.
     pub fn settled(&self) -> bool {
-        self.first_delta_us.is_some() || self.error.is_some() || self.done
+        let f = &self.fold;
+        f.first_delta_us.is_some() || f.error.is_some() || f.done
     }
 
+    /// Classifies the stream once no more bytes will come (SPEC M3, M10: every end is
+    /// named; a clean end is never assumed).
+    pub fn conclude(self, cut: Cut) -> Ending {
+        self.fold.conclude(cut)
+    }
+}
+
+impl Fold {
     fn on_item(&mut self, t: u64, id: &str, item: SseRef<'_>, emit: &mut impl FnMut(ChunkRef<'_>)) {
         match item {
             SseRef::Comment(c) => {
@@ -210,9 +244,7 @@ impl StreamState {
         }
     }
 
-    /// Classifies the stream once no more bytes will come (SPEC M3, M10: every end is
-    /// named; a clean end is never assumed).
-    pub fn conclude(mut self, cut: Cut) -> Ending {
+    fn conclude(mut self, cut: Cut) -> Ending {
         let cut_detail = match &cut {
             Cut::Eof => None,
             Cut::Failed(_, d) => Some(d.clone()),

@@ -73,6 +73,15 @@ struct Buf {
     stats: Backpressure,
 }
 
+impl Shared {
+    /// Has the writer thread swap the buffer out now instead of at its next tick.
+    fn wake_writer(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+}
+
 fn lock(m: &Mutex<Buf>) -> MutexGuard<'_, Buf> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -165,9 +174,7 @@ impl TraceWriter {
             // long before an emitter would have to wait.
             if g.bytes.len() >= sh.cap / 4 && !g.nudged {
                 g.nudged = true;
-                if let Some(t) = sh.thread.get() {
-                    t.unpark();
-                }
+                sh.wake_writer();
             }
         } else {
             g.bytes.truncate(before);
@@ -178,9 +185,7 @@ impl TraceWriter {
     fn wait_for_room<'a>(&self, mut g: MutexGuard<'a, Buf>) -> MutexGuard<'a, Buf> {
         let sh = &*self.shared;
         let start = Instant::now();
-        if let Some(t) = sh.thread.get() {
-            t.unpark();
-        }
+        sh.wake_writer();
         while g.bytes.len() >= sh.cap && !g.closed {
             g = sh.room.wait(g).unwrap_or_else(PoisonError::into_inner);
         }
