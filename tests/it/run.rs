@@ -3,7 +3,7 @@
 use haq::check::Status;
 use haq::trace::Event;
 
-use crate::support::{LOOSE_SLO, plan, run, verdict};
+use crate::support::{LOOSE_SLO, plan, rejudge, run, verdict, verdict_in};
 
 /// The quickstart with short phases: w2 is killed 2 s into the fault phase while
 /// streams are running on it.
@@ -124,11 +124,7 @@ async fn quickstart_passes_on_the_reference_gateway_and_names_the_killed_worker(
     let j = haq::check::judge(&strict, || {
         haq::trace::read(&tp).expect("trace").map_while(Result::ok)
     });
-    let lat = j
-        .verdicts
-        .iter()
-        .find(|v| v.name == "Latency")
-        .expect("latency");
+    let lat = verdict_in(&j, "Latency");
     assert_eq!(lat.status, Status::Fail);
     assert!(
         lat.summary.contains("baseline: p95 TTFT"),
@@ -140,16 +136,7 @@ async fn quickstart_passes_on_the_reference_gateway_and_names_the_killed_worker(
     // test removed another replica than declared, Failure-Domain FAILs.
     let mut elsewhere = r.plan.clone();
     elsewhere.faults[0].replicas = vec!["w3".into()];
-    let j = haq::check::judge_with(
-        &elsewhere,
-        || haq::trace::read(&tp).expect("trace").map_while(Result::ok),
-        haq::check::evidence::open(&r.run_dir, &elsewhere),
-    );
-    let fd = j
-        .verdicts
-        .iter()
-        .find(|v| v.name == "Failure-Domain")
-        .expect("Failure-Domain");
+    let fd = verdict_in(&rejudge(&r, &elsewhere), "Failure-Domain");
     assert_eq!(fd.status, Status::Fail, "{fd:?}");
     assert!(
         fd.summary.contains("removed w2, but the scenario declares"),

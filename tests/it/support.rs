@@ -56,12 +56,26 @@ pub async fn run(plan: Plan, name: &str) -> RunResult {
 }
 
 pub fn verdict(r: &RunResult, name: &str) -> haq::check::Verdict {
-    r.judgement
-        .verdicts
+    verdict_in(&r.judgement, name)
+}
+
+/// One verdict of a judgement, by name.
+pub fn verdict_in(j: &haq::check::Judgement, name: &str) -> haq::check::Verdict {
+    j.verdicts
         .iter()
         .find(|v| v.name == name)
         .cloned()
         .unwrap_or_else(|| panic!("no verdict {name}"))
+}
+
+/// A stored run judged again, with all its evidence, against another plan.
+pub fn rejudge(r: &RunResult, plan: &Plan) -> haq::check::Judgement {
+    let tp = r.run_dir.join(haq::trace::TRACE_FILE);
+    haq::check::judge_with(
+        plan,
+        || haq::trace::read(&tp).expect("trace").map_while(Result::ok),
+        haq::check::evidence::open(&r.run_dir, plan),
+    )
 }
 
 /// A scenario written in the test (relative workload paths resolve from the repo root).

@@ -4,7 +4,7 @@
 
 use haq::check::Status;
 
-use crate::support::{LOOSE_SLO, plan, run, verdict};
+use crate::support::{LOOSE_SLO, plan, rejudge, run, verdict, verdict_in};
 
 /// The quickstart, short: `phases` and the first fault overridden.
 fn short(extra: &[&str]) -> haq::scenario::Plan {
@@ -97,17 +97,7 @@ async fn a_replacement_that_serves_within_the_bound_passes_recovery() {
     if let Some(c) = strict.scenario.criteria.recovery.as_mut() {
         c.ready_and_serving_max = haq::scenario::units::Dur(std::time::Duration::from_millis(200));
     }
-    let tp = r.run_dir.join(haq::trace::TRACE_FILE);
-    let j = haq::check::judge_with(
-        &strict,
-        || haq::trace::read(&tp).expect("trace").map_while(Result::ok),
-        haq::check::evidence::open(&r.run_dir, &strict),
-    );
-    let v = j
-        .verdicts
-        .iter()
-        .find(|v| v.name == "Recovery")
-        .expect("Recovery");
+    let v = verdict_in(&rejudge(&r, &strict), "Recovery");
     assert_eq!(v.status, Status::Fail, "{v:?}");
     assert!(v.summary.contains("(bound 200 ms)"), "{v:?}");
 }
