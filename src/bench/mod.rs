@@ -69,6 +69,9 @@ pub struct BenchReport {
     /// and the server's accept, which the server's clock (from the parsed request)
     /// cannot see.
     pub new_connections: u64,
+    /// Connections opened before load (one per stream): requests on them count as
+    /// reused.
+    pub warmed_connections: u64,
     pub ttft_error_new_p50_ms: f64,
     pub slip_p50_ms: f64,
     pub slip_p99_ms: f64,
@@ -118,8 +121,9 @@ fn ms(v: u64) -> f64 {
 fn scenario(cfg: &BenchConfig, url: &str, rate: f64) -> String {
     let total = cfg.duration.as_secs_f64();
     format!(
-        "name: bench-client\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 1\n  mix: {{classes: [{{name: bench, prompt_tokens: 16, output_tokens: {tokens}}}]}}\n  arrival: {{process: constant, rate: {rate}/s}}\nprotected_load: {rate}/s\nslo: {{ttft_p95: 60s, itl_p95: 60s, e2e_p95: 600s}}\nphases: [{{name: baseline, duration: {total}s}}]\nclient: {{first_token_timeout: 60s, idle_timeout: 60s, drain_timeout: 600s}}\n",
-        tokens = cfg.shape.tokens
+        "name: bench-client\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 1\n  mix: {{classes: [{{name: bench, prompt_tokens: 16, output_tokens: {tokens}}}]}}\n  arrival: {{process: constant, rate: {rate}/s}}\nprotected_load: {rate}/s\nslo: {{ttft_p95: 60s, itl_p95: 60s, e2e_p95: 600s}}\nphases: [{{name: baseline, duration: {total}s}}]\nclient: {{first_token_timeout: 60s, idle_timeout: 60s, drain_timeout: 600s, warm_connections: {warm}}}\n",
+        tokens = cfg.shape.tokens,
+        warm = cfg.streams.min(crate::scenario::MAX_WARM_CONNECTIONS),
     )
 }
 
@@ -141,6 +145,8 @@ struct Analysis {
     /// TTFT error of requests on a reused connection, and on a new one.
     ttft_err_reused: Histogram<u64>,
     ttft_err_new: Histogram<u64>,
+    /// Connections opened before load (`client.warm_connections`).
+    warmed: u64,
 }
 
 /// Reads the trace: lag of every stamped delta, TTFT against the server's.
@@ -152,6 +158,7 @@ fn analyse(trace: &std::path::Path) -> anyhow::Result<Analysis> {
         ttft_err: hist(),
         ttft_err_reused: hist(),
         ttft_err_new: hist(),
+        warmed: 0,
     };
     let mut base_ns = 0u64;
     // Per request in flight: dispatch time, and whether its connection was new.
@@ -162,6 +169,10 @@ fn analyse(trace: &std::path::Path) -> anyhow::Result<Analysis> {
             Event::RunStart { mono_ns, .. } => base_ns = mono_ns,
             Event::Request { id, t, .. } => {
                 dispatch.insert(id, (t, true));
+            }
+            Event::Warmed { conns: warmed, .. } => {
+                a.warmed += warmed.len() as u64;
+                conns.extend(warmed);
             }
             Event::Response { id, conn, .. } => {
                 if let (Some(c), Some(d)) = (conn, dispatch.get_mut(&id)) {
@@ -291,6 +302,7 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
         ttft_error_reused_p50_ms: q(&a.ttft_err_reused, 0.5),
         ttft_error_reused_p99_ms: q(&a.ttft_err_reused, 0.99),
         new_connections: a.ttft_err_new.len(),
+        warmed_connections: a.warmed,
         ttft_error_new_p50_ms: q(&a.ttft_err_new, 0.5),
         slip_p50_ms: j.client.slip_p50_ms,
         slip_p99_ms: j.client.slip_p99_ms,
@@ -353,6 +365,7 @@ async fn bare(cfg: &BenchConfig, url: &str, rate: f64) -> anyhow::Result<BenchRe
         ttft_error_reused_p50_ms: 0.0,
         ttft_error_reused_p99_ms: 0.0,
         new_connections: 0,
+        warmed_connections: 0,
         ttft_error_new_p50_ms: 0.0,
         slip_p50_ms: 0.0,
         slip_p99_ms: 0.0,
@@ -417,7 +430,8 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "  on a reused connection: p50 {:.3} ms · p99 {:.3} ms · on a new one ({} requests, handshake and accept included): p50 {:.3} ms",
+            "  on a reused connection ({} warmed before load): p50 {:.3} ms · p99 {:.3} ms · on a new one ({} requests, handshake and accept included): p50 {:.3} ms",
+            self.warmed_connections,
             self.ttft_error_reused_p50_ms,
             self.ttft_error_reused_p99_ms,
             self.new_connections,

@@ -3,6 +3,7 @@
 //! ended.
 
 pub mod chunk;
+pub mod conns;
 pub mod sse;
 pub mod stream;
 
@@ -142,6 +143,22 @@ pub fn http_client(
     connect_timeout: Duration,
     headers: &HeaderMap,
 ) -> reqwest::Result<reqwest::Client> {
+    builder(connect_timeout, headers).build()
+}
+
+/// [`http_client`] with every connection it opens counted into `log` (and, while the
+/// log records, named): what a warm-up opened, attested by the connector.
+pub fn http_client_logged(
+    connect_timeout: Duration,
+    headers: &HeaderMap,
+    log: &conns::ConnLog,
+) -> reqwest::Result<reqwest::Client> {
+    builder(connect_timeout, headers)
+        .connector_layer(log.clone())
+        .build()
+}
+
+fn builder(connect_timeout: Duration, headers: &HeaderMap) -> reqwest::ClientBuilder {
     crate::install_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(connect_timeout)
@@ -149,7 +166,6 @@ pub fn http_client(
         .no_proxy()
         .tcp_nodelay(true)
         .default_headers(headers.clone())
-        .build()
 }
 
 fn header(h: &HeaderMap, name: &str) -> Option<String> {

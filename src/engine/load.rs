@@ -64,7 +64,12 @@ pub(super) async fn drive(
     progress: &Progress,
 ) -> anyhow::Result<()> {
     let c = &plan.scenario.client;
-    let http = client::http_client(c.connect_timeout.0, &super::request_headers(plan)?)?;
+    let conn_log = client::conns::ConnLog::default();
+    let http = client::http_client_logged(
+        c.connect_timeout.0,
+        &super::request_headers(plan)?,
+        &conn_log,
+    )?;
     // Fail before any load if the schedule cannot be built (input data missing).
     Schedule::new(plan).map_err(anyhow::Error::msg)?;
     let ev = &plan.scenario.evidence;
@@ -76,6 +81,36 @@ pub(super) async fn drive(
                 attempt: ev.attempt_header.to_ascii_lowercase(),
             })
         });
+    if c.warm_connections > 0 {
+        let w = warm(
+            &http,
+            &conn_log,
+            &target.api_url,
+            c.warm_connections,
+            c.connect_timeout.0,
+            cancel,
+        )
+        .await;
+        progress.line(&format!(
+            "warmed {} of {} connections to the target{}",
+            w.conns.len(),
+            c.warm_connections,
+            if w.failed > 0 {
+                format!(
+                    " ({} warm-up requests of the last round got no answer)",
+                    w.failed
+                )
+            } else {
+                String::new()
+            }
+        ));
+        tw.emit(Event::Warmed {
+            t: clock.now_us(),
+            wanted: c.warm_connections,
+            conns: w.conns,
+            failed: w.failed,
+        });
+    }
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = cancel.child_token();
     let tracker = TaskTracker::new();
@@ -149,6 +184,68 @@ pub(super) async fn drive(
     tracker.wait().await;
     progress.finish();
     dispatched.map_err(anyhow::Error::msg)
+}
+
+/// Rounds of warm-up requests at most: each round sends `n` at once, so every one
+/// that finds no idle connection opens one.
+const WARM_ROUNDS: u32 = 4;
+
+/// What the warm-up opened.
+struct Warm {
+    /// Client end of every connection the connector opened during the warm-up.
+    conns: Vec<String>,
+    /// Warm-up requests that got no answer (refused, timed out).
+    failed: u32,
+}
+
+/// Opens `n` keep-alive connections to the target before load. Each round sends `n`
+/// concurrent `GET {api}/models`, reads the answers (any status: an answer is a working
+/// connection) and waits for the connects still under way; the connector's log says how
+/// many connections there are, so rounds go on until it counts `n` or
+/// [`WARM_ROUNDS`] are spent. Every round and every wait is bounded by `wait`.
+async fn warm(
+    http: &reqwest::Client,
+    log: &client::conns::ConnLog,
+    api_url: &str,
+    n: u32,
+    wait: Duration,
+    cancel: &CancellationToken,
+) -> Warm {
+    let url = format!("{}/models", api_url.trim_end_matches('/'));
+    let before = log.opened();
+    log.record();
+    let mut failed = 0;
+    for _ in 0..WARM_ROUNDS {
+        if log.opened() - before >= u64::from(n) {
+            break;
+        }
+        let sends = (0..n).map(|_| {
+            let req = http.get(&url).send();
+            async move {
+                match tokio::time::timeout(wait, req).await {
+                    Ok(Ok(resp)) => tokio::time::timeout(wait, resp.bytes()).await.is_ok(),
+                    _ => false,
+                }
+            }
+        });
+        let answered = tokio::select! {
+            a = futures_util::future::join_all(sends) => a,
+            _ = cancel.cancelled() => break,
+        };
+        failed = answered.iter().filter(|ok| !**ok).count() as u32;
+        // Connects that lost the race to an idle connection finish into the pool.
+        let settle = tokio::time::Instant::now() + wait;
+        while log.pending() > 0 && tokio::time::Instant::now() < settle && !cancel.is_cancelled() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if failed == n {
+            break;
+        }
+    }
+    Warm {
+        conns: log.take(),
+        failed,
+    }
 }
 
 /// Sleeps on the OS timer until `deadline`; false when cancelled first (the cancel

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{Issue, ScenarioError};
 pub use model::*;
-pub use validate::{FaultPlan, PhasePlan, Plan, Trigger, validate};
+pub use validate::{FaultPlan, MAX_WARM_CONNECTIONS, PhasePlan, Plan, Trigger, validate};
 
 use located::Located;
 use overrides::{Seg, path_string};

@@ -268,3 +268,23 @@ fn a_readiness_watch_faster_than_10ms_is_refused() {
     assert!(e.reason.contains("at least 10ms"), "{}", e.reason);
     assert!(load(GOOD, &["evidence.readiness_watch=250ms"]).is_ok());
 }
+
+#[test]
+fn warm_connections_are_bounded_and_point_at_their_line() {
+    let text = format!("{GOOD}client: {{warm_connections: 20000}}\n");
+    let e = err(&text, &[]);
+    assert_eq!(e.field, "client.warm_connections");
+    assert_eq!(e.value.as_deref(), Some("20000"));
+    assert!(e.reason.contains("at most 10000"), "{}", e.reason);
+    assert_eq!(e.pos.map(|p| (p.line, p.col)), Some((16, 28)), "{e}");
+    let ok = load(GOOD, &["client.warm_connections=64"]).expect("64 is fine");
+    assert_eq!(ok.scenario.client.warm_connections, 64);
+    assert_eq!(
+        load(GOOD, &[])
+            .expect("good")
+            .scenario
+            .client
+            .warm_connections,
+        0
+    );
+}

@@ -78,6 +78,9 @@ fn pos_finite(x: f64) -> bool {
     x.is_finite() && x > 0.0
 }
 
+/// Most connections `client.warm_connections` may open before load.
+pub const MAX_WARM_CONNECTIONS: u32 = 10_000;
+
 fn positive(field: &str, d: crate::scenario::units::Dur) -> Result<(), Issue> {
     if d.0.is_zero() {
         Err(Issue::new(field, d, "must be greater than 0"))
@@ -211,6 +214,13 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     positive("client.first_token_timeout", s.client.first_token_timeout)?;
     positive("client.idle_timeout", s.client.idle_timeout)?;
     positive("client.drain_timeout", s.client.drain_timeout)?;
+    if s.client.warm_connections > MAX_WARM_CONNECTIONS {
+        return Err(Issue::new(
+            "client.warm_connections",
+            s.client.warm_connections,
+            format!("must be at most {MAX_WARM_CONNECTIONS} (one socket each)"),
+        ));
+    }
 
     Ok(Plan {
         seed: s.workload.seed,

@@ -246,6 +246,18 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// Connections opened to the target before load (`client.warm_connections`), as
+    /// the client's connector counted them: they wait in the pool for the first requests.
+    Warmed {
+        t: u64,
+        /// Connections asked for.
+        wanted: u32,
+        /// The client end (`ip:port`) of every connection opened.
+        conns: Vec<String>,
+        /// Warm-up requests of the last round that got no answer (refused, timed out).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        failed: u32,
+    },
     /// How the trace writer kept up with the run (written once, before `run_end`). Any
     /// wait for room in its bounded buffer makes the run INVALID (issue #4 item 5).
     TraceStats {
@@ -288,6 +300,7 @@ impl Event {
             | Event::ProxyRequest { t, .. }
             | Event::ProxyEnd { t, .. }
             | Event::Observation { t, .. }
+            | Event::Warmed { t, .. }
             | Event::TraceStats { t, .. }
             | Event::RunEnd { t, .. } => *t,
         }

@@ -40,15 +40,46 @@ fn bench_client_reads_every_stamped_event() {
     // role, 10 deltas, finish+usage+[DONE] in one write: 14 events per stream
     assert_eq!(r["events"].as_u64(), Some(requests * 14), "{r}");
     assert!(r["lag_p50_ms"].as_f64().is_some_and(|v| v > 0.0), "{r}");
-    // Four streams in steady state: a handful of connections, reused afterwards.
+    // Four streams in steady state: four connections opened before load, reused.
+    assert_eq!(r["warmed_connections"].as_u64(), Some(4), "{r}");
     let new = r["new_connections"].as_u64().expect("new_connections");
-    assert!((1..requests).contains(&new), "{r}");
+    assert!(new < requests / 2, "{r}");
     assert!(
         r["ttft_error_reused_p50_ms"]
             .as_f64()
             .is_some_and(|v| v > 0.0),
         "{r}"
     );
+    // The trace says which connections were warmed, and requests ran on them.
+    let run = std::fs::read_dir(&dir)
+        .expect("out dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("run-"))
+        })
+        .expect("run dir");
+    let events: Vec<haq::trace::Event> = haq::trace::read(&run.join("trace.jsonl"))
+        .expect("trace")
+        .collect::<Result<_, _>>()
+        .expect("events");
+    let warmed: Vec<&String> = events
+        .iter()
+        .find_map(|e| match e {
+            haq::trace::Event::Warmed {
+                conns, failed: 0, ..
+            } => Some(conns.iter().collect()),
+            _ => None,
+        })
+        .expect("a warmed event");
+    let distinct: std::collections::HashSet<_> = warmed.iter().collect();
+    assert_eq!(distinct.len(), 4, "{warmed:?}");
+    let on_warm = events
+        .iter()
+        .filter(|e| matches!(e, haq::trace::Event::Response { conn: Some(c), .. } if warmed.contains(&c)))
+        .count();
+    assert!(on_warm >= 4, "requests on warmed connections: {on_warm}");
     assert!(r["cpu_load_s"].as_f64().is_some_and(|v| v > 0.0), "{r}");
     assert!(r["peak_rss_mib"].as_f64().is_some_and(|v| v > 1.0), "{r}");
 }

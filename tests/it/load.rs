@@ -18,12 +18,24 @@ use crate::support::{haq_bin, run, scratch};
 /// A tiny OpenAI-style SSE server: 3 tokens per answer. When the 10th request arrives
 /// it stalls for 1 s: every request that arrives until then is held to its end.
 async fn stalling_server() -> String {
+    server(Some(10)).await.0
+}
+
+/// The peers (client ends) of the connections a test server accepted.
+type Peers = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// The test server: stalls for 1 s at request `stall_at` if given; answers `GET` with a
+/// small JSON body. Returns its API URL and the peers it accepted.
+async fn server(stall_at: Option<u64>) -> (String, Peers) {
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = l.local_addr().expect("addr");
     let n = Arc::new(AtomicU64::new(0));
     let stall_until: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let peers = Peers::default();
+    let accepted = peers.clone();
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
+        while let Ok((mut s, peer)) = l.accept().await {
+            accepted.lock().expect("lock").push(peer.to_string());
             let (n, stall_until) = (n.clone(), stall_until.clone());
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 65536];
@@ -66,7 +78,7 @@ async fn stalling_server() -> String {
                     let k = n.fetch_add(1, Ordering::SeqCst) + 1;
                     let hold = {
                         let mut g = stall_until.lock().expect("lock");
-                        if k == 10 {
+                        if Some(k) == stall_at {
                             *g = Some(Instant::now() + Duration::from_secs(1));
                         }
                         g.filter(|t| *t > Instant::now())
@@ -90,7 +102,7 @@ async fn stalling_server() -> String {
             });
         }
     });
-    format!("http://{addr}/v1")
+    (format!("http://{addr}/v1"), peers)
 }
 
 fn scenario(url: &str, extra: &str) -> haq::scenario::Plan {
@@ -234,6 +246,71 @@ async fn latency_from_intended_time_includes_a_stall_a_closed_loop_would_hide() 
     assert!(
         phase.offered_rps > 15.0 && phase.achieved_rps > 15.0,
         "{phase:?}"
+    );
+}
+
+/// `client.warm_connections` opens its connections before load, as the connector
+/// counts them: the `warmed` line names connections the server really accepted, the
+/// load's first requests run on them, and no connection goes unaccounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_opens_the_connections_it_names() {
+    let (url, peers) = server(None).await;
+    let plan = haq::scenario::load_str(
+        &format!(
+            "name: warm\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 3\n  mix: {{classes: [{{name: c, prompt_tokens: 5, output_tokens: 3}}]}}\n  arrival: {{process: constant, rate: 20/s}}\nprotected_load: 20/s\nslo: {{ttft_p95: 10s, itl_p95: 10s, e2e_p95: 20s}}\nphases: [{{name: baseline, duration: 1s}}]\nclient: {{max_slip_p99: 200ms, max_late: 2s, warm_connections: 6}}\n"
+        ),
+        "warm.yaml",
+        std::path::Path::new("."),
+        &[],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = run(plan, "warm").await;
+    let events = crate::support::events(&r);
+    let (wanted, warmed, failed) = events
+        .iter()
+        .find_map(|e| match e {
+            haq::trace::Event::Warmed {
+                wanted,
+                conns,
+                failed,
+                ..
+            } => Some((*wanted, conns.clone(), *failed)),
+            _ => None,
+        })
+        .expect("a warmed line");
+    assert_eq!((wanted, failed), (6, 0));
+    let distinct: std::collections::HashSet<&String> = warmed.iter().collect();
+    assert!(distinct.len() >= 6, "{warmed:?}");
+    assert_eq!(distinct.len(), warmed.len(), "{warmed:?}");
+    let accepted: std::collections::HashSet<String> =
+        peers.lock().expect("lock").iter().cloned().collect();
+    for c in &warmed {
+        assert!(accepted.contains(c), "{c} was never accepted: {accepted:?}");
+    }
+    let used: std::collections::HashSet<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            haq::trace::Event::Response { conn: Some(c), .. } => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    // Every connection the server accepted is a warmed one or carried a response, but
+    // one: the reachability check before the run, made by a client of its own.
+    let other: Vec<&String> = accepted
+        .iter()
+        .filter(|c| !distinct.contains(c) && !used.contains(*c))
+        .collect();
+    assert_eq!(
+        other.len(),
+        1,
+        "{other:?}: warmed {warmed:?}, used {used:?}"
+    );
+    // 20 requests at 20/s, 3 tokens each: they fit the warm pool.
+    assert!(used.iter().any(|c| distinct.contains(c)), "{used:?}");
+    assert!(
+        used.iter().filter(|c| !distinct.contains(*c)).count() <= 2,
+        "{used:?} vs {warmed:?}"
     );
 }
 

@@ -386,6 +386,7 @@ impl Folder {
             | Event::Exited { .. }
             | Event::ProxyRequest { .. }
             | Event::ProxyEnd { .. }
+            | Event::Warmed { .. }
             | Event::TraceStats { .. } => {}
         }
     }

@@ -25,6 +25,11 @@ pub struct ClientCfg {
     /// The run is INVALID when any request is sent later than this.
     #[serde(default = "default_max_late")]
     pub max_late: Dur,
+    /// Connections to open before load starts (concurrent `GET {api}/models`, answers
+    /// read and dropped), so the first requests find a warm pool as a long-running
+    /// production client would, instead of each paying a handshake. 0: start cold.
+    #[serde(default)]
+    pub warm_connections: u32,
 }
 
 fn default_connect_timeout() -> Dur {
@@ -55,6 +60,7 @@ impl Default for ClientCfg {
             drain_timeout: default_drain(),
             max_slip_p99: default_max_slip_p99(),
             max_late: default_max_late(),
+            warm_connections: 0,
         }
     }
 }

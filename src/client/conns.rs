@@ -1,0 +1,134 @@
+//! Which connections the client opened: a tower layer around reqwest's connector, so
+//! what a warm-up opened is attested by the connector itself rather than inferred from
+//! which connections answers came back on (hyper hands a connection back to its pool as
+//! soon as a small answer is in, so concurrent requests may share one, and a connect
+//! that lost the race to an idle connection still finishes into the pool).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use hyper_util::client::legacy::connect::{Connection, HttpInfo};
+
+/// Counts the client's connection attempts and, while recording, keeps the client end
+/// (`ip:port`) of each connection opened. Cloned into the connector: every clone
+/// shares one log.
+#[derive(Clone, Default)]
+pub struct ConnLog(Arc<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    started: AtomicU64,
+    opened: AtomicU64,
+    failed: AtomicU64,
+    recording: AtomicBool,
+    /// Client ends recorded while `recording` (bounded by what the recorder asks for).
+    ends: Mutex<Vec<String>>,
+}
+
+impl ConnLog {
+    /// Connections opened so far.
+    pub fn opened(&self) -> u64 {
+        self.0.opened.load(Ordering::Acquire)
+    }
+
+    /// Connects started that have neither opened nor failed yet.
+    pub fn pending(&self) -> u64 {
+        let i = &self.0;
+        let done = i.opened.load(Ordering::Acquire) + i.failed.load(Ordering::Acquire);
+        i.started.load(Ordering::Acquire).saturating_sub(done)
+    }
+
+    /// Keep the client end of every connection opened from now on.
+    pub fn record(&self) {
+        self.0.recording.store(true, Ordering::Release);
+    }
+
+    /// Stop recording; returns the client ends recorded.
+    pub fn take(&self) -> Vec<String> {
+        self.0.recording.store(false, Ordering::Release);
+        match self.0.ends.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        }
+    }
+
+    fn opened_one(&self, end: Option<String>) {
+        let i = &self.0;
+        if i.recording.load(Ordering::Acquire) {
+            let mut g = match i.ends.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            g.push(end.unwrap_or_else(|| "?".to_string()));
+        }
+        i.opened.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for ConnLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnLog")
+            .field("opened", &self.opened())
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+impl<S> tower_layer::Layer<S> for ConnLog {
+    type Service = Logged<S>;
+
+    fn layer(&self, inner: S) -> Logged<S> {
+        Logged {
+            inner,
+            log: self.clone(),
+        }
+    }
+}
+
+/// reqwest's connector, its connections counted into a [`ConnLog`].
+#[derive(Clone)]
+pub struct Logged<S> {
+    inner: S,
+    log: ConnLog,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, R> tower_service::Service<R> for Logged<S>
+where
+    S: tower_service::Service<R>,
+    S::Response: Connection,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        self.log.0.started.fetch_add(1, Ordering::AcqRel);
+        let connecting = self.inner.call(req);
+        let log = self.log.clone();
+        Box::pin(async move {
+            let r = connecting.await;
+            match &r {
+                Ok(conn) => {
+                    let mut ext = http::Extensions::new();
+                    conn.connected().get_extras(&mut ext);
+                    let end = ext.get::<HttpInfo>().map(|i| i.local_addr().to_string());
+                    log.opened_one(end);
+                }
+                Err(_) => {
+                    log.0.failed.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+            r
+        })
+    }
+}
