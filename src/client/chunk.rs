@@ -345,6 +345,7 @@ mod plain {
     use std::borrow::Cow;
 
     use super::{Choices, Wire, WireChoice, WireDelta};
+    use crate::trace::chunkref::has_control;
 
     struct Scan<'a> {
         s: &'a str,
@@ -370,21 +371,19 @@ mod plain {
             self.b.get(self.i).copied()
         }
 
-        /// A string with no escapes, borrowed.
+        /// A string with no escapes, borrowed. The closing quote is found by memchr
+        /// (a backslash before it means escapes: `None`); a control character inside
+        /// is invalid JSON, also `None`.
         fn plain_str(&mut self) -> Option<&'a str> {
             self.eat(b'"')?;
             let start = self.i;
-            loop {
-                match *self.b.get(self.i)? {
-                    b'"' => break,
-                    b'\\' => return None,
-                    c if c < 0x20 => return None,
-                    _ => self.i += 1,
-                }
+            let rest = self.b.get(start..)?;
+            let len = memchr::memchr2(b'"', b'\\', rest)?;
+            if rest[len] != b'"' || has_control(&rest[..len]) {
+                return None;
             }
-            let out = &self.s[start..self.i];
-            self.i += 1;
-            Some(out)
+            self.i = start + len + 1;
+            self.s.get(start..start + len)
         }
 
         /// `null` → `Some(None)`, a plain string → `Some(Some(s))`.
@@ -422,30 +421,30 @@ mod plain {
         fn any_str(&mut self) -> Option<()> {
             self.eat(b'"')?;
             loop {
-                match *self.b.get(self.i)? {
-                    b'"' => {
-                        self.i += 1;
-                        return Some(());
-                    }
-                    b'\\' => {
-                        match *self.b.get(self.i + 1)? {
-                            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
-                            b'u' => {
-                                let hex = self.b.get(self.i + 2..self.i + 6)?;
-                                if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                    return None;
-                                }
-                                // Surrogates need pairing rules: leave them to serde.
-                                if matches!(hex[0], b'd' | b'D') && !matches!(hex[1], b'0'..=b'7') {
-                                    return None;
-                                }
-                                self.i += 6;
-                            }
-                            _ => return None,
+                let rest = self.b.get(self.i..)?;
+                let k = memchr::memchr2(b'"', b'\\', rest)?;
+                if has_control(&rest[..k]) {
+                    return None;
+                }
+                self.i += k;
+                if rest[k] == b'"' {
+                    self.i += 1;
+                    return Some(());
+                }
+                match *self.b.get(self.i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
+                    b'u' => {
+                        let hex = self.b.get(self.i + 2..self.i + 6)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return None;
                         }
+                        // Surrogates need pairing rules: leave them to serde.
+                        if matches!(hex[0], b'd' | b'D') && !matches!(hex[1], b'0'..=b'7') {
+                            return None;
+                        }
+                        self.i += 6;
                     }
-                    c if c < 0x20 => return None,
-                    _ => self.i += 1,
+                    _ => return None,
                 }
             }
         }

@@ -444,6 +444,8 @@ pub async fn execute_until(
     stop: &CancellationToken,
 ) -> Option<CallResult> {
     tokio::select! {
+        // The request first: a read that completes it wins over a stop that came after.
+        biased;
         r = execute(client, call, timeouts, clock, trace) => Some(r),
         _ = stop.cancelled() => {
             trace.emit(Event::End {

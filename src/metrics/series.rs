@@ -80,7 +80,14 @@ pub struct SeriesAcc {
     open: BTreeMap<u64, u64>,
     /// Seconds below this are closed.
     closed_below: u64,
+    /// Windows of closed seconds, emptied, for the next seconds: a second's five
+    /// histograms are ~130 KiB, and a long run would otherwise allocate (and fault in)
+    /// fresh ones every second.
+    spare: Vec<Window>,
 }
+
+/// Most emptied windows kept for reuse.
+const SPARE_WINDOWS: usize = 8;
 
 fn p(h: &Histogram<u64>, q: f64) -> Option<f64> {
     (!h.is_empty()).then(|| (h.value_at_quantile(q) as f64).round() / 1000.0)
@@ -157,7 +164,11 @@ impl SeriesAcc {
         if s < self.closed_below {
             return; // dispatched in a second already closed (only when the trace is out of order)
         }
-        let w = self.windows.entry(s).or_insert_with(Window::new);
+        let spare = &mut self.spare;
+        let w = self
+            .windows
+            .entry(s)
+            .or_insert_with(|| spare.pop().unwrap_or_else(Window::new));
         if let Some(v) = m.ttft {
             rec(&mut w.h[0], v);
             rec(&mut w.h[4], v);
@@ -206,6 +217,11 @@ impl SeriesAcc {
             e.e2e_p95 = p(&w.h[3], 0.95);
             e.ttft_error_adjusted_p95 =
                 (!w.h[4].is_empty()).then(|| Ms::from_us(w.h[4].value_at_quantile(0.95)));
+            if self.spare.len() < SPARE_WINDOWS {
+                let mut w = w;
+                w.h.iter_mut().for_each(Histogram::reset);
+                self.spare.push(w);
+            }
         }
     }
 

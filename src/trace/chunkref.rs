@@ -106,9 +106,17 @@ fn num(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// A JSON string, escaped as serde_json escapes it.
+/// Whether `b` holds a control character (which JSON strings must escape). Written as
+/// a fold without early exit, so the compiler vectorizes it.
+#[inline]
+pub(crate) fn has_control(b: &[u8]) -> bool {
+    b.iter().fold(false, |seen, &c| seen | (c < 0x20))
+}
+
 fn string(out: &mut Vec<u8>, s: &str) {
-    let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\';
-    if s.bytes().all(plain) {
+    // Two passes the compiler vectorizes, instead of three tests per byte.
+    let b = s.as_bytes();
+    if memchr::memchr2(b'"', b'\\', b).is_none() && !has_control(b) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
