@@ -58,6 +58,100 @@ impl ChunkRef<'_> {
     }
 }
 
+/// Every chunk kind, to read a kind's name back without serde.
+const KINDS: [ChunkKind; 10] = [
+    ChunkKind::Role,
+    ChunkKind::Content,
+    ChunkKind::Reasoning,
+    ChunkKind::ToolCall,
+    ChunkKind::Finish,
+    ChunkKind::Usage,
+    ChunkKind::Error,
+    ChunkKind::Done,
+    ChunkKind::Other,
+    ChunkKind::Comment,
+];
+
+/// Reads a chunk line exactly as [`ChunkRef::write_json`] writes it — keys in its
+/// order, numbers without leading zeros, strings without escapes — as judging reads
+/// nearly every line. Anything else, valid or not, is `None`: the serde paths then
+/// read it (or fail), so this never accepts a line serde would refuse.
+pub(super) fn read(line: &str) -> Option<Event> {
+    let mut r = Reader { s: line, i: 0 };
+    r.lit("{\"ev\":\"chunk\",\"t\":")?;
+    let t = r.num()?;
+    r.lit(",\"id\":")?;
+    let id = r.str()?;
+    r.lit(",\"n\":")?;
+    let n = u32::try_from(r.num()?).ok()?;
+    r.lit(",\"kind\":")?;
+    let name = r.str()?;
+    let kind = KINDS.into_iter().find(|k| k.as_str() == name)?;
+    let text = r.field(",\"text\":")?;
+    let cid = r.field(",\"cid\":")?;
+    let finish = r.field(",\"finish\":")?;
+    let raw = r.field(",\"raw\":")?;
+    r.lit("}")?;
+    (r.i == line.len()).then(|| {
+        ChunkRef {
+            t,
+            id,
+            n,
+            kind,
+            text,
+            cid,
+            finish,
+            raw,
+        }
+        .to_event()
+    })
+}
+
+struct Reader<'a> {
+    s: &'a str,
+    i: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn lit(&mut self, l: &str) -> Option<()> {
+        self.s[self.i..].starts_with(l).then(|| self.i += l.len())
+    }
+
+    /// An unsigned integer as JSON writes it (no sign, no leading zero), within u64.
+    fn num(&mut self) -> Option<u64> {
+        let b = &self.s.as_bytes()[self.i..];
+        let len = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        if len == 0 || (len > 1 && b[0] == b'0') {
+            return None;
+        }
+        let v = self.s[self.i..self.i + len].parse().ok()?;
+        self.i += len;
+        Some(v)
+    }
+
+    /// A string without escapes or control characters, borrowed.
+    fn str(&mut self) -> Option<&'a str> {
+        self.lit("\"")?;
+        let rest = &self.s.as_bytes()[self.i..];
+        let len = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest[len] != b'"' || has_control(&rest[..len]) {
+            return None;
+        }
+        let out = &self.s[self.i..self.i + len];
+        self.i += len + 1;
+        Some(out)
+    }
+
+    /// An optional member: absent → `Some(None)`; present and readable →
+    /// `Some(Some(..))`; present and not → `None`.
+    fn field(&mut self, key: &str) -> Option<Option<&'a str>> {
+        if self.lit(key).is_none() {
+            return Some(None);
+        }
+        self.str().map(Some)
+    }
+}
+
 /// A chunk line as read back ([`super::parse_line`]): the fields of
 /// [`Event::Chunk`] in a plain struct (the `ev` key is ignored).
 #[derive(serde::Deserialize)]
@@ -175,11 +269,69 @@ mod tests {
                 let line = std::str::from_utf8(&mine).expect("utf-8");
                 let slow: Event = serde_json::from_str(line).expect("tagged read");
                 assert_eq!(super::super::parse_line(line).expect("fast read"), slow);
+                // The plain reader reads every line without escapes, and reads it right.
+                let escaped = line.contains('\\');
+                match read(line) {
+                    Some(ev) => assert_eq!(ev, slow, "{line}"),
+                    None => assert!(escaped, "plain line not read: {line}"),
+                }
                 assert_eq!(slow, c.to_event());
                 checked += 1;
             }
         }
         assert_eq!(checked, 50);
+    }
+
+    /// Whatever the plain reader accepts, serde reads the same: every line one byte
+    /// off a written one (each byte replaced by each of a set of bytes, or removed).
+    #[test]
+    fn the_plain_reader_never_accepts_what_serde_reads_otherwise() {
+        let c = ChunkRef {
+            t: 1_234_567,
+            id: "r000042",
+            n: 17,
+            kind: ChunkKind::Content,
+            text: Some(" tok 3"),
+            cid: Some("chatcmpl-9"),
+            finish: Some("stop"),
+            raw: None,
+        };
+        let mut line = Vec::new();
+        c.write_json(&mut line);
+        let mut accepted = 0;
+        let mut check = |b: &[u8]| {
+            let Ok(s) = std::str::from_utf8(b) else {
+                return;
+            };
+            if let Some(ev) = read(s) {
+                accepted += 1;
+                let slow: Event = serde_json::from_str(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+                assert_eq!(ev, slow, "{s}");
+            }
+        };
+        check(&line);
+        for i in 0..line.len() {
+            for b in [
+                b'0', b'9', b'-', b'"', b'\\', b' ', b'}', b',', b':', b'x', 0x01, b'{',
+            ] {
+                let mut m = line.clone();
+                m[i] = b;
+                check(&m);
+            }
+            let mut m = line.clone();
+            m.remove(i);
+            check(&m);
+        }
+        // Some one-byte changes are still valid (a digit, a letter in a string).
+        assert!(accepted > 20, "{accepted}");
+        assert_eq!(
+            read(r#"{"ev":"chunk","t":01,"id":"r","n":1,"kind":"role"}"#),
+            None
+        );
+        assert_eq!(
+            read(r#"{"ev":"chunk","t":1,"id":"r","n":4294967296,"kind":"role"}"#),
+            None
+        );
     }
 
     #[test]

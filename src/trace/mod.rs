@@ -74,15 +74,19 @@ pub fn line_tag(line: &str) -> Option<&str> {
     (after.starts_with(',') || after.starts_with('}')).then_some(tag)
 }
 
-/// Parses one trace line. Chunk lines, nearly all of a trace, are read as a plain
-/// struct (serde reads an internally tagged enum by buffering every field first,
-/// several times slower); any other line, or a chunk line that does not read that
-/// way, goes through [`Event`]'s own deserializer.
+/// Parses one trace line. Chunk lines, nearly all of a trace, are read by a reader of
+/// the exact shape haq writes them in ([`chunkref::read`]), else as a plain struct
+/// (serde reads an internally tagged enum by buffering every field first, several
+/// times slower); any other line, or a chunk line that reads neither way, goes through
+/// [`Event`]'s own deserializer.
 pub fn parse_line(line: &str) -> serde_json::Result<Event> {
-    if line_tag(line) == Some("chunk")
-        && let Ok(c) = serde_json::from_str::<chunkref::ChunkLine>(line)
-    {
-        return Ok(c.into());
+    if line_tag(line) == Some("chunk") {
+        if let Some(ev) = chunkref::read(line) {
+            return Ok(ev);
+        }
+        if let Ok(c) = serde_json::from_str::<chunkref::ChunkLine>(line) {
+            return Ok(c.into());
+        }
     }
     serde_json::from_str(line)
 }
