@@ -237,11 +237,10 @@ fn classify_with(data: &str, fast: bool) -> ChunkInfo<'_> {
             ..Default::default()
         };
     }
-    let parsed = match fast.then(|| plain::wire(data)).flatten() {
-        Some(w) => Ok(w),
-        None => serde_json::from_str::<Wire>(data),
-    };
-    let w = match parsed {
+    if fast && let Some(p) = plain::scan(data) {
+        return p.info();
+    }
+    let w = match serde_json::from_str::<Wire>(data) {
         Ok(w) => w,
         Err(_) => {
             return ChunkInfo {
@@ -344,8 +343,35 @@ fn classify_with(data: &str, fast: bool) -> ChunkInfo<'_> {
 mod plain {
     use std::borrow::Cow;
 
-    use super::{Choices, Wire, WireChoice, WireDelta};
-    use crate::trace::chunkref::has_control;
+    use super::{ChunkInfo, ChunkKind};
+
+    /// What a plain delta says: built straight into a [`ChunkInfo`], as serde's path
+    /// would for the same payload (no `Wire` in between: its moves cost more than the
+    /// scan).
+    pub(super) struct Plain<'a> {
+        id: Option<&'a str>,
+        content: Option<&'a str>,
+        finish: Option<&'a str>,
+    }
+
+    impl<'a> Plain<'a> {
+        pub(super) fn info(self) -> ChunkInfo<'a> {
+            let text = self.content.filter(|t| !t.is_empty()).map(Cow::Borrowed);
+            let finish = self.finish.map(Cow::Borrowed);
+            let kind = match (&text, &finish) {
+                (Some(_), _) => ChunkKind::Content,
+                (None, Some(_)) => ChunkKind::Finish,
+                (None, None) => ChunkKind::Role,
+            };
+            ChunkInfo {
+                kind: Some(kind),
+                text,
+                cid: self.id.map(Cow::Borrowed),
+                finish,
+                ..Default::default()
+            }
+        }
+    }
 
     struct Scan<'a> {
         s: &'a str,
@@ -377,13 +403,17 @@ mod plain {
         fn plain_str(&mut self) -> Option<&'a str> {
             self.eat(b'"')?;
             let start = self.i;
-            let rest = self.b.get(start..)?;
-            let len = memchr::memchr2(b'"', b'\\', rest)?;
-            if rest[len] != b'"' || has_control(&rest[..len]) {
-                return None;
+            loop {
+                match *self.b.get(self.i)? {
+                    b'"' => break,
+                    b'\\' => return None,
+                    c if c < 0x20 => return None,
+                    _ => self.i += 1,
+                }
             }
-            self.i = start + len + 1;
-            self.s.get(start..start + len)
+            let out = &self.s[start..self.i];
+            self.i += 1;
+            Some(out)
         }
 
         /// `null` → `Some(None)`, a plain string → `Some(Some(s))`.
@@ -421,30 +451,30 @@ mod plain {
         fn any_str(&mut self) -> Option<()> {
             self.eat(b'"')?;
             loop {
-                let rest = self.b.get(self.i..)?;
-                let k = memchr::memchr2(b'"', b'\\', rest)?;
-                if has_control(&rest[..k]) {
-                    return None;
-                }
-                self.i += k;
-                if rest[k] == b'"' {
-                    self.i += 1;
-                    return Some(());
-                }
-                match *self.b.get(self.i + 1)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
-                    b'u' => {
-                        let hex = self.b.get(self.i + 2..self.i + 6)?;
-                        if !hex.iter().all(u8::is_ascii_hexdigit) {
-                            return None;
-                        }
-                        // Surrogates need pairing rules: leave them to serde.
-                        if matches!(hex[0], b'd' | b'D') && !matches!(hex[1], b'0'..=b'7') {
-                            return None;
-                        }
-                        self.i += 6;
+                match *self.b.get(self.i)? {
+                    b'"' => {
+                        self.i += 1;
+                        return Some(());
                     }
-                    _ => return None,
+                    b'\\' => {
+                        match *self.b.get(self.i + 1)? {
+                            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
+                            b'u' => {
+                                let hex = self.b.get(self.i + 2..self.i + 6)?;
+                                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                    return None;
+                                }
+                                // Surrogates need pairing rules: leave them to serde.
+                                if matches!(hex[0], b'd' | b'D') && !matches!(hex[1], b'0'..=b'7') {
+                                    return None;
+                                }
+                                self.i += 6;
+                            }
+                            _ => return None,
+                        }
+                    }
+                    c if c < 0x20 => return None,
+                    _ => self.i += 1,
                 }
             }
         }
@@ -514,7 +544,7 @@ mod plain {
         }
     }
 
-    pub(super) fn wire(s: &str) -> Option<Wire<'_>> {
+    pub(super) fn scan(s: &str) -> Option<Plain<'_>> {
         let mut sc = Scan {
             s,
             b: s.as_bytes(),
@@ -522,7 +552,7 @@ mod plain {
         };
         let mut id: Option<Option<&str>> = None;
         let mut object: Option<Option<&str>> = None;
-        let mut choice: Option<WireChoice<'_>> = None;
+        let mut choice: Option<(Option<&str>, Option<&str>)> = None;
         let (mut usage, mut error) = (None, None);
         sc.object(|sc, key| match key {
             "id" => once(&mut id, sc.opt_str()?),
@@ -544,21 +574,17 @@ mod plain {
         if sc.i != sc.b.len() || object == Some(Some("error")) {
             return None;
         }
-        let choice = choice?;
-        Some(Wire {
-            id: id.flatten().map(Cow::Borrowed),
-            choices: Some(Choices {
-                first: Some(choice),
-                rest: Vec::new(),
-            }),
-            usage: None,
-            error: None,
-            object: object.flatten().map(Cow::Borrowed),
+        let (content, finish) = choice?;
+        Some(Plain {
+            id: id.flatten(),
+            content,
+            finish,
         })
     }
 
-    fn one_choice<'a>(sc: &mut Scan<'a>) -> Option<WireChoice<'a>> {
-        let mut delta: Option<Option<WireDelta<'a>>> = None;
+    /// The one choice: its delta's content and its finish reason.
+    fn one_choice<'a>(sc: &mut Scan<'a>) -> Option<(Option<&'a str>, Option<&'a str>)> {
+        let mut delta: Option<Option<&'a str>> = None;
         let mut finish: Option<Option<&'a str>> = None;
         let (mut message, mut text) = (None, None);
         sc.object(|sc, key| match key {
@@ -568,22 +594,19 @@ mod plain {
                     return once(&mut delta, None);
                 }
                 let d = one_delta(sc)?;
-                once(&mut delta, Some(d))
+                once(&mut delta, d)
             }
             "finish_reason" => once(&mut finish, sc.opt_str()?),
             "message" => once(&mut message, sc.null()?),
             "text" => once(&mut text, sc.null()?),
             _ => sc.scalar(),
         })?;
-        Some(WireChoice {
-            delta: delta.flatten(),
-            message: None,
-            text: None,
-            finish_reason: finish.flatten().map(Cow::Borrowed),
-        })
+        Some((delta.flatten(), finish.flatten()))
     }
 
-    fn one_delta<'a>(sc: &mut Scan<'a>) -> Option<WireDelta<'a>> {
+    /// A delta: its content (`role` and other scalars skipped; the other text fields
+    /// and tool calls must be null).
+    fn one_delta<'a>(sc: &mut Scan<'a>) -> Option<Option<&'a str>> {
         let mut content: Option<Option<&'a str>> = None;
         let (mut reasoning_content, mut reasoning, mut tool_calls) = (None, None, None);
         sc.object(|sc, key| match key {
@@ -593,12 +616,7 @@ mod plain {
             "tool_calls" => once(&mut tool_calls, sc.null()?),
             _ => sc.scalar(),
         })?;
-        Some(WireDelta {
-            content: content.flatten().map(Cow::Borrowed),
-            reasoning_content: None,
-            reasoning: None,
-            tool_calls: None,
-        })
+        Some(content.flatten())
     }
 }
 
@@ -821,7 +839,7 @@ mod tests {
             let fast = classify_with(&payload, true);
             let slow = classify_with(&payload, false);
             assert_eq!(fast, slow, "{payload}");
-            fast_taken += usize::from(plain::wire(&payload).is_some());
+            fast_taken += usize::from(plain::scan(&payload).is_some());
             checked += 1;
         }
         assert!(checked > 19_000, "{checked}");
@@ -836,8 +854,65 @@ mod tests {
             r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" the"}}],"created":1732112345,"id":"chatcmpl-x","model":"gpt-3.5-turbo","system_fingerprint":"b4150-ab","object":"chat.completion.chunk"}"#,
             r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":null,"content":"x","reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":"stop","matched_stop":1}]}"#,
         ] {
-            assert!(plain::wire(p).is_some(), "{p}");
+            assert!(plain::scan(p).is_some(), "{p}");
             assert_eq!(classify_with(p, true), classify_with(p, false));
         }
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    /// Classification cost of the bench server's content delta (manual:
+    /// `cargo test --release --lib classify_speed -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn classify_speed() {
+        let p = r#"{"id":"chatcmpl-bench-00000042","object":"chat.completion.chunk","created":1795982190,"model":"bench","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":" r30018884712541s30018906009400"},"logprobs":null,"finish_reason":null}]}"#;
+        println!(
+            "ChunkInfo {} bytes, InBandError {} bytes",
+            std::mem::size_of::<super::ChunkInfo<'_>>(),
+            std::mem::size_of::<super::InBandError>()
+        );
+        for fast in [true, false] {
+            // The fastest of 20 rounds: this VM's speed moves by a third from second
+            // to second.
+            let n = 200_000u32;
+            let mut k = 0usize;
+            let mut ns = f64::MAX;
+            for _ in 0..20 {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    let i = super::classify_with(std::hint::black_box(p), fast);
+                    k += i.text.map_or(0, |s| s.len());
+                }
+                ns = ns.min(t.elapsed().as_nanos() as f64 / f64::from(n));
+            }
+            println!("fast={fast}: {ns:.1} ns per classify ({k})");
+        }
+    }
+
+    /// Everything haq does per SSE event in the read loop but the socket: SSE parse,
+    /// classification, the stream's fold and the chunk's trace line (into a buffer).
+    #[test]
+    #[ignore]
+    fn event_speed() {
+        let ev = b"data: {\"id\":\"chatcmpl-bench-00000042\",\"object\":\"chat.completion.chunk\",\"created\":1795982190,\"model\":\"bench\",\"system_fingerprint\":null,\"choices\":[{\"index\":0,\"delta\":{\"content\":\" r30018884712541s30018906009400\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+        let mut best = f64::MAX;
+        let mut out = Vec::with_capacity(1 << 20);
+        for _ in 0..20 {
+            let mut st = crate::client::stream::StreamState::new(false);
+            let n = 100_000u32;
+            let t = std::time::Instant::now();
+            for k in 0..n {
+                out.clear();
+                let mut emit = |c: crate::trace::ChunkRef<'_>| {
+                    c.write_json(&mut out);
+                    out.push(b'\n');
+                };
+                st.on_bytes(u64::from(k), "r000042", std::hint::black_box(ev), &mut emit);
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / f64::from(n));
+        }
+        println!("{best:.1} ns per event (parse, classify, fold, trace line)");
     }
 }

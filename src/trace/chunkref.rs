@@ -203,7 +203,7 @@ fn num(out: &mut Vec<u8>, mut v: u64) {
 /// Whether `b` holds a control character (which JSON strings must escape). Written as
 /// a fold without early exit, so the compiler vectorizes it.
 #[inline]
-pub(crate) fn has_control(b: &[u8]) -> bool {
+fn has_control(b: &[u8]) -> bool {
     b.iter().fold(false, |seen, &c| seen | (c < 0x20))
 }
 

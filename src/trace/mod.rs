@@ -4,7 +4,7 @@
 //!
 //! Times (`t`) are microseconds since the trace was opened, on the monotonic clock.
 
-pub(crate) mod chunkref;
+mod chunkref;
 mod clock;
 mod event;
 pub mod journal;
