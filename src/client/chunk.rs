@@ -403,6 +403,15 @@ mod plain {
         fn plain_str(&mut self) -> Option<&'a str> {
             self.eat(b'"')?;
             let start = self.i;
+            // Eight bytes at a time past bytes that need no look; the loop below then
+            // finds the exact one.
+            while let Some(w) = self.b.get(self.i..self.i + 8) {
+                let w: [u8; 8] = w.try_into().ok()?;
+                if special(u64::from_le_bytes(w)) != 0 {
+                    break;
+                }
+                self.i += 8;
+            }
             loop {
                 match *self.b.get(self.i)? {
                     b'"' => break,
@@ -531,6 +540,18 @@ mod plain {
                 }
             }
         }
+    }
+
+    /// Flags (high bit of the byte) the bytes of `x` that end or break a plain string:
+    /// `"`, `\\`, or a control character. Bytes above a flagged one may be flagged
+    /// wrongly (borrows), the lowest flagged byte never is; zero when none is special.
+    #[inline]
+    fn special(x: u64) -> u64 {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+        let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+        control | zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\')))
     }
 
     /// Sets a field once: a repeated field is an error to serde, so `None` here.

@@ -5,6 +5,7 @@
 pub mod chunk;
 pub mod conns;
 pub mod sse;
+pub mod stop;
 pub mod stream;
 
 use std::sync::Arc;
@@ -13,7 +14,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::trace::{ChunkRef, Clock, Event, Outcome, TraceWriter};
 use stream::{Cut, Ending, StreamState};
@@ -433,21 +433,23 @@ pub async fn execute(
     done(Some(status), first, st.conclude(cut))
 }
 
-/// Runs `call` to its end, or until `stop` fires: then it is recorded as cancelled
-/// (stopped by haq: an interrupt or the drain timeout) and `None` is returned.
+/// Runs `call` to its end, or until `stopped` completes: then it is recorded as
+/// cancelled (stopped by haq: an interrupt or the drain timeout) and `None` is
+/// returned. `stopped` is polled on every wake-up of the read loop: it must be cheap
+/// ([`stop::Stop::wait`]).
 pub async fn execute_until(
     client: &reqwest::Client,
     call: &Call,
     timeouts: Timeouts,
     clock: &Clock,
     trace: &TraceWriter,
-    stop: &CancellationToken,
+    stopped: impl std::future::Future<Output = ()>,
 ) -> Option<CallResult> {
     tokio::select! {
         // The request first: a read that completes it wins over a stop that came after.
         biased;
         r = execute(client, call, timeouts, clock, trace) => Some(r),
-        _ = stop.cancelled() => {
+        _ = stopped => {
             trace.emit(Event::End {
                 t: clock.now_us(),
                 id: call.id.clone(),

@@ -104,6 +104,16 @@ impl SseParser {
             }
         }
         while let Some(i) = memchr::memchr2(b'\n', b'\r', bytes) {
+            // The usual event — one `data:` line and the blank line after it, both in
+            // this chunk — is handed out borrowed from the chunk, without copying.
+            if self.line.is_empty()
+                && !self.has_data
+                && self.started
+                && let Some(rest) = self.single_data_event(&bytes[..i], &bytes[i..], f)
+            {
+                bytes = rest;
+                continue;
+            }
             if self.line.is_empty() {
                 self.line_done(&bytes[..i], f);
             } else {
@@ -124,6 +134,44 @@ impl SseParser {
             }
         }
         self.line.extend_from_slice(bytes);
+    }
+
+    /// `line` (complete, its terminator starting `term`) is a `data:` line in UTF-8 and
+    /// a blank line follows it in `term`: hands `f` the event, borrowed, and returns
+    /// what follows the blank line. Otherwise `None`, and nothing is consumed.
+    fn single_data_event<'b>(
+        &mut self,
+        line: &[u8],
+        term: &'b [u8],
+        f: &mut impl FnMut(SseRef<'_>),
+    ) -> Option<&'b [u8]> {
+        let value = line.strip_prefix(b"data:")?;
+        // Past the data line's terminator (CR LF, CR or LF).
+        let after = match term {
+            [b'\r', b'\n', rest @ ..] | [b'\r', rest @ ..] | [b'\n', rest @ ..] => rest,
+            _ => return None,
+        };
+        // A CR at the very end might be the first half of a CR LF split across reads.
+        if term[0] == b'\r' && after.is_empty() {
+            return None;
+        }
+        let (rest, after_cr) = match after {
+            [b'\n', rest @ ..] => (rest, false),
+            [b'\r', b'\n', rest @ ..] => (rest, false),
+            [b'\r'] => (&after[1..], true),
+            [b'\r', rest @ ..] => (rest, false),
+            _ => return None,
+        };
+        let data = std::str::from_utf8(value.strip_prefix(b" ").unwrap_or(value)).ok()?;
+        f(SseRef::Event {
+            event: self.event.as_deref(),
+            data,
+            id: self.id.as_deref(),
+            unterminated: false,
+        });
+        self.reset();
+        self.after_cr = after_cr;
+        Some(rest)
     }
 
     /// End of stream: hands `f` the unfinished event, if any (marked `unterminated`).
@@ -239,8 +287,26 @@ mod tests {
 
     #[test]
     fn any_split_gives_the_same_events() {
-        let body: &[u8] = b"\xEF\xBB\xBFdata: x\r\n\r\nevent: e\ndata:y\nid: 7\n\n: c\ndata: \xC3\xA9t\xC3\xA9\r\rdata: [DONE]\n\n";
+        // Every line ending around single-line events (which the parser hands out
+        // borrowed from the chunk when the blank line is in it too), fields before a
+        // data line, invalid UTF-8, a bare `data` line.
+        let body: &[u8] = b"\xEF\xBB\xBFdata: x\r\n\r\nevent: e\ndata:y\nid: 7\n\n: c\ndata: \xC3\xA9t\xC3\xA9\r\rdata: a\n\r\ndata: b\r\n\ndata: c\n\revent: f\nid: 9\ndata: d\n\ndata: \xFFz\n\ndata\n\ndata: [DONE]\n\n";
         let whole = parse_all(body);
+        // One byte at a time never holds a whole event in one chunk: the reference.
+        let mut p = SseParser::new();
+        let mut bytewise = Vec::new();
+        for b in body {
+            p.push(std::slice::from_ref(b), &mut bytewise);
+        }
+        p.finish(&mut bytewise);
+        assert_eq!(whole, bytewise);
+        let SseItem::Event(d) = &whole[7] else {
+            panic!("{whole:?}")
+        };
+        assert_eq!(
+            (d.event.as_deref(), d.id.as_deref(), d.data.as_str()),
+            (Some("f"), Some("9"), "d")
+        );
         for i in 0..=body.len() {
             for j in i..=body.len() {
                 let mut p = SseParser::new();
@@ -252,6 +318,20 @@ mod tests {
                 assert_eq!(out, whole, "split at {i},{j}");
             }
         }
-        assert_eq!(data(&whole), vec!["x", "y", "été", "[DONE]"]);
+        assert_eq!(
+            data(&whole),
+            vec![
+                "x",
+                "y",
+                "été",
+                "a",
+                "b",
+                "c",
+                "d",
+                "\u{FFFD}z",
+                "",
+                "[DONE]"
+            ]
+        );
     }
 }

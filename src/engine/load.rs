@@ -34,7 +34,7 @@ struct Dispatcher {
     clock: Clock,
     tw: TraceWriter,
     cancel: CancellationToken,
-    stop: CancellationToken,
+    stop: Arc<client::stop::Stop>,
     progress: Progress,
     tracker: TaskTracker,
     handle: tokio::runtime::Handle,
@@ -112,7 +112,15 @@ pub(super) async fn drive(
         });
     }
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
-    let stop = cancel.child_token();
+    let stop = Arc::new(client::stop::Stop::default());
+    // An interrupt stops them too.
+    let _interrupt = {
+        let (cancel, stop) = (cancel.clone(), stop.clone());
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            cancel.cancelled().await;
+            stop.stop();
+        }))
+    };
     let tracker = TaskTracker::new();
     let load_start = Instant::now() + Duration::from_millis(50);
     let _ = started.send(load_start);
@@ -180,7 +188,7 @@ pub(super) async fn drive(
             ));
         }
     }
-    stop.cancel();
+    stop.stop();
     tracker.wait().await;
     progress.finish();
     dispatched.map_err(anyhow::Error::msg)
@@ -437,7 +445,7 @@ impl Dispatcher {
             }
             tw.emit(event);
             progress.sent();
-            match client::execute_until(&http, &call, timeouts, &clock, &tw, &stop).await {
+            match client::execute_until(&http, &call, timeouts, &clock, &tw, stop.wait()).await {
                 Some(r) => {
                     progress.done(
                         r.outcome,

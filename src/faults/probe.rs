@@ -141,7 +141,15 @@ pub async fn run(f: &FaultPlan, env: &Env) {
         env.stop.clone(),
     );
     let mut request = tokio::spawn(async move {
-        client::execute_until(&http, &call, probes.timeouts, &clock, &trace, &stop).await
+        client::execute_until(
+            &http,
+            &call,
+            probes.timeouts,
+            &clock,
+            &trace,
+            stop.cancelled(),
+        )
+        .await
     });
     let deadline = Instant::now() + within;
     let mut serving: Option<String> = None;

@@ -249,6 +249,96 @@ async fn latency_from_intended_time_includes_a_stall_a_closed_loop_would_hide() 
     );
 }
 
+/// A server that sends one delta of every stream and then holds it open (60 s).
+async fn hanging_server() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut have = Vec::new();
+                while !have.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => have.extend_from_slice(&buf[..k]),
+                    }
+                }
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                let ev = "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+                let chunk = format!("{head}{:x}\r\n{ev}\r\n", ev.len());
+                if s.write_all(chunk.as_bytes()).await.is_ok() {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+/// Streams still open when the drain timeout ends are stopped by haq: each is recorded
+/// `cancelled` with what it had delivered, and the run ends on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_timeout_stops_streams_still_open() {
+    let url = hanging_server().await;
+    let plan = haq::scenario::load_str(
+        &format!(
+            "name: drain\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 3\n  mix: {{classes: [{{name: c, prompt_tokens: 5, output_tokens: 3}}]}}\n  arrival: {{process: constant, rate: 5/s}}\nprotected_load: 5/s\nslo: {{ttft_p95: 10s, itl_p95: 10s, e2e_p95: 20s}}\nphases: [{{name: baseline, duration: 1s}}]\nclient: {{max_slip_p99: 200ms, max_late: 2s, drain_timeout: 1s, idle_timeout: 50s}}\n"
+        ),
+        "drain.yaml",
+        std::path::Path::new("."),
+        &[],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    let r = run(plan, "drain").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let events = crate::support::events(&r);
+    let ends: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            haq::trace::Event::End {
+                outcome, detail, ..
+            } => Some((*outcome, detail.clone())),
+            _ => None,
+        })
+        .collect();
+    let sent = events
+        .iter()
+        .filter(|e| matches!(e, haq::trace::Event::Request { .. }))
+        .count();
+    assert!(sent >= 3, "{sent} requests");
+    assert_eq!(ends.len(), sent, "{ends:?}");
+    for (outcome, detail) in &ends {
+        assert_eq!(*outcome, haq::trace::Outcome::Cancelled, "{detail:?}");
+        assert!(
+            detail
+                .as_deref()
+                .is_some_and(|d| d.contains("stopped by haq")),
+            "{detail:?}"
+        );
+    }
+    // Each had its first delta before it was stopped.
+    let deltas = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                haq::trace::Event::Chunk {
+                    kind: haq::trace::ChunkKind::Content,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(deltas, sent);
+}
+
 /// `client.warm_connections` opens its connections before load, as the connector
 /// counts them: the `warmed` line names connections the server really accepted, the
 /// load's first requests run on them, and no connection goes unaccounted.
