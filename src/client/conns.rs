@@ -26,6 +26,11 @@ struct Inner {
     recording: AtomicBool,
     /// Client ends recorded while `recording` (bounded by what the recorder asks for).
     ends: Mutex<Vec<String>>,
+    /// While set: connections opened are held back from the client until `started`
+    /// reaches this count (then released), so none serves a request before all of a
+    /// warm-up's connects have begun.
+    hold_until: AtomicU64,
+    gate: Mutex<Option<Arc<super::stop::Stop>>>,
 }
 
 impl ConnLog {
@@ -55,6 +60,28 @@ impl ConnLog {
         }
     }
 
+    /// Connects started so far.
+    pub fn started(&self) -> u64 {
+        self.0.started.load(Ordering::Acquire)
+    }
+
+    /// Holds back every connection opened from now on until `n` more connects have
+    /// started, or [`ConnLog::release`].
+    pub fn hold(&self, n: u64) {
+        *lock(&self.0.gate) = Some(Arc::new(super::stop::Stop::default()));
+        self.0
+            .hold_until
+            .store(self.started() + n, Ordering::Release);
+    }
+
+    /// Lets held connections go to the client.
+    pub fn release(&self) {
+        self.0.hold_until.store(0, Ordering::Release);
+        if let Some(g) = lock(&self.0.gate).take() {
+            g.stop();
+        }
+    }
+
     fn opened_one(&self, end: Option<String>) {
         let i = &self.0;
         if i.recording.load(Ordering::Acquire) {
@@ -66,6 +93,10 @@ impl ConnLog {
         }
         i.opened.fetch_add(1, Ordering::AcqRel);
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for ConnLog {
@@ -100,7 +131,8 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 impl<S, R> tower_service::Service<R> for Logged<S>
 where
     S: tower_service::Service<R>,
-    S::Response: Connection,
+    S::Response: Connection + Send + 'static,
+    S::Error: Send + 'static,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -112,21 +144,33 @@ where
     }
 
     fn call(&mut self, req: R) -> Self::Future {
-        self.log.0.started.fetch_add(1, Ordering::AcqRel);
+        let started = self.log.0.started.fetch_add(1, Ordering::AcqRel) + 1;
+        let hold = self.log.0.hold_until.load(Ordering::Acquire);
+        if hold != 0 && started >= hold {
+            self.log.release();
+        }
+        let gate = (hold != 0)
+            .then(|| lock(&self.log.0.gate).clone())
+            .flatten();
         let connecting = self.inner.call(req);
         let log = self.log.clone();
         Box::pin(async move {
             let r = connecting.await;
-            match &r {
+            let opened = match &r {
                 Ok(conn) => {
                     let mut ext = http::Extensions::new();
                     conn.connected().get_extras(&mut ext);
                     let end = ext.get::<HttpInfo>().map(|i| i.local_addr().to_string());
                     log.opened_one(end);
+                    true
                 }
                 Err(_) => {
                     log.0.failed.fetch_add(1, Ordering::AcqRel);
+                    false
                 }
+            };
+            if let (true, Some(g)) = (opened, gate) {
+                g.wait().await;
             }
             r
         })

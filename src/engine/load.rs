@@ -207,10 +207,11 @@ struct Warm {
 }
 
 /// Opens `n` keep-alive connections to the target before load. Each round sends `n`
-/// concurrent `GET {api}/models`, reads the answers (any status: an answer is a working
-/// connection) and waits for the connects still under way; the connector's log says how
-/// many connections there are, so rounds go on until it counts `n` or
-/// [`WARM_ROUNDS`] are spent. Every round and every wait is bounded by `wait`.
+/// concurrent `GET {api}/models` while the connector holds back every connection it
+/// opens until `n` connects have begun (or half of `wait` passed): so no connection
+/// can answer one warm-up request and be handed to the next, however fast the server
+/// answers. The connector's log says how many connections there are; rounds go on
+/// until it counts `n` or [`WARM_ROUNDS`] are spent. Every round and wait is bounded.
 async fn warm(
     http: &reqwest::Client,
     log: &client::conns::ConnLog,
@@ -227,6 +228,9 @@ async fn warm(
         if log.opened() - before >= u64::from(n) {
             break;
         }
+        // Connections that open wait for the rest; released at the n-th connect, or
+        // after half the connect timeout (the connect is timed with the wait).
+        log.hold(u64::from(n));
         let sends = (0..n).map(|_| {
             let req = http.get(&url).send();
             async move {
@@ -236,9 +240,23 @@ async fn warm(
                 }
             }
         });
+        let all = futures_util::future::join_all(sends);
+        tokio::pin!(all);
         let answered = tokio::select! {
-            a = futures_util::future::join_all(sends) => a,
-            _ = cancel.cancelled() => break,
+            a = &mut all => Some(a),
+            _ = tokio::time::sleep(wait / 2) => None,
+            _ = cancel.cancelled() => {
+                log.release();
+                break;
+            }
+        };
+        log.release();
+        let answered = match answered {
+            Some(a) => a,
+            None => tokio::select! {
+                a = &mut all => a,
+                _ = cancel.cancelled() => break,
+            },
         };
         failed = answered.iter().filter(|ok| !**ok).count() as u32;
         // Connects that lost the race to an idle connection finish into the pool.

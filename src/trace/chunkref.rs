@@ -233,20 +233,8 @@ mod tests {
             Some("quote \" backslash \\ newline \n tab \t nul \u{0} del \u{7f}"),
             Some("été — 日本 🙂 \u{2028}"),
         ];
-        let kinds = [
-            ChunkKind::Role,
-            ChunkKind::Content,
-            ChunkKind::Reasoning,
-            ChunkKind::ToolCall,
-            ChunkKind::Finish,
-            ChunkKind::Usage,
-            ChunkKind::Error,
-            ChunkKind::Done,
-            ChunkKind::Other,
-            ChunkKind::Comment,
-        ];
         let mut checked = 0;
-        for (i, kind) in kinds.into_iter().enumerate() {
+        for (i, kind) in KINDS.into_iter().enumerate() {
             for (j, text) in texts.iter().enumerate() {
                 let c = ChunkRef {
                     t: [0, 7, 1_234_567_890_123, u64::MAX][(i + j) % 4],

@@ -106,11 +106,24 @@ async fn server(stall_at: Option<u64>) -> (String, Peers) {
 }
 
 fn scenario(url: &str, extra: &str) -> haq::scenario::Plan {
+    url_plan("stall", url, &format!("20/s{extra}"), 3, "")
+}
+
+/// A one-class scenario against `url`: `arrival` is the constant rate and its extra
+/// keys, `client` extra `client:` keys.
+fn url_plan(name: &str, url: &str, arrival: &str, secs: u32, client: &str) -> haq::scenario::Plan {
+    let rate = arrival.split(',').next().unwrap_or(arrival);
     let text = format!(
-        "name: stall\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 3\n  mix: {{classes: [{{name: c, prompt_tokens: 5, output_tokens: 3}}]}}\n  arrival: {{process: constant, rate: 20/s{extra}}}\nprotected_load: 20/s\nslo: {{ttft_p95: 10s, itl_p95: 10s, e2e_p95: 20s}}\nphases: [{{name: baseline, duration: 3s}}]\nclient: {{max_slip_p99: 200ms, max_late: 2s}}\n"
+        "name: {name}\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 3\n  mix: {{classes: [{{name: c, prompt_tokens: 5, output_tokens: 3}}]}}\n  arrival: {{process: constant, rate: {arrival}}}\nprotected_load: {rate}\nslo: {{ttft_p95: 10s, itl_p95: 10s, e2e_p95: 20s}}\nphases: [{{name: baseline, duration: {secs}s}}]\nclient: {{max_slip_p99: 200ms, max_late: 2s{client}}}\n"
     );
-    haq::scenario::load_str(&text, "stall.yaml", std::path::Path::new("."), &[], None)
-        .unwrap_or_else(|e| panic!("{e}"))
+    haq::scenario::load_str(
+        &text,
+        &format!("{name}.yaml"),
+        std::path::Path::new("."),
+        &[],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 struct Collect(Vec<(RequestRecord, Measured)>, haq::scenario::Slo);
@@ -281,16 +294,13 @@ async fn hanging_server() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_timeout_stops_streams_still_open() {
     let url = hanging_server().await;
-    let plan = haq::scenario::load_str(
-        &format!(
-            "name: drain\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 3\n  mix: {{classes: [{{name: c, prompt_tokens: 5, output_tokens: 3}}]}}\n  arrival: {{process: constant, rate: 5/s}}\nprotected_load: 5/s\nslo: {{ttft_p95: 10s, itl_p95: 10s, e2e_p95: 20s}}\nphases: [{{name: baseline, duration: 1s}}]\nclient: {{max_slip_p99: 200ms, max_late: 2s, drain_timeout: 1s, idle_timeout: 50s}}\n"
-        ),
-        "drain.yaml",
-        std::path::Path::new("."),
-        &[],
-        None,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let plan = url_plan(
+        "drain",
+        &url,
+        "5/s",
+        1,
+        ", drain_timeout: 1s, idle_timeout: 50s",
+    );
     let started = Instant::now();
     let r = run(plan, "drain").await;
     assert!(
@@ -345,16 +355,7 @@ async fn the_drain_timeout_stops_streams_still_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_up_opens_the_connections_it_names() {
     let (url, peers) = server(None).await;
-    let plan = haq::scenario::load_str(
-        &format!(
-            "name: warm\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 3\n  mix: {{classes: [{{name: c, prompt_tokens: 5, output_tokens: 3}}]}}\n  arrival: {{process: constant, rate: 20/s}}\nprotected_load: 20/s\nslo: {{ttft_p95: 10s, itl_p95: 10s, e2e_p95: 20s}}\nphases: [{{name: baseline, duration: 1s}}]\nclient: {{max_slip_p99: 200ms, max_late: 2s, warm_connections: 6}}\n"
-        ),
-        "warm.yaml",
-        std::path::Path::new("."),
-        &[],
-        None,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let plan = url_plan("warm", &url, "20/s", 1, ", warm_connections: 6");
     let r = run(plan, "warm").await;
     let events = crate::support::events(&r);
     let (wanted, warmed, failed) = events
