@@ -54,10 +54,7 @@ impl ConnLog {
     /// Stop recording; returns the client ends recorded.
     pub fn take(&self) -> Vec<String> {
         self.0.recording.store(false, Ordering::Release);
-        match self.0.ends.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        }
+        std::mem::take(&mut *lock(&self.0.ends))
     }
 
     /// Connects started so far.
@@ -85,11 +82,7 @@ impl ConnLog {
     fn opened_one(&self, end: Option<String>) {
         let i = &self.0;
         if i.recording.load(Ordering::Acquire) {
-            let mut g = match i.ends.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            g.push(end.unwrap_or_else(|| "?".to_string()));
+            lock(&i.ends).push(end.unwrap_or_else(|| "?".to_string()));
         }
         i.opened.fetch_add(1, Ordering::AcqRel);
     }

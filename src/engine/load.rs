@@ -225,12 +225,14 @@ async fn warm(
     log.record();
     let mut failed = 0;
     for _ in 0..WARM_ROUNDS {
-        if log.opened() - before >= u64::from(n) {
+        let missing = u64::from(n).saturating_sub(log.opened() - before);
+        if missing == 0 {
             break;
         }
-        // Connections that open wait for the rest; released at the n-th connect, or
-        // after half the connect timeout (the connect is timed with the wait).
-        log.hold(u64::from(n));
+        // Connections that open wait for the rest; released when the missing ones have
+        // all begun (the pool's idle ones serve the other requests), or after half the
+        // connect timeout (the connect is timed with the wait).
+        log.hold(missing);
         let sends = (0..n).map(|_| {
             let req = http.get(&url).send();
             async move {
