@@ -339,11 +339,12 @@ fn classify_with(data: &str, fast: bool) -> ChunkInfo<'_> {
 /// `finish_reason`, strings without escapes, no nested values outside `choices` — read
 /// by a small scanner instead of serde (the client's hot path). Anything else, or
 /// anything it is not sure of, gives `None` and goes through serde: the scanner accepts
-/// only what serde reads to the same [`Wire`].
+/// only what serde's path reads to the same [`ChunkInfo`].
 mod plain {
     use std::borrow::Cow;
 
     use super::{ChunkInfo, ChunkKind};
+    use crate::trace::plain_prefix;
 
     /// What a plain delta says: built straight into a [`ChunkInfo`], as serde's path
     /// would for the same payload (no `Wire` in between: its moves cost more than the
@@ -397,32 +398,16 @@ mod plain {
             self.b.get(self.i).copied()
         }
 
-        /// A string with no escapes, borrowed. The closing quote is found by memchr
-        /// (a backslash before it means escapes: `None`); a control character inside
-        /// is invalid JSON, also `None`.
+        /// A string with no escapes or control characters, borrowed.
         fn plain_str(&mut self) -> Option<&'a str> {
             self.eat(b'"')?;
             let start = self.i;
-            // Eight bytes at a time past bytes that need no look; the loop below then
-            // finds the exact one.
-            while let Some(w) = self.b.get(self.i..self.i + 8) {
-                let w: [u8; 8] = w.try_into().ok()?;
-                if special(u64::from_le_bytes(w)) != 0 {
-                    break;
-                }
-                self.i += 8;
+            let len = plain_prefix(&self.b[start..]);
+            if self.b.get(start + len) != Some(&b'"') {
+                return None;
             }
-            loop {
-                match *self.b.get(self.i)? {
-                    b'"' => break,
-                    b'\\' => return None,
-                    c if c < 0x20 => return None,
-                    _ => self.i += 1,
-                }
-            }
-            let out = &self.s[start..self.i];
-            self.i += 1;
-            Some(out)
+            self.i = start + len + 1;
+            self.s.get(start..start + len)
         }
 
         /// `null` → `Some(None)`, a plain string → `Some(Some(s))`.
@@ -540,18 +525,6 @@ mod plain {
                 }
             }
         }
-    }
-
-    /// Flags (high bit of the byte) the bytes of `x` that end or break a plain string:
-    /// `"`, `\\`, or a control character. Bytes above a flagged one may be flagged
-    /// wrongly (borrows), the lowest flagged byte never is; zero when none is special.
-    #[inline]
-    fn special(x: u64) -> u64 {
-        const ONES: u64 = 0x0101_0101_0101_0101;
-        const HIGH: u64 = 0x8080_8080_8080_8080;
-        let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-        let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
-        control | zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\')))
     }
 
     /// Sets a field once: a repeated field is an error to serde, so `None` here.
@@ -883,31 +856,34 @@ mod tests {
 
 #[cfg(test)]
 mod speed {
+    /// The bench server's content delta.
+    const DELTA: &str = r#"{"id":"chatcmpl-bench-00000042","object":"chat.completion.chunk","created":1795982190,"model":"bench","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":" r30018884712541s30018906009400"},"logprobs":null,"finish_reason":null}]}"#;
+
+    /// ns per call of `f`, the fastest of 20 rounds of `n` calls: this VM's speed moves
+    /// by a third from second to second.
+    fn fastest_ns(n: u32, mut f: impl FnMut(u32)) -> f64 {
+        let mut best = f64::MAX;
+        for _ in 0..20 {
+            let t = std::time::Instant::now();
+            for k in 0..n {
+                f(k);
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / f64::from(n));
+        }
+        best
+    }
+
     /// Classification cost of the bench server's content delta (manual:
     /// `cargo test --release --lib classify_speed -- --ignored --nocapture`).
     #[test]
     #[ignore]
     fn classify_speed() {
-        let p = r#"{"id":"chatcmpl-bench-00000042","object":"chat.completion.chunk","created":1795982190,"model":"bench","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":" r30018884712541s30018906009400"},"logprobs":null,"finish_reason":null}]}"#;
-        println!(
-            "ChunkInfo {} bytes, InBandError {} bytes",
-            std::mem::size_of::<super::ChunkInfo<'_>>(),
-            std::mem::size_of::<super::InBandError>()
-        );
         for fast in [true, false] {
-            // The fastest of 20 rounds: this VM's speed moves by a third from second
-            // to second.
-            let n = 200_000u32;
             let mut k = 0usize;
-            let mut ns = f64::MAX;
-            for _ in 0..20 {
-                let t = std::time::Instant::now();
-                for _ in 0..n {
-                    let i = super::classify_with(std::hint::black_box(p), fast);
-                    k += i.text.map_or(0, |s| s.len());
-                }
-                ns = ns.min(t.elapsed().as_nanos() as f64 / f64::from(n));
-            }
+            let ns = fastest_ns(200_000, |_| {
+                let i = super::classify_with(std::hint::black_box(DELTA), fast);
+                k += i.text.map_or(0, |s| s.len());
+            });
             println!("fast={fast}: {ns:.1} ns per classify ({k})");
         }
     }
@@ -917,23 +893,18 @@ mod speed {
     #[test]
     #[ignore]
     fn event_speed() {
-        let ev = b"data: {\"id\":\"chatcmpl-bench-00000042\",\"object\":\"chat.completion.chunk\",\"created\":1795982190,\"model\":\"bench\",\"system_fingerprint\":null,\"choices\":[{\"index\":0,\"delta\":{\"content\":\" r30018884712541s30018906009400\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
-        let mut best = f64::MAX;
+        let ev = format!("data: {DELTA}\n\n");
         let mut out = Vec::with_capacity(1 << 20);
-        for _ in 0..20 {
-            let mut st = crate::client::stream::StreamState::new(false);
-            let n = 100_000u32;
-            let t = std::time::Instant::now();
-            for k in 0..n {
-                out.clear();
-                let mut emit = |c: crate::trace::ChunkRef<'_>| {
-                    c.write_json(&mut out);
-                    out.push(b'\n');
-                };
-                st.on_bytes(u64::from(k), "r000042", std::hint::black_box(ev), &mut emit);
-            }
-            best = best.min(t.elapsed().as_nanos() as f64 / f64::from(n));
-        }
-        println!("{best:.1} ns per event (parse, classify, fold, trace line)");
+        let mut st = crate::client::stream::StreamState::new(false);
+        let ns = fastest_ns(100_000, |k| {
+            out.clear();
+            let mut emit = |c: crate::trace::ChunkRef<'_>| {
+                c.write_json(&mut out);
+                out.push(b'\n');
+            };
+            let bytes = std::hint::black_box(ev.as_bytes());
+            st.on_bytes(u64::from(k), "r000042", bytes, &mut emit);
+        });
+        println!("{ns:.1} ns per event (parse, classify, fold, trace line)");
     }
 }

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -23,14 +23,19 @@ struct Inner {
     started: AtomicU64,
     opened: AtomicU64,
     failed: AtomicU64,
-    recording: AtomicBool,
-    /// Client ends recorded while `recording` (bounded by what the recorder asks for).
-    ends: Mutex<Vec<String>>,
-    /// While set: connections opened are held back from the client until `started`
-    /// reaches this count (then released), so none serves a request before all of a
-    /// warm-up's connects have begun.
-    hold_until: AtomicU64,
-    gate: Mutex<Option<Arc<super::stop::Stop>>>,
+    /// While recording: the client ends of the connections opened.
+    ends: Mutex<Option<Vec<String>>>,
+    /// While set: connections opened are held back from the client.
+    hold: Mutex<Option<Hold>>,
+}
+
+/// Connections opened are held until `until` connects have started (then released),
+/// or at most until `deadline`: so none serves a request before all of a warm-up's
+/// connects have begun.
+struct Hold {
+    until: u64,
+    deadline: tokio::time::Instant,
+    gate: Arc<super::stop::Stop>,
 }
 
 impl ConnLog {
@@ -48,43 +53,51 @@ impl ConnLog {
 
     /// Keep the client end of every connection opened from now on.
     pub fn record(&self) {
-        self.0.recording.store(true, Ordering::Release);
+        lock(&self.0.ends).get_or_insert_with(Vec::new);
     }
 
     /// Stop recording; returns the client ends recorded.
     pub fn take(&self) -> Vec<String> {
-        self.0.recording.store(false, Ordering::Release);
-        std::mem::take(&mut *lock(&self.0.ends))
-    }
-
-    /// Connects started so far.
-    pub fn started(&self) -> u64 {
-        self.0.started.load(Ordering::Acquire)
+        lock(&self.0.ends).take().unwrap_or_default()
     }
 
     /// Holds back every connection opened from now on until `n` more connects have
-    /// started, or [`ConnLog::release`].
-    pub fn hold(&self, n: u64) {
-        *lock(&self.0.gate) = Some(Arc::new(super::stop::Stop::default()));
-        self.0
-            .hold_until
-            .store(self.started() + n, Ordering::Release);
+    /// started, [`ConnLog::release`], or `within` has passed.
+    pub fn hold(&self, n: u64, within: std::time::Duration) {
+        *lock(&self.0.hold) = Some(Hold {
+            until: self.0.started.load(Ordering::Acquire) + n,
+            deadline: tokio::time::Instant::now() + within,
+            gate: Arc::default(),
+        });
     }
 
     /// Lets held connections go to the client.
     pub fn release(&self) {
-        self.0.hold_until.store(0, Ordering::Release);
-        if let Some(g) = lock(&self.0.gate).take() {
-            g.stop();
+        if let Some(h) = lock(&self.0.hold).take() {
+            h.gate.stop();
         }
     }
 
-    fn opened_one(&self, end: Option<String>) {
-        let i = &self.0;
-        if i.recording.load(Ordering::Acquire) {
-            lock(&i.ends).push(end.unwrap_or_else(|| "?".to_string()));
+    /// A connect has started: the hold it must wait for, if any (the connect that
+    /// completes the count releases everyone).
+    fn started_one(&self) -> Option<(Arc<super::stop::Stop>, tokio::time::Instant)> {
+        let started = self.0.started.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut hold = lock(&self.0.hold);
+        let h = hold.as_ref()?;
+        if started >= h.until {
+            if let Some(h) = hold.take() {
+                h.gate.stop();
+            }
+            return None;
         }
-        i.opened.fetch_add(1, Ordering::AcqRel);
+        Some((h.gate.clone(), h.deadline))
+    }
+
+    fn opened_one(&self, end: Option<String>) {
+        if let Some(ends) = lock(&self.0.ends).as_mut() {
+            ends.push(end.unwrap_or_else(|| "?".to_string()));
+        }
+        self.0.opened.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -137,14 +150,7 @@ where
     }
 
     fn call(&mut self, req: R) -> Self::Future {
-        let started = self.log.0.started.fetch_add(1, Ordering::AcqRel) + 1;
-        let hold = self.log.0.hold_until.load(Ordering::Acquire);
-        if hold != 0 && started >= hold {
-            self.log.release();
-        }
-        let gate = (hold != 0)
-            .then(|| lock(&self.log.0.gate).clone())
-            .flatten();
+        let hold = self.log.started_one();
         let connecting = self.inner.call(req);
         let log = self.log.clone();
         Box::pin(async move {
@@ -162,8 +168,8 @@ where
                     false
                 }
             };
-            if let (true, Some(g)) = (opened, gate) {
-                g.wait().await;
+            if let (true, Some((gate, deadline))) = (opened, hold) {
+                let _ = tokio::time::timeout_at(deadline, gate.wait()).await;
             }
             r
         })

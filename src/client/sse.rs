@@ -123,14 +123,9 @@ impl SseParser {
                 self.line = line;
                 self.line.clear();
             }
-            let cr = bytes[i] == b'\r';
-            bytes = &bytes[i + 1..];
-            if cr {
-                match bytes.first() {
-                    Some(b'\n') => bytes = &bytes[1..],
-                    None => self.after_cr = true,
-                    _ => {}
-                }
+            if let Some((rest, cr_at_end)) = past_line_end(&bytes[i..]) {
+                bytes = rest;
+                self.after_cr = cr_at_end;
             }
         }
         self.line.extend_from_slice(bytes);
@@ -146,22 +141,12 @@ impl SseParser {
         f: &mut impl FnMut(SseRef<'_>),
     ) -> Option<&'b [u8]> {
         let value = line.strip_prefix(b"data:")?;
-        // Past the data line's terminator (CR LF, CR or LF).
-        let after = match term {
-            [b'\r', b'\n', rest @ ..] | [b'\r', rest @ ..] | [b'\n', rest @ ..] => rest,
-            _ => return None,
-        };
         // A CR at the very end might be the first half of a CR LF split across reads.
-        if term[0] == b'\r' && after.is_empty() {
+        let (after, false) = past_line_end(term)? else {
             return None;
-        }
-        let (rest, after_cr) = match after {
-            [b'\n', rest @ ..] => (rest, false),
-            [b'\r', b'\n', rest @ ..] => (rest, false),
-            [b'\r'] => (&after[1..], true),
-            [b'\r', rest @ ..] => (rest, false),
-            _ => return None,
         };
+        // The blank line.
+        let (rest, after_cr) = past_line_end(after)?;
         let data = std::str::from_utf8(value.strip_prefix(b" ").unwrap_or(value)).ok()?;
         f(SseRef::Event {
             event: self.event.as_deref(),
@@ -241,6 +226,18 @@ impl SseParser {
             b"id" => self.id = Some(value.into_owned()),
             _ => {} // `retry:` and unknown fields are ignored, as the spec says
         }
+    }
+}
+
+/// Past the line end `b` starts with (CR LF, CR or LF): the rest, and whether it was a
+/// CR at the very end of `b` (its LF may come in the next read). `None` when `b` does
+/// not start with one.
+fn past_line_end(b: &[u8]) -> Option<(&[u8], bool)> {
+    match b {
+        [b'\r', b'\n', rest @ ..] => Some((rest, false)),
+        [b'\r'] => Some((&b[1..], true)),
+        [b'\r', rest @ ..] | [b'\n', rest @ ..] => Some((rest, false)),
+        _ => None,
     }
 }
 

@@ -229,10 +229,10 @@ async fn warm(
         if missing == 0 {
             break;
         }
-        // Connections that open wait for the rest; released when the missing ones have
+        // Connections that open wait for the rest: released when the missing ones have
         // all begun (the pool's idle ones serve the other requests), or after half the
         // connect timeout (the connect is timed with the wait).
-        log.hold(missing);
+        log.hold(missing, wait / 2);
         let sends = (0..n).map(|_| {
             let req = http.get(&url).send();
             async move {
@@ -242,24 +242,12 @@ async fn warm(
                 }
             }
         });
-        let all = futures_util::future::join_all(sends);
-        tokio::pin!(all);
         let answered = tokio::select! {
-            a = &mut all => Some(a),
-            _ = tokio::time::sleep(wait / 2) => None,
-            _ = cancel.cancelled() => {
-                log.release();
-                break;
-            }
+            a = futures_util::future::join_all(sends) => Some(a),
+            _ = cancel.cancelled() => None,
         };
         log.release();
-        let answered = match answered {
-            Some(a) => a,
-            None => tokio::select! {
-                a = &mut all => a,
-                _ = cancel.cancelled() => break,
-            },
-        };
+        let Some(answered) = answered else { break };
         failed = answered.iter().filter(|ok| !**ok).count() as u32;
         // Connects that lost the race to an idle connection finish into the pool.
         let settle = tokio::time::Instant::now() + wait;

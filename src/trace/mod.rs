@@ -11,6 +11,7 @@ pub mod journal;
 mod writer;
 
 pub use chunkref::ChunkRef;
+pub(crate) use chunkref::plain_prefix;
 pub use clock::{Clock, mono_ns};
 pub use event::*;
 pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};

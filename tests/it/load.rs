@@ -21,6 +21,35 @@ async fn stalling_server() -> String {
     server(Some(10)).await.0
 }
 
+/// Reads one request (head and `content-length` body) from `s`, bytes beyond it kept
+/// in `have` for the next; returns its head, lower-cased. `None` when the peer is gone.
+async fn read_request(s: &mut tokio::net::TcpStream, have: &mut Vec<u8>) -> Option<String> {
+    let mut buf = vec![0u8; 65536];
+    let head_end = loop {
+        if let Some(i) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => have.extend_from_slice(&buf[..k]),
+        }
+    };
+    let head = String::from_utf8_lossy(&have[..head_end]).to_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while have.len() < head_end + len {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => have.extend_from_slice(&buf[..k]),
+        }
+    }
+    have.drain(..head_end + len);
+    Some(head)
+}
+
 /// The peers (client ends) of the connections a test server accepted.
 type Peers = Arc<std::sync::Mutex<Vec<String>>>;
 
@@ -38,32 +67,9 @@ async fn server(stall_at: Option<u64>) -> (String, Peers) {
             accepted.lock().expect("lock").push(peer.to_string());
             let (n, stall_until) = (n.clone(), stall_until.clone());
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
                 let mut have = Vec::new();
-                loop {
-                    // one request per loop (keep-alive)
-                    let head_end = loop {
-                        if let Some(i) = have.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        match s.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(k) => have.extend_from_slice(&buf[..k]),
-                        }
-                    };
-                    let head = String::from_utf8_lossy(&have[..head_end]).to_lowercase();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    while have.len() < head_end + len {
-                        match s.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(k) => have.extend_from_slice(&buf[..k]),
-                        }
-                    }
-                    have.drain(..head_end + len);
+                // one request per loop (keep-alive)
+                while let Some(head) = read_request(&mut s, &mut have).await {
                     if head.starts_with("get") {
                         let b = r#"{"data":[]}"#;
                         let r = format!(
@@ -269,13 +275,8 @@ async fn hanging_server() -> String {
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let mut have = Vec::new();
-                while !have.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => have.extend_from_slice(&buf[..k]),
-                    }
+                if read_request(&mut s, &mut Vec::new()).await.is_none() {
+                    return;
                 }
                 let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
                 let ev = "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
