@@ -14,7 +14,7 @@
 
 pub mod chunked;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -69,7 +69,8 @@ struct Inner {
     connect_timeout: Duration,
     /// Sent with every request that does not name the header itself.
     defaults: HeaderMap,
-    idle: Mutex<HashMap<String, Vec<Conn>>>,
+    /// Idle connections per `host:port`, oldest first.
+    idle: Mutex<HashMap<String, VecDeque<Conn>>>,
 }
 
 struct Conn {
@@ -142,7 +143,7 @@ impl Client {
         }))
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Conn>>> {
+    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Conn>>> {
         self.0.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -150,7 +151,7 @@ impl Client {
     fn checkout(&self, addr: &str) -> Option<Conn> {
         let mut pool = self.pool();
         let list = pool.get_mut(addr)?;
-        while let Some(c) = list.pop() {
+        while let Some(c) = list.pop_back() {
             if c.since.elapsed() < POOL_IDLE && alive(&c.stream) {
                 return Some(c);
             }
@@ -158,9 +159,15 @@ impl Client {
         None
     }
 
+    /// Keeps `c` idle for reuse; closes the oldest idle ones past [`POOL_IDLE`].
     fn checkin(&self, addr: &str, mut c: Conn) {
         c.since = Instant::now();
-        self.pool().entry(addr.to_string()).or_default().push(c);
+        let mut pool = self.pool();
+        let list = pool.entry(addr.to_string()).or_default();
+        while list.front().is_some_and(|o| o.since.elapsed() >= POOL_IDLE) {
+            list.pop_front();
+        }
+        list.push_back(c);
     }
 
     async fn connect(&self, addr: &str) -> Result<Conn, SendError> {

@@ -216,7 +216,7 @@ async fn bodies_by_length_by_close_none_and_after_an_interim_head() {
     let seen = seen.lock().expect("seen").clone();
     assert_eq!(seen.iter().map(|s| s.conn).collect::<Vec<_>>(), [1, 1, 1]);
     assert!(
-        c.pool().values().all(Vec::is_empty),
+        c.pool().values().all(VecDeque::is_empty),
         "a close-delimited connection is not kept"
     );
 }
