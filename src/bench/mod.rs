@@ -42,6 +42,8 @@ pub struct BenchReport {
     pub tokens: u32,
     pub itl_ms: f64,
     pub sync: bool,
+    /// The HTTP client of the run (`client.transport`).
+    pub transport: crate::scenario::Transport,
     pub rate: f64,
     pub requests: u64,
     pub completed: u64,
@@ -281,6 +283,7 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
         tokens: cfg.shape.tokens,
         itl_ms: cfg.shape.itl.as_secs_f64() * 1e3,
         sync: cfg.shape.sync,
+        transport: cfg.transport,
         rate: (rate * 1000.0).round() / 1000.0,
         requests: phase.map_or(0, |p| p.requests),
         completed: phase.map_or(0, |p| p.completed),
@@ -352,6 +355,7 @@ async fn bare(cfg: &BenchConfig, url: &str, rate: f64) -> anyhow::Result<BenchRe
         tokens: cfg.shape.tokens,
         itl_ms: cfg.shape.itl.as_secs_f64() * 1e3,
         sync: cfg.shape.sync,
+        transport: cfg.transport,
         rate,
         requests: n,
         completed: n,
@@ -400,7 +404,11 @@ impl std::fmt::Display for BenchReport {
         }
         writeln!(
             f,
-            "haq bench client · {} streams × {} tokens, ITL {} ms{} · {:.1} req/s",
+            "haq bench client ({}) · {} streams × {} tokens, ITL {} ms{} · {:.1} req/s",
+            match self.transport {
+                crate::scenario::Transport::Auto => "own HTTP/1.1 client",
+                crate::scenario::Transport::Reqwest => "reqwest",
+            },
             self.streams,
             self.tokens,
             self.itl_ms,
