@@ -288,3 +288,21 @@ fn warm_connections_are_bounded_and_point_at_their_line() {
         0
     );
 }
+
+#[test]
+fn the_transport_is_auto_unless_named_and_an_unknown_one_points_at_its_line() {
+    assert_eq!(
+        load(GOOD, &[]).expect("good").scenario.client.transport,
+        Transport::Auto
+    );
+    let ok = load(GOOD, &["client.transport=reqwest"]).expect("reqwest is fine");
+    assert_eq!(ok.scenario.client.transport, Transport::Reqwest);
+    let text = format!("{GOOD}client: {{transport: h2}}\n");
+    let e = err(&text, &[]);
+    assert!(e.field.contains("transport"), "{e}");
+    assert!(
+        e.reason.contains("auto") && e.reason.contains("reqwest"),
+        "{e}"
+    );
+    assert_eq!(e.pos.map(|p| p.line), Some(16), "{e}");
+}

@@ -355,8 +355,16 @@ async fn the_drain_timeout_stops_streams_still_open() {
 /// load's first requests run on them, and no connection goes unaccounted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_up_opens_the_connections_it_names() {
+    // haq's own HTTP/1.1 client opens them itself; reqwest through its connector.
+    for transport in ["auto", "reqwest"] {
+        warm_up_case(transport).await;
+    }
+}
+
+async fn warm_up_case(transport: &str) {
     let (url, peers) = server(None).await;
-    let plan = url_plan("warm", &url, "20/s", 1, ", warm_connections: 6");
+    let client = format!(", warm_connections: 6, transport: {transport}");
+    let plan = url_plan("warm", &url, "20/s", 1, &client);
     let r = run(plan, "warm").await;
     let events = crate::support::events(&r);
     let (wanted, warmed, failed) = events
@@ -371,7 +379,7 @@ async fn a_warm_up_opens_the_connections_it_names() {
             _ => None,
         })
         .expect("a warmed line");
-    assert_eq!((wanted, failed), (6, 0));
+    assert_eq!((wanted, failed), (6, 0), "{transport}");
     let distinct: std::collections::HashSet<&String> = warmed.iter().collect();
     assert!(distinct.len() >= 6, "{warmed:?}");
     assert_eq!(distinct.len(), warmed.len(), "{warmed:?}");
