@@ -370,10 +370,12 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<Parsed>> {
         ) else {
             return Err(invalid(format!("invalid response header {:?}", h.name)));
         };
-        let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
+        let v = || String::from_utf8_lossy(h.value).to_ascii_lowercase();
         if name == reqwest::header::TRANSFER_ENCODING {
+            let v = v();
             chunked = v.rsplit(',').next().is_some_and(|c| c.trim() == "chunked");
         } else if name == reqwest::header::CONTENT_LENGTH {
+            let v = v();
             let n: u64 = v
                 .trim()
                 .parse()
@@ -383,6 +385,7 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<Parsed>> {
             }
             length = Some(n);
         } else if name == reqwest::header::CONNECTION {
+            let v = v();
             if v.split(',').any(|t| t.trim() == "close") {
                 close = true;
             } else if v.split(',').any(|t| t.trim() == "keep-alive") {
