@@ -8,6 +8,7 @@ mod chunkref;
 mod clock;
 mod event;
 pub mod journal;
+mod lines;
 mod writer;
 
 pub use chunkref::ChunkRef;
@@ -16,7 +17,6 @@ pub use clock::{Clock, mono_ns};
 pub use event::*;
 pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};
 
-use std::io::BufRead;
 use std::path::Path;
 
 pub const TRACE_FILE: &str = "trace.jsonl";
@@ -41,27 +41,30 @@ fn read_lines(
     path: &Path,
     tags: Option<&'static [&'static str]>,
 ) -> std::io::Result<impl Iterator<Item = Result<Event, String>>> {
-    let f = std::fs::File::open(path)?;
-    let mut lines = std::io::BufReader::new(f).lines().enumerate().peekable();
+    let mut lines = lines::Lines::new(std::fs::File::open(path)?);
+    let mut i = 0;
     Ok(std::iter::from_fn(move || {
         loop {
-            let (i, line) = lines.next()?;
-            let line = match line {
+            i += 1;
+            let line = match lines.next_line()? {
                 Ok(l) => l,
-                Err(e) => return Some(Err(format!("line {}: {e}", i + 1))),
+                Err(e) => return Some(Err(format!("line {i}: {e}"))),
             };
             if line.trim().is_empty() {
                 continue;
             }
-            if let (Some(tags), Some(tag)) = (tags, line_tag(&line))
+            if let (Some(tags), Some(tag)) = (tags, line_tag(line))
                 && !tags.contains(&tag)
             {
                 continue;
             }
-            return match parse_line(&line) {
+            return match parse_line(line) {
                 Ok(ev) => Some(Ok(ev)),
-                Err(_) if lines.peek().is_none() => None,
-                Err(e) => Some(Err(format!("line {}: {e}", i + 1))),
+                Err(e) => {
+                    let e = format!("line {i}: {e}");
+                    // A torn last line: the run was killed mid-write.
+                    lines.more().then_some(Err(e))
+                }
             };
         }
     }))
