@@ -120,11 +120,15 @@ impl<'a> Reader<'a> {
     /// An unsigned integer as JSON writes it (no sign, no leading zero), within u64.
     fn num(&mut self) -> Option<u64> {
         let b = &self.s.as_bytes()[self.i..];
-        let len = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        let mut v: u64 = 0;
+        let mut len = 0;
+        for &c in b.iter().take_while(|c| c.is_ascii_digit()) {
+            v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            len += 1;
+        }
         if len == 0 || (len > 1 && b[0] == b'0') {
             return None;
         }
-        let v = self.s[self.i..self.i + len].parse().ok()?;
         self.i += len;
         Some(v)
     }
@@ -339,6 +343,18 @@ mod tests {
             read(r#"{"ev":"chunk","t":1,"id":"r","n":4294967296,"kind":"role"}"#),
             None
         );
+        // Numbers up to u64::MAX read; one past it does not (nor by serde).
+        let max = r#"{"ev":"chunk","t":18446744073709551615,"id":"r","n":0,"kind":"role"}"#;
+        assert!(matches!(read(max), Some(Event::Chunk { t: u64::MAX, .. })));
+        for over in [
+            "18446744073709551616",
+            "99999999999999999999",
+            "184467440737095516150",
+        ] {
+            let line = max.replace("18446744073709551615", over);
+            assert_eq!(read(&line), None, "{line}");
+            assert!(super::super::parse_line(&line).is_err(), "{line}");
+        }
     }
 
     /// The eight-bytes-at-a-time scan finds what a byte-by-byte one finds, wherever
@@ -386,6 +402,10 @@ mod tests {
         assert_eq!(line_tag(r#"{"ev":"run_end"}"#), Some("run_end"));
         assert_eq!(line_tag(r#"{"ev":"chunkx"#), None);
         assert_eq!(line_tag(r#"{"t":1,"ev":"chunk"}"#), None);
+        assert_eq!(line_tag(r#"{"ev":"","t":1}"#), Some(""));
+        assert_eq!(line_tag(r#"{"ev":"été"}"#), Some("été"));
+        assert_eq!(line_tag(r#"{"ev":"chunk" ,"t":1}"#), None);
+        assert_eq!(line_tag(r#"{"ev":"chunk"#), None);
         // A chunk line the struct cannot read fails as the tagged path fails.
         assert!(
             parse_line(r#"{"ev":"chunk","t":"soon","id":"r","n":1,"kind":"content"}"#).is_err()

@@ -33,7 +33,13 @@ impl<R: Read> Lines<R> {
 
     /// The next line, without its `\n` (or `\r\n`), as `BufRead::lines` yields it:
     /// a line that is not UTF-8 is its error, and the lines after it still follow.
-    pub(super) fn next_line(&mut self) -> Option<io::Result<&str>> {
+    #[cfg(test)]
+    fn next_line(&mut self) -> Option<io::Result<&str>> {
+        Some(self.next_bytes()?.and_then(utf8))
+    }
+
+    /// The next line's bytes, not yet checked for UTF-8 ([`utf8`]).
+    pub(super) fn next_bytes(&mut self) -> Option<io::Result<&[u8]>> {
         let (a, b, ended) = loop {
             if let Some(p) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
                 let a = self.start;
@@ -59,12 +65,7 @@ impl<R: Read> Lines<R> {
         if ended && let Some(l) = line.strip_suffix(b"\r") {
             line = l;
         }
-        Some(std::str::from_utf8(line).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                "stream did not contain valid UTF-8",
-            )
-        }))
+        Some(Ok(line))
     }
 
     /// Whether any byte follows the lines read so far (another line will come).
@@ -98,6 +99,16 @@ impl<R: Read> Lines<R> {
             return Ok(());
         }
     }
+}
+
+/// A line as text; not UTF-8: the error `BufRead::lines` gives.
+pub(super) fn utf8(line: &[u8]) -> io::Result<&str> {
+    std::str::from_utf8(line).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
 }
 
 #[cfg(test)]

@@ -46,16 +46,22 @@ fn read_lines(
     Ok(std::iter::from_fn(move || {
         loop {
             i += 1;
-            let line = match lines.next_line()? {
+            let bytes = match lines.next_bytes()? {
+                Ok(b) => b,
+                Err(e) => return Some(Err(format!("line {i}: {e}"))),
+            };
+            // A line of another kind is skipped before it is even checked for UTF-8.
+            if let (Some(tags), Some(tag)) = (tags, tag_of(bytes))
+                && !tags.iter().any(|t| t.as_bytes() == tag)
+            {
+                continue;
+            }
+            let line = match lines::utf8(bytes) {
                 Ok(l) => l,
                 Err(e) => return Some(Err(format!("line {i}: {e}"))),
             };
-            if line.trim().is_empty() {
-                continue;
-            }
-            if let (Some(tags), Some(tag)) = (tags, line_tag(line))
-                && !tags.contains(&tag)
-            {
+            // (A line that opens an object is not blank: no need to trim it.)
+            if !line.starts_with('{') && line.trim().is_empty() {
                 continue;
             }
             return match parse_line(line) {
@@ -73,10 +79,23 @@ fn read_lines(
 /// The `ev` tag of a line that starts with it, as haq writes every line
 /// (`{"ev":"chunk",…` → `chunk`), read without parsing the line.
 pub fn line_tag(line: &str) -> Option<&str> {
-    let rest = line.strip_prefix("{\"ev\":\"")?;
-    let (tag, after) = rest.split_once('"')?;
-    (after.starts_with(',') || after.starts_with('}')).then_some(tag)
+    // The tag stands between ASCII quotes: its bounds are char boundaries.
+    let tag = tag_of(line.as_bytes())?;
+    line.get(TAG_AT..TAG_AT + tag.len())
 }
+
+const TAG_AT: usize = "{\"ev\":\"".len();
+
+/// [`line_tag`] over bytes.
+fn tag_of(line: &[u8]) -> Option<&[u8]> {
+    let rest = line.strip_prefix(b"{\"ev\":\"")?;
+    let end = memchr::memchr(b'"', rest)?;
+    matches!(rest.get(end + 1), Some(b',' | b'}')).then(|| &rest[..end])
+}
+
+/// How a chunk line starts, as haq writes it: a line that does not start so has
+/// another tag (or its tag elsewhere).
+const CHUNK_TAG: &str = "{\"ev\":\"chunk\"";
 
 /// Parses one trace line. Chunk lines, nearly all of a trace, are read by a reader of
 /// the exact shape haq writes them in ([`chunkref::read`]), else as a plain struct
@@ -84,7 +103,7 @@ pub fn line_tag(line: &str) -> Option<&str> {
 /// times slower); any other line, or a chunk line that reads neither way, goes through
 /// [`Event`]'s own deserializer.
 pub fn parse_line(line: &str) -> serde_json::Result<Event> {
-    if line_tag(line) == Some("chunk") {
+    if line.starts_with(CHUNK_TAG) && line_tag(line) == Some("chunk") {
         if let Some(ev) = chunkref::read(line) {
             return Ok(ev);
         }

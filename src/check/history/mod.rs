@@ -176,7 +176,15 @@ pub struct Folder {
     cursor: u64,
     pub journal: JournalStats,
     pub parse_errors: Vec<String>,
+    /// Chunk vectors of judged requests, emptied, for the next requests: a stream's
+    /// vector would otherwise grow (and be copied) from empty for every request.
+    spare_chunks: Vec<Vec<ChunkRec>>,
 }
+
+/// Most emptied chunk vectors kept, and the largest kept (in chunks): memory stays
+/// bounded by the requests in flight, not by the longest stream ever read.
+const SPARE_CHUNK_VECS: usize = 16;
+const SPARE_CHUNK_CAP: usize = 4096;
 
 impl Folder {
     pub fn push(&mut self, ev: Event, sink: &mut dyn RequestSink) {
@@ -219,6 +227,7 @@ impl Folder {
                     stream,
                     admitted,
                     probe,
+                    chunks: self.spare_chunks.pop().unwrap_or_default(),
                     ..Default::default()
                 };
                 for (gt, item) in self.early.remove(&id).into_iter().flatten() {
@@ -467,6 +476,11 @@ impl Folder {
                 self.cursor.max(self.journal.last_t)
             };
             sink.request(&r, &self.faults);
+            let mut chunks = r.chunks;
+            if self.spare_chunks.len() < SPARE_CHUNK_VECS && chunks.capacity() <= SPARE_CHUNK_CAP {
+                chunks.clear();
+                self.spare_chunks.push(chunks);
+            }
         }
     }
 
