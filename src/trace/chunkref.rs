@@ -113,11 +113,13 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline(always)]
     fn lit(&mut self, l: &str) -> Option<()> {
         self.s[self.i..].starts_with(l).then(|| self.i += l.len())
     }
 
     /// An unsigned integer as JSON writes it (no sign, no leading zero), within u64.
+    #[inline(always)]
     fn num(&mut self) -> Option<u64> {
         let b = &self.s.as_bytes()[self.i..];
         let mut v: u64 = 0;
@@ -134,6 +136,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A string without escapes or control characters, borrowed.
+    #[inline(always)]
     fn str(&mut self) -> Option<&'a str> {
         self.lit("\"")?;
         let rest = &self.s.as_bytes()[self.i..];
@@ -148,6 +151,7 @@ impl<'a> Reader<'a> {
 
     /// An optional member: absent → `Some(None)`; present and readable →
     /// `Some(Some(..))`; present and not → `None`.
+    #[inline(always)]
     fn field(&mut self, key: &str) -> Option<Option<&'a str>> {
         if self.lit(key).is_none() {
             return Some(None);

@@ -83,9 +83,10 @@ fn attempt_ids(s: &Seam) -> Vec<String> {
 
 /// The first words of the answer appear again later: the answer restarted.
 fn restart(v: &View, out: &mut Out) {
-    let words: Vec<(&str, usize)> = (0..v.deltas.len())
-        .flat_map(|i| v.delta_text(i).split_whitespace().map(move |w| (w, i)))
-        .collect();
+    let mut words: Vec<(&str, usize)> = Vec::with_capacity(v.deltas.len());
+    for i in 0..v.deltas.len() {
+        words.extend(split_words(v.delta_text(i)).map(|w| (w, i)));
+    }
     if words.len() < 2 * HEAD_WORDS {
         return;
     }
@@ -111,6 +112,22 @@ fn restart(v: &View, out: &mut Out) {
             return;
         }
     }
+}
+
+/// The words of a text, as `str::split_whitespace` splits it. ASCII text without a
+/// vertical tab (the one ASCII space `split_ascii_whitespace` does not split at) is
+/// split byte by byte, several times faster than char by char.
+fn split_words(s: &str) -> impl Iterator<Item = &str> {
+    let ascii = s.is_ascii() && !s.as_bytes().contains(&0x0b);
+    let (bytewise, charwise) = if ascii {
+        (Some(s.split_ascii_whitespace()), None)
+    } else {
+        (None, Some(s.split_whitespace()))
+    };
+    bytewise
+        .into_iter()
+        .flatten()
+        .chain(charwise.into_iter().flatten())
 }
 
 /// Stitched output: text from another attempt after the first attempt's deltas.
@@ -269,5 +286,36 @@ pub fn chunk_order(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
             ),
         )
         .attempts(atts.iter().map(|a| a.id.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The fast split gives the words `split_whitespace` gives, with every ASCII byte
+    /// and the non-ASCII spaces between words, at the ends, and repeated.
+    #[test]
+    fn words_split_as_split_whitespace_splits_them() {
+        let mut seps: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();
+        seps.extend(
+            [
+                "\u{85}", "\u{a0}", "\u{1680}", "\u{2028}", "\u{3000}", "é", "  ",
+            ]
+            .map(String::from),
+        );
+        let mut checked = 0;
+        for sep in &seps {
+            for s in [
+                format!("a{sep}b"),
+                format!("{sep}tok{sep}{sep}en{sep}"),
+                format!(" t123{sep}"),
+                sep.clone(),
+                String::new(),
+            ] {
+                let want: Vec<&str> = s.split_whitespace().collect();
+                assert_eq!(super::split_words(&s).collect::<Vec<_>>(), want, "{s:?}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 5 * (128 + 7));
     }
 }

@@ -160,15 +160,19 @@ pub struct JournalStats {
     pub ended: bool,
 }
 
+type Ids = foldhash::fast::RandomState;
+
 #[derive(Default)]
 pub struct Folder {
     pub info: RunInfo,
     pub faults: Vec<FaultRec>,
-    in_flight: HashMap<String, RequestRecord>,
+    /// Keyed by request id; foldhash, as a lookup per chunk line with SipHash costs
+    /// more than the rest of the lookup (no order is ever taken from these maps).
+    in_flight: HashMap<String, RequestRecord, Ids>,
     /// Ended requests waiting out the linger window: (deadline, id) in end order.
     closing: VecDeque<(u64, String)>,
     /// Journal lines that came before their request's first trace line.
-    early: HashMap<String, Vec<(u64, Jot)>>,
+    early: HashMap<String, Vec<(u64, Jot)>, Ids>,
     early_q: VecDeque<(u64, String)>,
     /// How long (µs of trace time) an ended request waits for late journal lines.
     pub linger: u64,
