@@ -41,17 +41,42 @@ fn read_lines(
     path: &Path,
     tags: Option<&'static [&'static str]>,
 ) -> std::io::Result<impl Iterator<Item = Result<Event, String>>> {
-    let mut lines = lines::Lines::new(std::fs::File::open(path)?);
-    let mut i = 0;
-    Ok(std::iter::from_fn(move || {
+    let mut r = Reader::open(path, tags)?;
+    Ok(std::iter::from_fn(move || r.next_with(|l| l.into_event())))
+}
+
+/// Reads a trace file line by line, each line handed over borrowed from the read
+/// buffer ([`Line`]): what [`read`] and [`read_only`] yield, without an [`Event`]
+/// built for a chunk line whose reader needs none.
+pub struct Reader {
+    lines: lines::Lines<std::fs::File>,
+    tags: Option<&'static [&'static str]>,
+    /// Number of the last line read.
+    i: usize,
+}
+
+impl Reader {
+    /// Every line ([`read`]), or only those tagged with `tags` ([`read_only`]).
+    pub fn open(path: &Path, tags: Option<&'static [&'static str]>) -> std::io::Result<Reader> {
+        Ok(Reader {
+            lines: lines::Lines::new(std::fs::File::open(path)?),
+            tags,
+            i: 0,
+        })
+    }
+
+    /// Hands the next event to `f`: `None` at the end (or after a torn last line),
+    /// an error (with its line number) for a line that does not read.
+    pub fn next_with<T>(&mut self, f: impl FnOnce(Line<'_>) -> T) -> Option<Result<T, String>> {
         loop {
-            i += 1;
-            let bytes = match lines.next_bytes()? {
+            self.i += 1;
+            let i = self.i;
+            let bytes = match self.lines.next_bytes()? {
                 Ok(b) => b,
                 Err(e) => return Some(Err(format!("line {i}: {e}"))),
             };
             // A line of another kind is skipped before it is even checked for UTF-8.
-            if let (Some(tags), Some(tag)) = (tags, tag_of(bytes))
+            if let (Some(tags), Some(tag)) = (self.tags, tag_of(bytes))
                 && !tags.iter().any(|t| t.as_bytes() == tag)
             {
                 continue;
@@ -64,16 +89,32 @@ fn read_lines(
             if !line.starts_with('{') && line.trim().is_empty() {
                 continue;
             }
-            return match parse_line(line) {
-                Ok(ev) => Some(Ok(ev)),
+            return match parse_ref(line) {
+                Ok(l) => Some(Ok(f(l))),
                 Err(e) => {
                     let e = format!("line {i}: {e}");
                     // A torn last line: the run was killed mid-write.
-                    lines.more().then_some(Err(e))
+                    self.lines.more().then_some(Err(e))
                 }
             };
         }
-    }))
+    }
+}
+
+/// One trace line as read: a chunk line in the exact shape haq writes, borrowed; any
+/// other line as its event.
+pub enum Line<'a> {
+    Chunk(ChunkRef<'a>),
+    Event(Event),
+}
+
+impl Line<'_> {
+    pub fn into_event(self) -> Event {
+        match self {
+            Line::Chunk(c) => c.to_event(),
+            Line::Event(ev) => ev,
+        }
+    }
 }
 
 /// The `ev` tag of a line that starts with it, as haq writes every line
@@ -103,13 +144,18 @@ const CHUNK_TAG: &str = "{\"ev\":\"chunk\"";
 /// times slower); any other line, or a chunk line that reads neither way, goes through
 /// [`Event`]'s own deserializer.
 pub fn parse_line(line: &str) -> serde_json::Result<Event> {
+    parse_ref(line).map(Line::into_event)
+}
+
+/// [`parse_line`], with a chunk line that the exact-shape reader reads left borrowed.
+pub fn parse_ref(line: &str) -> serde_json::Result<Line<'_>> {
     if line.starts_with(CHUNK_TAG) && line_tag(line) == Some("chunk") {
-        if let Some(ev) = chunkref::read(line) {
-            return Ok(ev);
+        if let Some(c) = chunkref::read(line) {
+            return Ok(Line::Chunk(c));
         }
         if let Ok(c) = serde_json::from_str::<chunkref::ChunkLine>(line) {
-            return Ok(c.into());
+            return Ok(Line::Event(c.into()));
         }
     }
-    serde_json::from_str(line)
+    serde_json::from_str(line).map(Line::Event)
 }

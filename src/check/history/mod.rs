@@ -11,13 +11,14 @@
 mod attempts;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 pub use attempts::{AttemptRec, FENCE_KINDS, GwNote, Jot, ProxyLeg};
 use attempts::{attach, worker_req};
 
 use super::evidence::GwItem;
 use crate::trace::journal::WorkerEntry;
-use crate::trace::{ChunkKind, Event, Outcome};
+use crate::trace::{ChunkKind, ChunkRef, Event, Outcome};
 
 #[derive(Debug, Clone)]
 pub struct ChunkRec {
@@ -25,7 +26,8 @@ pub struct ChunkRec {
     pub n: u32,
     pub kind: ChunkKind,
     pub text: Option<String>,
-    pub cid: Option<String>,
+    /// Shared by the chunks of a stream that carry the same id (one allocation).
+    pub cid: Option<Arc<str>>,
     pub finish: Option<String>,
     pub raw: Option<String>,
 }
@@ -103,6 +105,15 @@ impl RequestRecord {
     pub fn attempt_number(&self) -> Option<u32> {
         self.attempt.as_deref()?.rsplit_once("/a")?.1.parse().ok()
     }
+}
+
+/// A chunk id: the previous chunk's when it is the same (no new allocation).
+fn share(prev: Option<&Arc<str>>, cid: Option<&str>) -> Option<Arc<str>> {
+    let cid = cid?;
+    Some(match prev {
+        Some(p) if **p == *cid => Arc::clone(p),
+        _ => Arc::from(cid),
+    })
 }
 
 /// A fault as the trace recorded it.
@@ -266,19 +277,15 @@ impl Folder {
                 cid,
                 finish,
                 raw,
-            } => {
-                if let Some(r) = self.in_flight.get_mut(&id) {
-                    r.chunks.push(ChunkRec {
-                        t,
-                        n,
-                        kind,
-                        text,
-                        cid,
-                        finish,
-                        raw,
-                    });
-                }
-            }
+            } => self.add_chunk(&id, |prev| ChunkRec {
+                t,
+                n,
+                kind,
+                text,
+                cid: share(prev, cid.as_deref()),
+                finish,
+                raw,
+            }),
             Event::End {
                 t,
                 id,
@@ -401,6 +408,31 @@ impl Folder {
             | Event::ProxyEnd { .. }
             | Event::Warmed { .. }
             | Event::TraceStats { .. } => {}
+        }
+    }
+
+    /// A chunk line read in place ([`crate::trace::Line::Chunk`]): what [`Folder::push`]
+    /// does with its event, with nothing copied for a request the trace does not know.
+    pub fn push_chunk(&mut self, c: &ChunkRef<'_>, sink: &mut dyn RequestSink) {
+        self.advance(c.t, sink);
+        let own = |s: Option<&str>| s.map(str::to_string);
+        self.add_chunk(c.id, |prev| ChunkRec {
+            t: c.t,
+            n: c.n,
+            kind: c.kind,
+            text: own(c.text),
+            cid: share(prev, c.cid),
+            finish: own(c.finish),
+            raw: own(c.raw),
+        });
+    }
+
+    /// Appends a chunk to its request's record, built from the record's last chunk's
+    /// id (to share it), when the request is in flight.
+    fn add_chunk(&mut self, id: &str, rec: impl FnOnce(Option<&Arc<str>>) -> ChunkRec) {
+        if let Some(r) = self.in_flight.get_mut(id) {
+            let c = rec(r.chunks.last().and_then(|c| c.cid.as_ref()));
+            r.chunks.push(c);
         }
     }
 
