@@ -194,7 +194,15 @@ pub struct Folder {
     /// Chunk vectors of judged requests, emptied, for the next requests: a stream's
     /// vector would otherwise grow (and be copied) from empty for every request.
     spare_chunks: Vec<Vec<ChunkRec>>,
+    /// Chunk texts of judged requests, for the texts of chunks read in place: a
+    /// stream's chunks are freed together, and reusing their buffers is cheaper
+    /// than the allocator's way back from a burst of frees.
+    spare_texts: Vec<String>,
 }
+
+/// Most texts kept for reuse, and the largest kept (bytes): at most 2 MiB.
+const SPARE_TEXTS: usize = 8192;
+const SPARE_TEXT_CAP: usize = 256;
 
 /// Most emptied chunk vectors kept, and the largest kept (in chunks): memory stays
 /// bounded by the requests in flight, not by the longest stream ever read.
@@ -277,7 +285,7 @@ impl Folder {
                 cid,
                 finish,
                 raw,
-            } => self.add_chunk(&id, |prev| ChunkRec {
+            } => self.add_chunk(&id, |prev, _| ChunkRec {
                 t,
                 n,
                 kind,
@@ -416,11 +424,15 @@ impl Folder {
     pub fn push_chunk(&mut self, c: &ChunkRef<'_>, sink: &mut dyn RequestSink) {
         self.advance(c.t, sink);
         let own = |s: Option<&str>| s.map(str::to_string);
-        self.add_chunk(c.id, |prev| ChunkRec {
+        self.add_chunk(c.id, |prev, spare| ChunkRec {
             t: c.t,
             n: c.n,
             kind: c.kind,
-            text: own(c.text),
+            text: c.text.map(|s| {
+                let mut t = spare.pop().unwrap_or_default();
+                t.push_str(s);
+                t
+            }),
             cid: share(prev, c.cid),
             finish: own(c.finish),
             raw: own(c.raw),
@@ -429,9 +441,14 @@ impl Folder {
 
     /// Appends a chunk to its request's record, built from the record's last chunk's
     /// id (to share it), when the request is in flight.
-    fn add_chunk(&mut self, id: &str, rec: impl FnOnce(Option<&Arc<str>>) -> ChunkRec) {
+    fn add_chunk(
+        &mut self,
+        id: &str,
+        rec: impl FnOnce(Option<&Arc<str>>, &mut Vec<String>) -> ChunkRec,
+    ) {
         if let Some(r) = self.in_flight.get_mut(id) {
-            let c = rec(r.chunks.last().and_then(|c| c.cid.as_ref()));
+            let prev = r.chunks.last().and_then(|c| c.cid.as_ref());
+            let c = rec(prev, &mut self.spare_texts);
             r.chunks.push(c);
         }
     }
@@ -513,6 +530,14 @@ impl Folder {
             };
             sink.request(&r, &self.faults);
             let mut chunks = r.chunks;
+            let texts = chunks.iter_mut().filter_map(|c| c.text.take());
+            for mut t in texts.filter(|t| t.capacity() <= SPARE_TEXT_CAP) {
+                if self.spare_texts.len() == SPARE_TEXTS {
+                    break;
+                }
+                t.clear();
+                self.spare_texts.push(t);
+            }
             if self.spare_chunks.len() < SPARE_CHUNK_VECS && chunks.capacity() <= SPARE_CHUNK_CAP {
                 chunks.clear();
                 self.spare_chunks.push(chunks);
