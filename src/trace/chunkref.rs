@@ -58,7 +58,8 @@ impl ChunkRef<'_> {
     }
 }
 
-/// Every chunk kind, to read a kind's name back without serde.
+/// Every chunk kind (the tests check [`kind_named`] against it).
+#[cfg(test)]
 const KINDS: [ChunkKind; 10] = [
     ChunkKind::Role,
     ChunkKind::Content,
@@ -86,7 +87,7 @@ pub(super) fn read(line: &str) -> Option<ChunkRef<'_>> {
     let n = u32::try_from(r.num()?).ok()?;
     r.lit(",\"kind\":")?;
     let name = r.str()?;
-    let kind = KINDS.into_iter().find(|k| k.as_str() == name)?;
+    let kind = kind_named(name)?;
     let text = r.field(",\"text\":")?;
     let cid = r.field(",\"cid\":")?;
     let finish = r.field(",\"finish\":")?;
@@ -101,6 +102,24 @@ pub(super) fn read(line: &str) -> Option<ChunkRef<'_>> {
         cid,
         finish,
         raw,
+    })
+}
+
+/// The kind of a name as [`ChunkKind::as_str`] writes it (a match: no loop of compares
+/// per line; a test checks it against [`KINDS`]).
+fn kind_named(name: &str) -> Option<ChunkKind> {
+    Some(match name {
+        "role" => ChunkKind::Role,
+        "content" => ChunkKind::Content,
+        "reasoning" => ChunkKind::Reasoning,
+        "tool_call" => ChunkKind::ToolCall,
+        "finish" => ChunkKind::Finish,
+        "usage" => ChunkKind::Usage,
+        "error" => ChunkKind::Error,
+        "done" => ChunkKind::Done,
+        "other" => ChunkKind::Other,
+        "comment" => ChunkKind::Comment,
+        _ => return None,
     })
 }
 
@@ -292,6 +311,12 @@ mod tests {
             }
         }
         assert_eq!(checked, 50);
+        for k in KINDS {
+            assert_eq!(kind_named(k.as_str()), Some(k));
+            let json = serde_json::to_string(&k).expect("kind");
+            assert_eq!(json, format!("\"{}\"", k.as_str()), "serde writes as_str");
+        }
+        assert_eq!(kind_named("Content"), None);
     }
 
     /// Whatever the plain reader accepts, serde reads the same: every line one byte
