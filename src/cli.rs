@@ -276,6 +276,9 @@ pub enum BenchCommand {
         /// Only read the bytes with a bare reqwest client (the floor, for comparison).
         #[arg(long)]
         bare: bool,
+        /// The HTTP client haq's run uses (`client.transport`).
+        #[arg(long, value_enum, default_value = "auto")]
+        transport: crate::scenario::Transport,
     },
     /// The stamping SSE server (started by `bench client`).
     #[command(hide = true)]
@@ -484,9 +487,11 @@ async fn bench(cmd: BenchCommand) -> Exit {
             out,
             json,
             bare,
+            transport,
         } => {
             let cfg = crate::bench::BenchConfig {
                 bare,
+                transport,
                 streams,
                 shape,
                 duration,

@@ -41,16 +41,22 @@ fn main() -> ExitCode {
         // One worker thread: with every event a separate socket read, waking a second
         // worker costs more than it helps (measured: 1.7 vs 2.6 CPU-s per 100k events,
         // docs/performance.md). The dispatcher and the trace writer have their own
-        // threads. `HAQ_WORKER_THREADS` overrides.
+        // threads. `HAQ_WORKER_THREADS` overrides (0: a current-thread runtime).
         _ => {
             let n = std::env::var("HAQ_WORKER_THREADS")
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1);
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(n)
-                .enable_all()
-                .build()
+            if n == 0 {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+            } else {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(n)
+                    .enable_all()
+                    .build()
+            }
         }
     };
     let rt = match rt {

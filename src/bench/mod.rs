@@ -30,6 +30,8 @@ pub struct BenchConfig {
     pub out: Option<PathBuf>,
     /// Only read the bytes (no parsing, no trace): the floor any client pays here.
     pub bare: bool,
+    /// The HTTP client of the run (`client.transport`).
+    pub transport: crate::scenario::Transport,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -121,8 +123,12 @@ fn ms(v: u64) -> f64 {
 fn scenario(cfg: &BenchConfig, url: &str, rate: f64) -> String {
     let total = cfg.duration.as_secs_f64();
     format!(
-        "name: bench-client\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 1\n  mix: {{classes: [{{name: bench, prompt_tokens: 16, output_tokens: {tokens}}}]}}\n  arrival: {{process: constant, rate: {rate}/s}}\nprotected_load: {rate}/s\nslo: {{ttft_p95: 60s, itl_p95: 60s, e2e_p95: 600s}}\nphases: [{{name: baseline, duration: {total}s}}]\nclient: {{first_token_timeout: 60s, idle_timeout: 60s, drain_timeout: 600s, warm_connections: {warm}}}\n",
+        "name: bench-client\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 1\n  mix: {{classes: [{{name: bench, prompt_tokens: 16, output_tokens: {tokens}}}]}}\n  arrival: {{process: constant, rate: {rate}/s}}\nprotected_load: {rate}/s\nslo: {{ttft_p95: 60s, itl_p95: 60s, e2e_p95: 600s}}\nphases: [{{name: baseline, duration: {total}s}}]\nclient: {{first_token_timeout: 60s, idle_timeout: 60s, drain_timeout: 600s, warm_connections: {warm}, transport: {transport}}}\n",
         tokens = cfg.shape.tokens,
+        transport = match cfg.transport {
+            crate::scenario::Transport::Auto => "auto",
+            crate::scenario::Transport::Reqwest => "reqwest",
+        },
         warm = cfg.streams.min(crate::scenario::MAX_WARM_CONNECTIONS),
     )
 }

@@ -4,9 +4,11 @@
 
 pub mod chunk;
 pub mod conns;
+pub mod h1;
 pub mod sse;
 pub mod stop;
 pub mod stream;
+pub mod warm;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -146,16 +148,181 @@ pub fn http_client(
     builder(connect_timeout, headers).build()
 }
 
-/// [`http_client`] with every connection it opens counted into `log` (and, while the
-/// log records, named): what a warm-up opened, attested by the connector.
-pub fn http_client_logged(
-    connect_timeout: Duration,
-    headers: &HeaderMap,
-    log: &conns::ConnLog,
-) -> reqwest::Result<reqwest::Client> {
-    builder(connect_timeout, headers)
-        .connector_layer(log.clone())
-        .build()
+/// The HTTP clients requests go through: haq's own HTTP/1.1 client ([`h1`]) for
+/// `http://` URLs unless `client.transport: reqwest`, reqwest (rustls) for the rest.
+/// reqwest's connections are counted into a [`conns::ConnLog`] (the warm-up's
+/// attestation). Clones share the pools.
+#[derive(Clone)]
+pub struct Http {
+    reqwest: reqwest::Client,
+    h1: Option<h1::Client>,
+    log: conns::ConnLog,
+}
+
+impl Http {
+    pub fn new(
+        connect_timeout: Duration,
+        headers: &HeaderMap,
+        transport: crate::scenario::Transport,
+    ) -> reqwest::Result<Http> {
+        let log = conns::ConnLog::default();
+        Ok(Http {
+            reqwest: builder(connect_timeout, headers)
+                .connector_layer(log.clone())
+                .build()?,
+            h1: (transport == crate::scenario::Transport::Auto)
+                .then(|| h1::Client::new(connect_timeout, headers)),
+            log,
+        })
+    }
+
+    /// The HTTP/1.1 client when it serves `url`: plain `http://` without credentials
+    /// in the URL (reqwest turns those into a basic-auth header).
+    fn h1_for(&self, url: &str) -> Option<&h1::Client> {
+        let rest = url.strip_prefix("http://")?;
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        self.h1.as_ref().filter(|_| !authority.contains('@'))
+    }
+
+    async fn send(&self, call: &Call) -> Result<Resp, SendFail> {
+        if let Some(h1) = self.h1_for(&call.url) {
+            let fixed = [
+                ("content-type", "application/json"),
+                ("accept", "text/event-stream"),
+                ("x-request-id", call.id.as_str()),
+            ];
+            let req = h1::Request {
+                method: "POST",
+                url: &call.url,
+                headers: &call.headers,
+                fixed: &fixed,
+                body: &call.body,
+            };
+            return h1.send(&req).await.map(Resp::H1).map_err(SendFail::H1);
+        }
+        let mut req = self
+            .reqwest
+            .post(&call.url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .header("x-request-id", &call.id)
+            .body(call.body.clone());
+        for (k, v) in &call.headers {
+            req = req.header(k, v);
+        }
+        req.send()
+            .await
+            .map(|r| Resp::Reqwest(r, None))
+            .map_err(SendFail::Reqwest)
+    }
+}
+
+/// Why a request got no response head.
+enum SendFail {
+    Reqwest(reqwest::Error),
+    H1(h1::SendError),
+}
+
+impl SendFail {
+    fn outcome(&self) -> Outcome {
+        match self {
+            SendFail::Reqwest(e) => classify_send_error(e),
+            SendFail::H1(e) => match (e.connect, e.err.kind()) {
+                (true, std::io::ErrorKind::TimedOut) => Outcome::ConnectTimeout,
+                (true, _) => Outcome::Refused,
+                (false, _) => Outcome::Reset,
+            },
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            SendFail::Reqwest(e) => chain_text(e),
+            SendFail::H1(e) => chain_text(e),
+        }
+    }
+}
+
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response whose head is in, from either client. Its body is read in two steps:
+/// [`Resp::fill`] waits for bytes, [`Resp::drain`] hands them out (the arrival is
+/// stamped in between, before any parsing).
+enum Resp {
+    /// The chunk read and not yet drained.
+    Reqwest(reqwest::Response, Option<Bytes>),
+    H1(h1::Response),
+}
+
+impl Resp {
+    fn status(&self) -> u16 {
+        match self {
+            Resp::Reqwest(r, _) => r.status().as_u16(),
+            Resp::H1(r) => r.status,
+        }
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        match self {
+            Resp::Reqwest(r, _) => r.headers(),
+            Resp::H1(r) => &r.headers,
+        }
+    }
+
+    /// The client end of the connection (`ip:port`).
+    fn conn(&self) -> Option<String> {
+        match self {
+            Resp::Reqwest(r, _) => r
+                .extensions()
+                .get::<hyper_util::client::legacy::connect::HttpInfo>()
+                .map(|i| i.local_addr().to_string()),
+            Resp::H1(r) => r.local.map(|a| a.to_string()),
+        }
+    }
+
+    /// `true` when body bytes are ready to drain, `false` at the end of the body.
+    async fn fill(&mut self) -> Result<bool, BodyError> {
+        match self {
+            Resp::Reqwest(_, Some(_)) => Ok(true),
+            Resp::Reqwest(r, pending) => {
+                *pending = r.chunk().await?;
+                Ok(pending.is_some())
+            }
+            Resp::H1(r) => Ok(r.fill().await?),
+        }
+    }
+
+    fn drain(&mut self, mut out: impl FnMut(&[u8])) -> Result<(), BodyError> {
+        match self {
+            Resp::Reqwest(_, pending) => {
+                if let Some(b) = pending.take() {
+                    out(&b);
+                }
+                Ok(())
+            }
+            Resp::H1(r) => Ok(r.drain(out)?),
+        }
+    }
+
+    /// The rest of the body, up to `max` bytes, read until `deadline`: `Err(None)`
+    /// when the deadline came first.
+    async fn read_to(
+        &mut self,
+        max: usize,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, Option<BodyError>> {
+        let mut buf = Vec::new();
+        while buf.len() < max {
+            match tokio::time::timeout_at(deadline, self.fill()).await {
+                Err(_) => return Err(None),
+                Ok(Err(e)) => return Err(Some(e)),
+                Ok(Ok(false)) => break,
+                Ok(Ok(true)) => self.drain(|b| buf.extend_from_slice(b)).map_err(Some)?,
+            }
+        }
+        buf.truncate(max);
+        Ok(buf)
+    }
 }
 
 fn builder(connect_timeout: Duration, headers: &HeaderMap) -> reqwest::ClientBuilder {
@@ -283,7 +450,7 @@ fn failed(outcome: Outcome, detail: String) -> Ending {
 /// Sends `call` and reads its stream to the end, stamping every read on arrival
 /// (before parsing) and writing each event to the trace as it comes.
 pub async fn execute(
-    client: &reqwest::Client,
+    http: &Http,
     call: &Call,
     timeouts: Timeouts,
     clock: &Clock,
@@ -293,24 +460,15 @@ pub async fn execute(
     let first_deadline = Instant::now() + timeouts.first_token;
     let done = |status, first, e| finish(call, clock, trace, dispatch_us, first, status, e);
 
-    let mut req = client
-        .post(&call.url)
-        .header("content-type", "application/json")
-        .header("accept", "text/event-stream")
-        .header("x-request-id", &call.id)
-        .body(call.body.clone());
-    for (k, v) in &call.headers {
-        req = req.header(k, v);
-    }
-    let mut resp = match tokio::time::timeout_at(first_deadline, req.send()).await {
+    let mut resp = match tokio::time::timeout_at(first_deadline, http.send(call)).await {
         Err(_) => {
             let d = format!("no response headers within {:?}", timeouts.first_token);
             return done(None, None, failed(Outcome::FirstTokenTimeout, d));
         }
-        Ok(Err(e)) => return done(None, None, failed(classify_send_error(&e), chain_text(&e))),
+        Ok(Err(e)) => return done(None, None, failed(e.outcome(), e.text())),
         Ok(Ok(r)) => r,
     };
-    let status = resp.status().as_u16();
+    let status = resp.status();
     let h = resp.headers();
     let (headers, headers_omitted) = record_headers(h);
     let sse = h
@@ -337,25 +495,28 @@ pub async fn execute(
         queue_us: queue_us(h),
         headers,
         headers_omitted,
-        conn: resp
-            .extensions()
-            .get::<hyper_util::client::legacy::connect::HttpInfo>()
-            .map(|i| i.local_addr().to_string()),
+        conn: resp.conn(),
     });
     if let Some(o) = &call.observe {
         (o.0)(Seen::Head {
             status,
-            worker: h.get(WORKER_HEADER).and_then(|v| v.to_str().ok()),
+            worker: resp
+                .headers()
+                .get(WORKER_HEADER)
+                .and_then(|v| v.to_str().ok()),
         });
     }
     if status != 200 {
-        let body = read_some(&mut resp, timeouts.idle, 512).await;
+        let body = resp
+            .read_to(512, Instant::now() + timeouts.idle)
+            .await
+            .unwrap_or_default();
         let outcome = if matches!(status, 429 | 503) {
             Outcome::Rejected
         } else {
             Outcome::HttpError
         };
-        let d = format!("HTTP {status}: {body}");
+        let d = format!("HTTP {status}: {}", String::from_utf8_lossy(&body));
         return done(Some(status), None, failed(outcome, d));
     }
 
@@ -364,8 +525,8 @@ pub async fn execute(
     if !sse {
         // A whole (non-streaming) answer: its arrival is the first token.
         let deadline = first_deadline.max(Instant::now() + timeouts.idle);
-        let cut = match tokio::time::timeout_at(deadline, resp.bytes()).await {
-            Ok(Ok(b)) => {
+        let cut = match resp.read_to(usize::MAX, deadline).await {
+            Ok(b) => {
                 st.on_whole(
                     clock.now_us(),
                     &call.id,
@@ -374,8 +535,8 @@ pub async fn execute(
                 );
                 Cut::Eof
             }
-            Ok(Err(e)) => classify_body_error(&e),
-            Err(_) => Cut::Failed(
+            Err(Some(e)) => classify_body_error(&*e),
+            Err(None) => Cut::Failed(
                 Outcome::IdleTimeout,
                 "the answer did not arrive in time".into(),
             ),
@@ -389,27 +550,33 @@ pub async fn execute(
     tokio::pin!(timer);
     let mut was_settled = false;
     let cut = loop {
-        tokio::select! {
+        let read = tokio::select! {
             biased;
-            r = resp.chunk() => match r {
-                Ok(Some(bytes)) => {
-                    let t = clock.now_us();
-                    let deltas = st.deltas();
-                    st.on_bytes(t, &call.id, &bytes, &mut emit);
-                    if let Some(o) = &call.observe
-                        && st.deltas() != deltas
-                    {
-                        (o.0)(Seen::Deltas(st.deltas()));
-                    }
-                    if !was_settled && st.settled() {
-                        was_settled = true;
-                        timer.as_mut().reset(Instant::from_std(clock.instant_at(t)) + timeouts.idle);
-                    }
+            r = resp.fill() => Some(r),
+            _ = &mut timer => None,
+        };
+        match read {
+            Some(Ok(true)) => {
+                let t = clock.now_us();
+                let deltas = st.deltas();
+                if let Err(e) = resp.drain(|bytes| st.on_bytes(t, &call.id, bytes, &mut emit)) {
+                    break classify_body_error(&*e);
                 }
-                Ok(None) => break Cut::Eof,
-                Err(e) => break classify_body_error(&e),
-            },
-            _ = &mut timer => {
+                if let Some(o) = &call.observe
+                    && st.deltas() != deltas
+                {
+                    (o.0)(Seen::Deltas(st.deltas()));
+                }
+                if !was_settled && st.settled() {
+                    was_settled = true;
+                    timer
+                        .as_mut()
+                        .reset(Instant::from_std(clock.instant_at(t)) + timeouts.idle);
+                }
+            }
+            Some(Ok(false)) => break Cut::Eof,
+            Some(Err(e)) => break classify_body_error(&*e),
+            None => {
                 if !was_settled {
                     break Cut::Failed(
                         Outcome::FirstTokenTimeout,
@@ -438,7 +605,7 @@ pub async fn execute(
 /// returned. `stopped` is polled on every wake-up of the read loop: it must be cheap
 /// ([`stop::Stop::wait`]).
 pub async fn execute_until(
-    client: &reqwest::Client,
+    client: &Http,
     call: &Call,
     timeouts: Timeouts,
     clock: &Clock,
@@ -468,20 +635,6 @@ pub async fn execute_until(
             None
         }
     }
-}
-
-/// Reads up to `max` bytes of an error body, within `wait`.
-async fn read_some(resp: &mut reqwest::Response, wait: Duration, max: usize) -> String {
-    let mut buf = Vec::new();
-    let deadline = Instant::now() + wait;
-    while buf.len() < max {
-        match tokio::time::timeout_at(deadline, resp.chunk()).await {
-            Ok(Ok(Some(b))) => buf.extend_from_slice(&b),
-            _ => break,
-        }
-    }
-    buf.truncate(max);
-    String::from_utf8_lossy(&buf).into_owned()
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use crate::workload::{self, Planned, Schedule};
 struct Dispatcher {
     plan: Plan,
     api_url: String,
-    http: reqwest::Client,
+    http: client::Http,
     timeouts: Timeouts,
     clock: Clock,
     tw: TraceWriter,
@@ -64,11 +64,10 @@ pub(super) async fn drive(
     progress: &Progress,
 ) -> anyhow::Result<()> {
     let c = &plan.scenario.client;
-    let conn_log = client::conns::ConnLog::default();
-    let http = client::http_client_logged(
+    let http = client::Http::new(
         c.connect_timeout.0,
         &super::request_headers(plan)?,
-        &conn_log,
+        c.transport,
     )?;
     // Fail before any load if the schedule cannot be built (input data missing).
     Schedule::new(plan).map_err(anyhow::Error::msg)?;
@@ -82,24 +81,20 @@ pub(super) async fn drive(
             })
         });
     if c.warm_connections > 0 {
-        let w = warm(
-            &http,
-            &conn_log,
-            &target.api_url,
-            c.warm_connections,
-            c.connect_timeout.0,
-            cancel,
-        )
-        .await;
+        let w = http
+            .warm(
+                &target.api_url,
+                c.warm_connections,
+                c.connect_timeout.0,
+                cancel,
+            )
+            .await;
         progress.line(&format!(
             "warmed {} of {} connections to the target{}",
             w.conns.len(),
             c.warm_connections,
             if w.failed > 0 {
-                format!(
-                    " ({} warm-up requests of the last round got no answer)",
-                    w.failed
-                )
+                format!(" ({} failed)", w.failed)
             } else {
                 String::new()
             }
@@ -192,76 +187,6 @@ pub(super) async fn drive(
     tracker.wait().await;
     progress.finish();
     dispatched.map_err(anyhow::Error::msg)
-}
-
-/// Rounds of warm-up requests at most: each round sends `n` at once, so every one
-/// that finds no idle connection opens one.
-const WARM_ROUNDS: u32 = 4;
-
-/// What the warm-up opened.
-struct Warm {
-    /// Client end of every connection the connector opened during the warm-up.
-    conns: Vec<String>,
-    /// Warm-up requests that got no answer (refused, timed out).
-    failed: u32,
-}
-
-/// Opens `n` keep-alive connections to the target before load. Each round sends `n`
-/// concurrent `GET {api}/models` while the connector holds back every connection it
-/// opens until `n` connects have begun (or half of `wait` passed): so no connection
-/// can answer one warm-up request and be handed to the next, however fast the server
-/// answers. The connector's log says how many connections there are; rounds go on
-/// until it counts `n` or [`WARM_ROUNDS`] are spent. Every round and wait is bounded.
-async fn warm(
-    http: &reqwest::Client,
-    log: &client::conns::ConnLog,
-    api_url: &str,
-    n: u32,
-    wait: Duration,
-    cancel: &CancellationToken,
-) -> Warm {
-    let url = format!("{}/models", api_url.trim_end_matches('/'));
-    let before = log.opened();
-    log.record();
-    let mut failed = 0;
-    for _ in 0..WARM_ROUNDS {
-        let missing = u64::from(n).saturating_sub(log.opened() - before);
-        if missing == 0 {
-            break;
-        }
-        // Connections that open wait for the rest: released when the missing ones have
-        // all begun (the pool's idle ones serve the other requests), or after half the
-        // connect timeout (the connect is timed with the wait).
-        log.hold(missing, wait / 2);
-        let sends = (0..n).map(|_| {
-            let req = http.get(&url).send();
-            async move {
-                match tokio::time::timeout(wait, req).await {
-                    Ok(Ok(resp)) => tokio::time::timeout(wait, resp.bytes()).await.is_ok(),
-                    _ => false,
-                }
-            }
-        });
-        let answered = tokio::select! {
-            a = futures_util::future::join_all(sends) => Some(a),
-            _ = cancel.cancelled() => None,
-        };
-        log.release();
-        let Some(answered) = answered else { break };
-        failed = answered.iter().filter(|ok| !**ok).count() as u32;
-        // Connects that lost the race to an idle connection finish into the pool.
-        let settle = tokio::time::Instant::now() + wait;
-        while log.pending() > 0 && tokio::time::Instant::now() < settle && !cancel.is_cancelled() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        if failed == n {
-            break;
-        }
-    }
-    Warm {
-        conns: log.take(),
-        failed,
-    }
 }
 
 /// Sleeps on the OS timer until `deadline`; false when cancelled first (the cancel

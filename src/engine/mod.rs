@@ -369,7 +369,7 @@ fn fault_env(
         seed: plan.seed,
         board: target.proxies.as_ref().map(|p| p.board().clone()),
         probes: crate::faults::probe::ProbeClient {
-            http: client::http_client(c.connect_timeout.0, &request_headers(plan)?)?,
+            http: client::Http::new(c.connect_timeout.0, &request_headers(plan)?, c.transport)?,
             url: format!("{}/chat/completions", target.api_url),
             model: plan.scenario.target.model.clone(),
             timeouts: client::Timeouts {

@@ -21,7 +21,7 @@ use crate::trace::Event;
 /// How probe requests are sent.
 #[derive(Clone)]
 pub struct ProbeClient {
-    pub http: reqwest::Client,
+    pub http: client::Http,
     /// Full URL of the chat completions endpoint.
     pub url: String,
     pub model: String,

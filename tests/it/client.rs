@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use haq::client::{self, Call, Timeouts};
+use haq::scenario::Transport;
 use haq::trace::{ChunkKind, Clock, Event, Outcome, TraceWriter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -229,17 +230,20 @@ fn timeouts(short: bool) -> Timeouts {
     }
 }
 
-async fn call(url: &str, expect_json: bool) -> Got {
-    call_with(url, expect_json, timeouts(false)).await
+/// Both HTTP clients haq has: its own HTTP/1.1 client and reqwest.
+const TRANSPORTS: [Transport; 2] = [Transport::Auto, Transport::Reqwest];
+
+async fn call(url: &str, transport: Transport) -> Got {
+    call_with(url, false, timeouts(false), transport).await
 }
 
-async fn call_with(url: &str, expect_json: bool, timeouts: Timeouts) -> Got {
+async fn call_with(url: &str, expect_json: bool, timeouts: Timeouts, transport: Transport) -> Got {
     haq::install_crypto_provider();
     let dir = scratch("client");
     let path = dir.join("t.jsonl");
     let (tw, th) = TraceWriter::create(&path).expect("trace");
-    let http =
-        client::http_client(Duration::from_millis(300), &Default::default()).expect("client");
+    let http = client::Http::new(Duration::from_millis(300), &Default::default(), transport)
+        .expect("client");
     let mut c = Call::new("r1", url, bytes::Bytes::from_static(b"{}"));
     c.expect_json = expect_json;
     let r = client::execute(&http, &c, timeouts, &Clock::start(), &tw).await;
@@ -276,19 +280,22 @@ async fn every_stream_end_is_classified() {
         ("/malformed", Outcome::Malformed),
         ("/whole", Outcome::Completed),
     ];
-    let runs = cases.map(|(p, want)| {
-        let url = format!("{base}{p}");
-        let short = matches!(p, "/first-token" | "/idle");
-        async move {
-            (
-                p,
-                want,
-                call_with(&url, p == "/whole", timeouts(short)).await,
-            )
-        }
+    let runs = TRANSPORTS.into_iter().flat_map(|tr| {
+        cases.map(|(p, want)| {
+            let url = format!("{base}{p}");
+            let short = matches!(p, "/first-token" | "/idle");
+            async move {
+                (
+                    p,
+                    want,
+                    tr,
+                    call_with(&url, p == "/whole", timeouts(short), tr).await,
+                )
+            }
+        })
     });
-    for (path, want, got) in futures_util::future::join_all(runs).await {
-        assert_eq!(got.outcome, want, "{path}: {:?}", got.end());
+    for (path, want, tr, got) in futures_util::future::join_all(runs).await {
+        assert_eq!(got.outcome, want, "{path} ({tr:?}): {:?}", got.end());
         let Event::End {
             status,
             error,
@@ -357,8 +364,10 @@ async fn connection_refused_and_connect_timeout() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
     drop(l);
-    let got = call(&format!("http://{addr}/x"), false).await;
-    assert_eq!(got.outcome, Outcome::Refused);
+    for tr in TRANSPORTS {
+        let got = call(&format!("http://{addr}/x"), tr).await;
+        assert_eq!(got.outcome, Outcome::Refused, "{tr:?}");
+    }
 
     // A listener that never accepts, with its accept queue full: SYNs are dropped.
     let sock = tokio::net::TcpSocket::new_v4().expect("socket");
@@ -374,6 +383,13 @@ async fn connection_refused_and_connect_timeout() {
             fill.push(s);
         }
     }
-    let got = call(&format!("http://{addr}/x"), false).await;
-    assert_eq!(got.outcome, Outcome::ConnectTimeout, "{:?}", got.end());
+    for tr in TRANSPORTS {
+        let got = call(&format!("http://{addr}/x"), tr).await;
+        assert_eq!(
+            got.outcome,
+            Outcome::ConnectTimeout,
+            "{tr:?}: {:?}",
+            got.end()
+        );
+    }
 }

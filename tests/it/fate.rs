@@ -114,7 +114,12 @@ async fn attribution_headers_named_in_the_scenario_are_recorded() {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let path = scratch("attribution").join("t.jsonl");
     let (tw, th) = TraceWriter::create(&path).expect("trace");
-    let http = client::http_client(Duration::from_secs(2), &Default::default()).expect("client");
+    let http = client::Http::new(
+        Duration::from_secs(2),
+        &Default::default(),
+        haq::scenario::Transport::Auto,
+    )
+    .expect("client");
     let mut c = Call::new("r1", &url, bytes::Bytes::from_static(b"{}"));
     c.attribution = Some(std::sync::Arc::new(client::Attribution {
         worker: "x-backend".into(),

@@ -31,6 +31,23 @@ pub struct ClientCfg {
     /// each paying a handshake. 0: start cold.
     #[serde(default)]
     pub warm_connections: u32,
+    /// Which HTTP client sends the requests.
+    #[serde(default)]
+    pub transport: Transport,
+}
+
+/// The HTTP client requests go through (`client.transport`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// haq's own HTTP/1.1 client for `http://` targets (each SSE event read by the
+    /// request's own task: one wake-up, no copy), reqwest (rustls) for `https://`.
+    #[default]
+    Auto,
+    /// reqwest (hyper, rustls) for every target.
+    Reqwest,
 }
 
 fn default_connect_timeout() -> Dur {
@@ -62,6 +79,7 @@ impl Default for ClientCfg {
             max_slip_p99: default_max_slip_p99(),
             max_late: default_max_late(),
             warm_connections: 0,
+            transport: Transport::Auto,
         }
     }
 }
