@@ -274,7 +274,7 @@ impl EvidenceAcc {
 
     /// Sees every event before the request fold does.
     pub fn see(&mut self, e: &Event) {
-        self.ev.last_t = self.ev.last_t.max(e.t());
+        self.see_t(e.t());
         match e {
             Event::Target { replicas, .. } => self.ev.replicas = replicas.clone(),
             Event::Phase { t, name, edge } => match edge {
@@ -339,6 +339,11 @@ impl EvidenceAcc {
             }),
             _ => {}
         }
+    }
+
+    /// Sees the time of an event that says nothing else to these checks (a chunk).
+    pub fn see_t(&mut self, t: u64) {
+        self.ev.last_t = self.ev.last_t.max(t);
     }
 
     /// A gateway journal line at trace time `t`.

@@ -5,6 +5,8 @@
 //! PASS; a verdict this version does not judge is NOT_EVALUATED with the reason.
 
 pub mod capacity;
+#[cfg(test)]
+mod dir_tests;
 pub mod evidence;
 pub mod facts;
 pub mod failure_domain;
@@ -26,7 +28,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::scenario::Plan;
-use crate::trace::Event;
+use crate::trace::{Event, Line};
 use history::{FaultRec, Folder, RequestRecord, RequestSink, RunInfo};
 use latency::{PhaseAcc, PhaseStats};
 
@@ -199,7 +201,13 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
     events: impl Fn() -> I,
     src: evidence::Sources,
 ) -> Judgement {
-    judge_set_up(plan, Setup::from(events()), events(), src, None)
+    judge_set_up(
+        plan,
+        Setup::from(events()),
+        Trace::Events(events()),
+        src,
+        None,
+    )
 }
 
 /// What the first pass over a trace collects before requests are folded.
@@ -252,10 +260,36 @@ impl Setup {
     }
 }
 
-fn judge_set_up(
+/// The trace as the fold reads it.
+enum Trace<'b, I> {
+    /// Events built by the caller.
+    Events(I),
+    /// A trace file, read in place. The first line that does not read ends the trace
+    /// and is kept in `bad`.
+    File(crate::trace::Reader, &'b mut Option<String>),
+}
+
+impl<'b, I: IntoIterator<Item = Event> + 'b> Trace<'b, I> {
+    /// Every event, up to the first line that does not read.
+    fn events(self) -> Box<dyn Iterator<Item = Event> + 'b> {
+        match self {
+            Trace::Events(events) => Box::new(events.into_iter()),
+            Trace::File(mut r, bad) => Box::new(
+                std::iter::from_fn(move || r.next_with(|l| l.into_event())).map_while(|r| {
+                    r.map_err(|msg| {
+                        bad.get_or_insert(msg);
+                    })
+                    .ok()
+                }),
+            ),
+        }
+    }
+}
+
+fn judge_set_up<I: IntoIterator<Item = Event>>(
     plan: &Plan,
     setup: Setup,
-    trace: impl IntoIterator<Item = Event>,
+    trace: Trace<'_, I>,
     mut src: evidence::Sources,
     mut intervals: Option<crate::metrics::series::IntervalSink>,
 ) -> Judgement {
@@ -287,28 +321,36 @@ fn judge_set_up(
         series: crate::metrics::SeriesAcc::default(),
         slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
     };
-    let mut read_errors = Vec::new();
-    let trace = trace
-        .into_iter()
-        .filter(|e| !matches!(e, Event::Fault { .. }));
-    let workers = std::mem::take(&mut src.workers);
-    let on_error = |source, e| read_errors.push((source, e));
-    for item in evidence::merge(trace, src.gateway.take(), workers, mono_ns, on_error) {
-        match item {
-            evidence::Item::Trace(ev) => {
-                acc.run.see(&ev);
-                acc.series.observe(&ev, &mut intervals);
-                acc.slip.observe(&ev);
-                folder.push(ev, &mut acc)
+    let journals = src.gateway.is_some() || !src.workers.is_empty();
+    let read_errors = match trace {
+        Trace::File(mut r, bad) if !journals => {
+            // Nothing to merge in time: each line is folded as it is read, a chunk
+            // line from the read buffer.
+            while let Some(read) = r.next_with(|line| match line {
+                Line::Chunk(c) => {
+                    acc.run.see_t(c.t);
+                    acc.series.tick(c.t, &mut intervals);
+                    folder.push_chunk(&c, &mut acc);
+                }
+                Line::Event(Event::Fault { .. }) => {}
+                Line::Event(ev) => fold_event(&mut acc, &mut folder, &mut intervals, ev),
+            }) {
+                if let Err(msg) = read {
+                    bad.get_or_insert(msg);
+                    break;
+                }
             }
-            evidence::Item::Gateway(t, it) => {
-                acc.run.gateway(t, &it);
-                folder.push_gateway(t, it, &mut acc)
-            }
-            evidence::Item::Worker(t, w, e) => folder.push_worker(t, &w, e, &mut acc),
-            evidence::Item::GatewayEnd => folder.gateway_ended(),
+            Vec::new()
         }
-    }
+        trace => fold_merged(
+            &mut acc,
+            &mut folder,
+            &mut intervals,
+            trace.events(),
+            &mut src,
+            mono_ns,
+        ),
+    };
     folder.finish(&mut acc);
     for (source, e) in read_errors {
         src.report(source, evidence::SourceState::Unreadable, e);
@@ -378,6 +420,49 @@ fn judge_set_up(
     }
 }
 
+/// Folds one trace event (every fold sees it before the request fold).
+fn fold_event(
+    acc: &mut Acc,
+    folder: &mut Folder,
+    intervals: &mut Option<crate::metrics::series::IntervalSink>,
+    ev: Event,
+) {
+    acc.run.see(&ev);
+    acc.series.observe(&ev, intervals);
+    acc.slip.observe(&ev);
+    folder.push(ev, acc)
+}
+
+/// Folds the trace merged in time with the gateway and worker journals; returns the
+/// journals' read errors.
+fn fold_merged(
+    acc: &mut Acc,
+    folder: &mut Folder,
+    intervals: &mut Option<crate::metrics::series::IntervalSink>,
+    trace: impl IntoIterator<Item = Event>,
+    src: &mut evidence::Sources,
+    mono_ns: u64,
+) -> Vec<(&'static str, String)> {
+    let mut read_errors = Vec::new();
+    let trace = trace
+        .into_iter()
+        .filter(|e| !matches!(e, Event::Fault { .. }));
+    let workers = std::mem::take(&mut src.workers);
+    let on_error = |source, e| read_errors.push((source, e));
+    for item in evidence::merge(trace, src.gateway.take(), workers, mono_ns, on_error) {
+        match item {
+            evidence::Item::Trace(ev) => fold_event(acc, folder, intervals, ev),
+            evidence::Item::Gateway(t, it) => {
+                acc.run.gateway(t, &it);
+                folder.push_gateway(t, it, acc)
+            }
+            evidence::Item::Worker(t, w, e) => folder.push_worker(t, &w, e, acc),
+            evidence::Item::GatewayEnd => folder.gateway_ended(),
+        }
+    }
+    read_errors
+}
+
 struct NoSink;
 impl RequestSink for NoSink {
     fn request(&mut self, _: &RequestRecord, _: &[FaultRec]) {}
@@ -401,17 +486,13 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
     );
     // One full pass reads (and checks) every line while judging; an unreadable line
     // fails the whole judgement, and nothing is written for it.
-    let bad_line: std::cell::RefCell<Option<String>> = Default::default();
-    let trace = crate::trace::read(&tp).map_err(reading)?.map_while(|r| {
-        r.map_err(|msg| {
-            bad_line.borrow_mut().get_or_insert(msg);
-        })
-        .ok()
-    });
+    let mut bad_line = None;
+    let trace = crate::trace::Reader::open(&tp, None).map_err(reading)?;
     let sources = evidence::open(dir, &plan);
     // The interval log is rebuilt from the trace each time the run is judged.
     let mut hlog = Vec::new();
     let j = crate::metrics::hlog::write(&mut hlog, setup.load_start, |sink| {
+        let trace = Trace::<Option<Event>>::File(trace, &mut bad_line);
         judge_set_up(&plan, setup, trace, sources, Some(sink))
     })
     .context("writing the interval log")?;

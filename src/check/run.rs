@@ -52,6 +52,11 @@ impl RunAcc {
         self.evidence.see(e);
     }
 
+    /// [`RunAcc::see`] for a chunk: only its time counts here.
+    pub fn see_t(&mut self, t: u64) {
+        self.evidence.see_t(t);
+    }
+
     pub fn gateway(&mut self, t: u64, item: &GwItem) {
         self.evidence.gateway(t, item);
     }

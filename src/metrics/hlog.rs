@@ -9,11 +9,16 @@ use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
+use flate2::Compression;
+use flate2::write::ZlibEncoder;
+use hdrhistogram::Counter;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::interval_log::{
     IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag,
 };
-use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
+use hdrhistogram::serialization::{
+    Deserializer, Serializer, V2DeflateSerializeError, V2SerializeError, V2Serializer,
+};
 
 use super::series::IntervalSink;
 
@@ -25,7 +30,7 @@ pub fn write<W: Write, T>(
     load_start: SystemTime,
     fold: impl FnOnce(IntervalSink) -> T,
 ) -> std::io::Result<T> {
-    let mut ser = V2DeflateSerializer::new();
+    let mut ser = DeflateSerializer::new();
     let mut w = IntervalLogWriterBuilder::new()
         .add_comment("haq latency interval log: µs per request, 1 s intervals by dispatch second; tags: ttft (from intended time), ttft_dispatch, itl, e2e, ttft_error_adjusted (failed = 1 h)")
         .with_start_time(load_start)
@@ -50,6 +55,62 @@ pub fn write<W: Write, T>(
     match err {
         Some(e) => Err(e),
         None => Ok(r),
+    }
+}
+
+/// Cookie of a V2 histogram compressed with zlib (HdrHistogram's encoding).
+const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9304 | 0x10;
+
+/// hdrhistogram's `V2DeflateSerializer`, byte for byte, with one zlib compressor for
+/// every histogram of the log: the crate's makes a fresh one per histogram, and a
+/// compressor's tables (~300 KiB, zeroed) cost more than compressing a second's
+/// histogram.
+struct DeflateSerializer {
+    v2: V2Serializer,
+    raw: Vec<u8>,
+    /// Writes into its own buffer; reset (same level, fresh stream) after each use.
+    zlib: ZlibEncoder<Vec<u8>>,
+}
+
+impl DeflateSerializer {
+    fn new() -> Self {
+        DeflateSerializer {
+            v2: V2Serializer::new(),
+            raw: Vec::new(),
+            zlib: ZlibEncoder::new(Vec::new(), Compression::default()),
+        }
+    }
+}
+
+impl Serializer for DeflateSerializer {
+    type SerializeError = V2DeflateSerializeError;
+
+    fn serialize<T: Counter, W: Write>(
+        &mut self,
+        h: &Histogram<T>,
+        writer: &mut W,
+    ) -> Result<usize, V2DeflateSerializeError> {
+        self.raw.clear();
+        self.v2
+            .serialize(h, &mut self.raw)
+            .map_err(V2DeflateSerializeError::InternalSerializationError)?;
+        let out = self.zlib.get_mut();
+        out.clear();
+        out.extend_from_slice(&V2_COMPRESSED_COOKIE.to_be_bytes());
+        out.extend_from_slice(&[0; 4]); // the compressed length, below
+        self.zlib.write_all(&self.raw)?;
+        self.zlib.try_finish()?;
+        let out = self.zlib.get_mut();
+        let len = out.len();
+        let body = u32::try_from(len - 8).map_err(|_| {
+            V2DeflateSerializeError::InternalSerializationError(V2SerializeError::UsizeTypeTooSmall)
+        })?;
+        out[4..8].copy_from_slice(&body.to_be_bytes());
+        writer.write_all(out)?;
+        // A fresh stream for the next histogram, into the same buffer.
+        let buf = std::mem::take(out);
+        self.zlib.reset(buf)?;
+        Ok(len)
     }
 }
 
@@ -135,5 +196,47 @@ mod tests {
         let text = String::from_utf8(a).expect("utf8");
         assert!(text.contains("#[BaseTime: 1800000000.000"), "{text}");
         assert!(text.contains("Tag=ttft,1.000,1.000,"), "{text}");
+    }
+
+    /// The reused compressor writes what hdrhistogram's own serializer writes, for
+    /// each histogram of a sequence (empty, one value, many, far apart, after a big
+    /// one), so a log reads back and compares byte for byte.
+    #[test]
+    fn the_reused_compressor_writes_what_the_crate_writes() {
+        let mut mine = DeflateSerializer::new();
+        let mut theirs = hdrhistogram::serialization::V2DeflateSerializer::new();
+        let mut h = interval_hist();
+        let sets: [&[u64]; 7] = [
+            &[],
+            &[1],
+            &[1000, 2000, 2000, 3_600_000_000],
+            &[7; 100],
+            &[],
+            &[5, 50, 500, 5000, 50_000, 500_000],
+            &[],
+        ];
+        let mut big = interval_hist();
+        for v in 0..20_000u64 {
+            rec(&mut big, v * 37 % 1_000_000 + 1);
+        }
+        let mut seen = 0;
+        for vals in sets {
+            for (i, hist) in [&h, &big].into_iter().enumerate() {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                let n = mine.serialize(hist, &mut a).expect("mine");
+                let m = theirs.serialize(hist, &mut b).expect("theirs");
+                assert_eq!((n, &a), (m, &b), "set {seen} hist {i}");
+                let back: Histogram<u64> = Deserializer::new()
+                    .deserialize(&mut a.as_slice())
+                    .expect("reads back");
+                assert_eq!(&back, hist);
+            }
+            h.reset();
+            for v in vals {
+                rec(&mut h, *v);
+            }
+            seen += 1;
+        }
+        assert_eq!(seen, 7);
     }
 }

@@ -127,7 +127,13 @@ impl SeriesAcc {
             }
             _ => {}
         }
-        let now = self.sec(ev.t());
+        self.tick(ev.t(), sink);
+    }
+
+    /// Sees the time of an event that counts for nothing else here (a chunk): the
+    /// seconds before it close.
+    pub fn tick(&mut self, t: u64, sink: &mut Option<IntervalSink>) {
+        let now = self.sec(t);
         if now > self.now {
             self.now = now;
             self.close(now.saturating_sub(1), sink);

@@ -58,7 +58,8 @@ impl ChunkRef<'_> {
     }
 }
 
-/// Every chunk kind, to read a kind's name back without serde.
+/// Every chunk kind (the tests check [`kind_named`] against it).
+#[cfg(test)]
 const KINDS: [ChunkKind; 10] = [
     ChunkKind::Role,
     ChunkKind::Content,
@@ -76,7 +77,7 @@ const KINDS: [ChunkKind; 10] = [
 /// order, numbers without leading zeros, strings without escapes — as judging reads
 /// nearly every line. Anything else, valid or not, is `None`: the serde paths then
 /// read it (or fail), so this never accepts a line serde would refuse.
-pub(super) fn read(line: &str) -> Option<Event> {
+pub(super) fn read(line: &str) -> Option<ChunkRef<'_>> {
     let mut r = Reader { s: line, i: 0 };
     r.lit("{\"ev\":\"chunk\",\"t\":")?;
     let t = r.num()?;
@@ -86,24 +87,39 @@ pub(super) fn read(line: &str) -> Option<Event> {
     let n = u32::try_from(r.num()?).ok()?;
     r.lit(",\"kind\":")?;
     let name = r.str()?;
-    let kind = KINDS.into_iter().find(|k| k.as_str() == name)?;
+    let kind = kind_named(name)?;
     let text = r.field(",\"text\":")?;
     let cid = r.field(",\"cid\":")?;
     let finish = r.field(",\"finish\":")?;
     let raw = r.field(",\"raw\":")?;
     r.lit("}")?;
-    (r.i == line.len()).then(|| {
-        ChunkRef {
-            t,
-            id,
-            n,
-            kind,
-            text,
-            cid,
-            finish,
-            raw,
-        }
-        .to_event()
+    (r.i == line.len()).then_some(ChunkRef {
+        t,
+        id,
+        n,
+        kind,
+        text,
+        cid,
+        finish,
+        raw,
+    })
+}
+
+/// The kind of a name as [`ChunkKind::as_str`] writes it (a match: no loop of compares
+/// per line; a test checks it against [`KINDS`]).
+fn kind_named(name: &str) -> Option<ChunkKind> {
+    Some(match name {
+        "role" => ChunkKind::Role,
+        "content" => ChunkKind::Content,
+        "reasoning" => ChunkKind::Reasoning,
+        "tool_call" => ChunkKind::ToolCall,
+        "finish" => ChunkKind::Finish,
+        "usage" => ChunkKind::Usage,
+        "error" => ChunkKind::Error,
+        "done" => ChunkKind::Done,
+        "other" => ChunkKind::Other,
+        "comment" => ChunkKind::Comment,
+        _ => return None,
     })
 }
 
@@ -113,23 +129,30 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline(always)]
     fn lit(&mut self, l: &str) -> Option<()> {
         self.s[self.i..].starts_with(l).then(|| self.i += l.len())
     }
 
     /// An unsigned integer as JSON writes it (no sign, no leading zero), within u64.
+    #[inline(always)]
     fn num(&mut self) -> Option<u64> {
         let b = &self.s.as_bytes()[self.i..];
-        let len = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        let mut v: u64 = 0;
+        let mut len = 0;
+        for &c in b.iter().take_while(|c| c.is_ascii_digit()) {
+            v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            len += 1;
+        }
         if len == 0 || (len > 1 && b[0] == b'0') {
             return None;
         }
-        let v = self.s[self.i..self.i + len].parse().ok()?;
         self.i += len;
         Some(v)
     }
 
     /// A string without escapes or control characters, borrowed.
+    #[inline(always)]
     fn str(&mut self) -> Option<&'a str> {
         self.lit("\"")?;
         let rest = &self.s.as_bytes()[self.i..];
@@ -144,6 +167,7 @@ impl<'a> Reader<'a> {
 
     /// An optional member: absent → `Some(None)`; present and readable →
     /// `Some(Some(..))`; present and not → `None`.
+    #[inline(always)]
     fn field(&mut self, key: &str) -> Option<Option<&'a str>> {
         if self.lit(key).is_none() {
             return Some(None);
@@ -279,7 +303,7 @@ mod tests {
                 // The plain reader reads every line without escapes, and reads it right.
                 let escaped = line.contains('\\');
                 match read(line) {
-                    Some(ev) => assert_eq!(ev, slow, "{line}"),
+                    Some(c) => assert_eq!(c.to_event(), slow, "{line}"),
                     None => assert!(escaped, "plain line not read: {line}"),
                 }
                 assert_eq!(slow, c.to_event());
@@ -287,6 +311,12 @@ mod tests {
             }
         }
         assert_eq!(checked, 50);
+        for k in KINDS {
+            assert_eq!(kind_named(k.as_str()), Some(k));
+            let json = serde_json::to_string(&k).expect("kind");
+            assert_eq!(json, format!("\"{}\"", k.as_str()), "serde writes as_str");
+        }
+        assert_eq!(kind_named("Content"), None);
     }
 
     /// Whatever the plain reader accepts, serde reads the same: every line one byte
@@ -310,7 +340,7 @@ mod tests {
             let Ok(s) = std::str::from_utf8(b) else {
                 return;
             };
-            if let Some(ev) = read(s) {
+            if let Some(ev) = read(s).map(|c| c.to_event()) {
                 accepted += 1;
                 let slow: Event = serde_json::from_str(s).unwrap_or_else(|e| panic!("{s}: {e}"));
                 assert_eq!(ev, slow, "{s}");
@@ -339,6 +369,18 @@ mod tests {
             read(r#"{"ev":"chunk","t":1,"id":"r","n":4294967296,"kind":"role"}"#),
             None
         );
+        // Numbers up to u64::MAX read; one past it does not (nor by serde).
+        let max = r#"{"ev":"chunk","t":18446744073709551615,"id":"r","n":0,"kind":"role"}"#;
+        assert_eq!(read(max).map(|c| c.t), Some(u64::MAX));
+        for over in [
+            "18446744073709551616",
+            "99999999999999999999",
+            "184467440737095516150",
+        ] {
+            let line = max.replace("18446744073709551615", over);
+            assert_eq!(read(&line), None, "{line}");
+            assert!(super::super::parse_line(&line).is_err(), "{line}");
+        }
     }
 
     /// The eight-bytes-at-a-time scan finds what a byte-by-byte one finds, wherever
@@ -386,6 +428,10 @@ mod tests {
         assert_eq!(line_tag(r#"{"ev":"run_end"}"#), Some("run_end"));
         assert_eq!(line_tag(r#"{"ev":"chunkx"#), None);
         assert_eq!(line_tag(r#"{"t":1,"ev":"chunk"}"#), None);
+        assert_eq!(line_tag(r#"{"ev":"","t":1}"#), Some(""));
+        assert_eq!(line_tag(r#"{"ev":"été"}"#), Some("été"));
+        assert_eq!(line_tag(r#"{"ev":"chunk" ,"t":1}"#), None);
+        assert_eq!(line_tag(r#"{"ev":"chunk"#), None);
         // A chunk line the struct cannot read fails as the tagged path fails.
         assert!(
             parse_line(r#"{"ev":"chunk","t":"soon","id":"r","n":1,"kind":"content"}"#).is_err()

@@ -8,6 +8,7 @@ mod chunkref;
 mod clock;
 mod event;
 pub mod journal;
+mod lines;
 mod writer;
 
 pub use chunkref::ChunkRef;
@@ -16,7 +17,6 @@ pub use clock::{Clock, mono_ns};
 pub use event::*;
 pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};
 
-use std::io::BufRead;
 use std::path::Path;
 
 pub const TRACE_FILE: &str = "trace.jsonl";
@@ -41,39 +41,102 @@ fn read_lines(
     path: &Path,
     tags: Option<&'static [&'static str]>,
 ) -> std::io::Result<impl Iterator<Item = Result<Event, String>>> {
-    let f = std::fs::File::open(path)?;
-    let mut lines = std::io::BufReader::new(f).lines().enumerate().peekable();
-    Ok(std::iter::from_fn(move || {
+    let mut r = Reader::open(path, tags)?;
+    Ok(std::iter::from_fn(move || r.next_with(|l| l.into_event())))
+}
+
+/// Reads a trace file line by line, each line handed over borrowed from the read
+/// buffer ([`Line`]): what [`read`] and [`read_only`] yield, without an [`Event`]
+/// built for a chunk line whose reader needs none.
+pub struct Reader {
+    lines: lines::Lines<std::fs::File>,
+    tags: Option<&'static [&'static str]>,
+    /// Number of the last line read.
+    i: usize,
+}
+
+impl Reader {
+    /// Every line ([`read`]), or only those tagged with `tags` ([`read_only`]).
+    pub fn open(path: &Path, tags: Option<&'static [&'static str]>) -> std::io::Result<Reader> {
+        Ok(Reader {
+            lines: lines::Lines::new(std::fs::File::open(path)?),
+            tags,
+            i: 0,
+        })
+    }
+
+    /// Hands the next event to `f`: `None` at the end (or after a torn last line),
+    /// an error (with its line number) for a line that does not read.
+    pub fn next_with<T>(&mut self, f: impl FnOnce(Line<'_>) -> T) -> Option<Result<T, String>> {
         loop {
-            let (i, line) = lines.next()?;
-            let line = match line {
-                Ok(l) => l,
-                Err(e) => return Some(Err(format!("line {}: {e}", i + 1))),
+            self.i += 1;
+            let i = self.i;
+            let bytes = match self.lines.next_bytes()? {
+                Ok(b) => b,
+                Err(e) => return Some(Err(format!("line {i}: {e}"))),
             };
-            if line.trim().is_empty() {
-                continue;
-            }
-            if let (Some(tags), Some(tag)) = (tags, line_tag(&line))
-                && !tags.contains(&tag)
+            // A line of another kind is skipped before it is even checked for UTF-8.
+            if let (Some(tags), Some(tag)) = (self.tags, tag_of(bytes))
+                && !tags.iter().any(|t| t.as_bytes() == tag)
             {
                 continue;
             }
-            return match parse_line(&line) {
-                Ok(ev) => Some(Ok(ev)),
-                Err(_) if lines.peek().is_none() => None,
-                Err(e) => Some(Err(format!("line {}: {e}", i + 1))),
+            let line = match lines::utf8(bytes) {
+                Ok(l) => l,
+                Err(e) => return Some(Err(format!("line {i}: {e}"))),
+            };
+            // (A line that opens an object is not blank: no need to trim it.)
+            if !line.starts_with('{') && line.trim().is_empty() {
+                continue;
+            }
+            return match parse_ref(line) {
+                Ok(l) => Some(Ok(f(l))),
+                Err(e) => {
+                    let e = format!("line {i}: {e}");
+                    // A torn last line: the run was killed mid-write.
+                    self.lines.more().then_some(Err(e))
+                }
             };
         }
-    }))
+    }
+}
+
+/// One trace line as read: a chunk line in the exact shape haq writes, borrowed; any
+/// other line as its event.
+pub enum Line<'a> {
+    Chunk(ChunkRef<'a>),
+    Event(Event),
+}
+
+impl Line<'_> {
+    pub fn into_event(self) -> Event {
+        match self {
+            Line::Chunk(c) => c.to_event(),
+            Line::Event(ev) => ev,
+        }
+    }
 }
 
 /// The `ev` tag of a line that starts with it, as haq writes every line
 /// (`{"ev":"chunk",…` → `chunk`), read without parsing the line.
 pub fn line_tag(line: &str) -> Option<&str> {
-    let rest = line.strip_prefix("{\"ev\":\"")?;
-    let (tag, after) = rest.split_once('"')?;
-    (after.starts_with(',') || after.starts_with('}')).then_some(tag)
+    // The tag stands between ASCII quotes: its bounds are char boundaries.
+    let tag = tag_of(line.as_bytes())?;
+    line.get(TAG_AT..TAG_AT + tag.len())
 }
+
+const TAG_AT: usize = "{\"ev\":\"".len();
+
+/// [`line_tag`] over bytes.
+fn tag_of(line: &[u8]) -> Option<&[u8]> {
+    let rest = line.strip_prefix(b"{\"ev\":\"")?;
+    let end = memchr::memchr(b'"', rest)?;
+    matches!(rest.get(end + 1), Some(b',' | b'}')).then(|| &rest[..end])
+}
+
+/// How a chunk line starts, as haq writes it: a line that does not start so has
+/// another tag (or its tag elsewhere).
+const CHUNK_TAG: &str = "{\"ev\":\"chunk\"";
 
 /// Parses one trace line. Chunk lines, nearly all of a trace, are read by a reader of
 /// the exact shape haq writes them in ([`chunkref::read`]), else as a plain struct
@@ -81,13 +144,18 @@ pub fn line_tag(line: &str) -> Option<&str> {
 /// times slower); any other line, or a chunk line that reads neither way, goes through
 /// [`Event`]'s own deserializer.
 pub fn parse_line(line: &str) -> serde_json::Result<Event> {
-    if line_tag(line) == Some("chunk") {
-        if let Some(ev) = chunkref::read(line) {
-            return Ok(ev);
+    parse_ref(line).map(Line::into_event)
+}
+
+/// [`parse_line`], with a chunk line that the exact-shape reader reads left borrowed.
+pub fn parse_ref(line: &str) -> serde_json::Result<Line<'_>> {
+    if line.starts_with(CHUNK_TAG) && line_tag(line) == Some("chunk") {
+        if let Some(c) = chunkref::read(line) {
+            return Ok(Line::Chunk(c));
         }
         if let Ok(c) = serde_json::from_str::<chunkref::ChunkLine>(line) {
-            return Ok(c.into());
+            return Ok(Line::Event(c.into()));
         }
     }
-    serde_json::from_str(line)
+    serde_json::from_str(line).map(Line::Event)
 }

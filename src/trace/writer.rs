@@ -362,6 +362,29 @@ mod tests {
         assert_eq!(phases.len(), 11);
         assert!(phases.iter().all(|e| matches!(e, Event::Phase { .. })));
         assert_eq!(phases[10].t(), 99);
+        // Blank lines and CRLF ends read as before; a line that is not UTF-8 fails
+        // `read` at its number, and a pass over other kinds skips it unread.
+        f.write_all(b"\n  \t\r\n{\"ev\":\"phase\",\"t\":100,\"name\":\"y\",\"edge\":\"end\"}\r\n")
+            .expect("write");
+        f.write_all(b"{\"ev\":\"chunk\",\"t\":101,\"id\":\"\xff\",\"n\":0,\"kind\":\"role\"}\n")
+            .expect("write");
+        f.write_all(b"{\"ev\":\"phase\",\"t\":102,\"name\":\"x\",\"edge\":\"end\"}")
+            .expect("write");
+        let all: Vec<_> = read(&p).expect("read").collect();
+        assert_eq!(all.len(), 25);
+        assert_eq!(all[22].as_ref().map(Event::t), Ok(100));
+        assert_eq!(
+            all[23],
+            Err("line 26: stream did not contain valid UTF-8".to_string())
+        );
+        assert_eq!(all[24].as_ref().map(Event::t), Ok(102));
+        let phases: Vec<u64> = super::super::read_only(&p, &["phase"])
+            .expect("read")
+            .map(|e| e.map(|e| e.t()))
+            .collect::<Result<_, _>>()
+            .expect("parse");
+        assert_eq!(phases.len(), 13);
+        assert_eq!(phases[10..], [99, 100, 102]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -83,34 +83,85 @@ fn attempt_ids(s: &Seam) -> Vec<String> {
 
 /// The first words of the answer appear again later: the answer restarted.
 fn restart(v: &View, out: &mut Out) {
-    let words: Vec<(&str, usize)> = (0..v.deltas.len())
-        .flat_map(|i| v.delta_text(i).split_whitespace().map(move |w| (w, i)))
-        .collect();
-    if words.len() < 2 * HEAD_WORDS {
-        return;
-    }
-    let head: Vec<&str> = words[..HEAD_WORDS].iter().map(|w| w.0).collect();
-    for start in 1..=words.len() - HEAD_WORDS {
-        if words[start..start + HEAD_WORDS]
-            .iter()
-            .map(|w| w.0)
-            .eq(head.iter().copied())
-        {
-            let at = words[start].1;
-            out.find(
-                FindingKind::DuplicatedOutput,
-                &v.r.id,
-                format!(
-                    "the answer starts over at chunk {}: `{}` repeats",
-                    v.delta_n(at),
-                    head.join(" ")
-                ),
-            )
-            .chunks([v.delta_n(words[0].1), v.delta_n(at)])
-            .excerpt(v.excerpt(at, at + 4));
-            return;
+    let mut scan = RestartScan::default();
+    let Some(r) = (0..v.deltas.len()).find_map(|i| {
+        let text = v.delta_text(i);
+        if ascii_words(text) {
+            text.split_ascii_whitespace().find_map(|w| scan.push(w, i))
+        } else {
+            text.split_whitespace().find_map(|w| scan.push(w, i))
         }
+    }) else {
+        return;
+    };
+    out.find(
+        FindingKind::DuplicatedOutput,
+        &v.r.id,
+        format!(
+            "the answer starts over at chunk {}: `{}` repeats",
+            v.delta_n(r.at),
+            r.head.join(" ")
+        ),
+    )
+    .chunks([v.delta_n(r.first), v.delta_n(r.at)])
+    .excerpt(v.excerpt(r.at, r.at + 4));
+}
+
+/// Where an answer starts over: its first [`HEAD_WORDS`] words, the delta of its
+/// first word, and the delta where they appear again.
+#[derive(Debug, PartialEq)]
+struct Restart<'a> {
+    head: [&'a str; HEAD_WORDS],
+    first: usize,
+    at: usize,
+}
+
+/// Looks, word by word, for the first place past the first word where the answer's
+/// first [`HEAD_WORDS`] words appear again, in an answer of at least twice as many
+/// words; keeps only the last [`HEAD_WORDS`] words.
+#[derive(Default)]
+struct RestartScan<'a> {
+    head: [&'a str; HEAD_WORDS],
+    first: usize,
+    last: [(&'a str, usize); HEAD_WORDS],
+    /// Words seen.
+    n: usize,
+    found: Option<usize>,
+}
+
+impl<'a> RestartScan<'a> {
+    /// The next word (in delta `i`); the restart once it is certain.
+    fn push(&mut self, w: &'a str, i: usize) -> Option<Restart<'a>> {
+        let n = self.n;
+        self.n += 1;
+        if n < HEAD_WORDS {
+            self.head[n] = w;
+        }
+        if n == 0 {
+            self.first = i;
+        }
+        self.last[n % HEAD_WORDS] = (w, i);
+        // The window of the last HEAD_WORDS words starts at word `s` ≥ 1.
+        if self.found.is_none() && n >= HEAD_WORDS {
+            let s = n + 1 - HEAD_WORDS;
+            if (0..HEAD_WORDS).all(|k| self.last[(s + k) % HEAD_WORDS].0 == self.head[k]) {
+                self.found = Some(self.last[s % HEAD_WORDS].1);
+            }
+        }
+        let at = self.found.filter(|_| self.n >= 2 * HEAD_WORDS)?;
+        Some(Restart {
+            head: self.head,
+            first: self.first,
+            at,
+        })
     }
+}
+
+/// ASCII text without a vertical tab (the one ASCII space `split_ascii_whitespace`
+/// does not split at): its words are the same split byte by byte, several times
+/// faster than `split_whitespace` splits them char by char.
+fn ascii_words(s: &str) -> bool {
+    s.is_ascii() && !s.as_bytes().contains(&0x0b)
 }
 
 /// Stitched output: text from another attempt after the first attempt's deltas.
@@ -269,5 +320,100 @@ pub fn chunk_order(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
             ),
         )
         .attempts(atts.iter().map(|a| a.id.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HEAD_WORDS, Restart, RestartScan};
+
+    /// The search as it was written first: every word in a vector, every window.
+    fn restart_naive<'a>(words: &[(&'a str, usize)]) -> Option<Restart<'a>> {
+        if words.len() < 2 * HEAD_WORDS {
+            return None;
+        }
+        let head: Vec<&str> = words[..HEAD_WORDS].iter().map(|w| w.0).collect();
+        (1..=words.len() - HEAD_WORDS)
+            .find(|&s| {
+                words[s..s + HEAD_WORDS]
+                    .iter()
+                    .map(|w| w.0)
+                    .eq(head.iter().copied())
+            })
+            .map(|s| Restart {
+                head: std::array::from_fn(|k| head[k]),
+                first: words[0].1,
+                at: words[s].1,
+            })
+    }
+
+    /// The one-pass search finds what the naive one finds, on seeded random answers
+    /// over a small vocabulary (repeats, restarts, overlaps, short answers).
+    #[test]
+    fn the_one_pass_restart_search_finds_what_every_window_finds() {
+        use rand::{RngExt, SeedableRng};
+        let vocab = ["a", "b", "c", "the", "answer"];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let (mut found, mut cases) = (0, 0);
+        for _ in 0..20_000 {
+            let len = rng.random_range(0..30);
+            let kinds = rng.random_range(1..=vocab.len());
+            let mut words: Vec<(&str, usize)> = Vec::new();
+            let mut delta = rng.random_range(0..3);
+            for _ in 0..len {
+                words.push((vocab[rng.random_range(0..kinds)], delta));
+                delta += rng.random_range(0..2);
+            }
+            if rng.random_bool(0.3) && words.len() > HEAD_WORDS {
+                // a restart: the head again, somewhere
+                let at = rng.random_range(1..words.len());
+                let head: Vec<_> = words[..HEAD_WORDS].to_vec();
+                words.splice(at..at, head);
+            }
+            let want = restart_naive(&words);
+            found += usize::from(want.is_some());
+            let mut scan = RestartScan::default();
+            let got = words.iter().find_map(|&(w, i)| scan.push(w, i));
+            assert_eq!(got, want, "{words:?}");
+            cases += 1;
+        }
+        assert_eq!(cases, 20_000);
+        assert!(found > 2_000, "{found}");
+    }
+
+    /// The fast split gives the words `split_whitespace` gives, with every ASCII byte
+    /// and the non-ASCII spaces between words, at the ends, and repeated.
+    #[test]
+    fn words_split_as_split_whitespace_splits_them() {
+        let mut seps: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();
+        seps.extend(
+            [
+                "\u{85}", "\u{a0}", "\u{1680}", "\u{2028}", "\u{3000}", "é", "  ",
+            ]
+            .map(String::from),
+        );
+        let mut checked = 0;
+        for sep in &seps {
+            for s in [
+                format!("a{sep}b"),
+                format!("{sep}tok{sep}{sep}en{sep}"),
+                format!(" t123{sep}"),
+                sep.clone(),
+                String::new(),
+            ] {
+                let want: Vec<&str> = s.split_whitespace().collect();
+                if super::ascii_words(&s) {
+                    assert_eq!(
+                        s.split_ascii_whitespace().collect::<Vec<_>>(),
+                        want,
+                        "{s:?}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        // Every case of the 127 ASCII separators but the vertical tab, and of "  ";
+        // of the other 7 only the empty text.
+        assert_eq!(checked, 127 * 5 + 5 + 7);
     }
 }

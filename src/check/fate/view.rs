@@ -165,9 +165,11 @@ impl<'a> View<'a> {
             .map(|w| self.r.chunks[w[1]].t.saturating_sub(self.r.chunks[w[0]].t))
             .collect();
         if gaps.len() >= 3 {
-            let mut sorted = gaps.clone();
-            sorted.sort_unstable();
-            let limit = (sorted[sorted.len() / 2] * GAP_FACTOR).max(MIN_GAP_US);
+            // The median gap: the middle one of the sorted gaps, found without sorting.
+            let mut order = gaps.clone();
+            let mid = order.len() / 2;
+            let median = *order.select_nth_unstable(mid).1;
+            let limit = (median * GAP_FACTOR).max(MIN_GAP_US);
             for (i, g) in gaps.iter().enumerate() {
                 let at = i as u32 + 1;
                 if *g > limit && !out.iter().any(|s| s.at == at) {

@@ -11,13 +11,14 @@
 mod attempts;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 pub use attempts::{AttemptRec, FENCE_KINDS, GwNote, Jot, ProxyLeg};
 use attempts::{attach, worker_req};
 
 use super::evidence::GwItem;
 use crate::trace::journal::WorkerEntry;
-use crate::trace::{ChunkKind, Event, Outcome};
+use crate::trace::{ChunkKind, ChunkRef, Event, Outcome};
 
 #[derive(Debug, Clone)]
 pub struct ChunkRec {
@@ -25,7 +26,8 @@ pub struct ChunkRec {
     pub n: u32,
     pub kind: ChunkKind,
     pub text: Option<String>,
-    pub cid: Option<String>,
+    /// Shared by the chunks of a stream that carry the same id (one allocation).
+    pub cid: Option<Arc<str>>,
     pub finish: Option<String>,
     pub raw: Option<String>,
 }
@@ -105,6 +107,15 @@ impl RequestRecord {
     }
 }
 
+/// A chunk id: the previous chunk's when it is the same (no new allocation).
+fn share(prev: Option<&Arc<str>>, cid: Option<&str>) -> Option<Arc<str>> {
+    let cid = cid?;
+    Some(match prev {
+        Some(p) if **p == *cid => Arc::clone(p),
+        _ => Arc::from(cid),
+    })
+}
+
 /// A fault as the trace recorded it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FaultRec {
@@ -160,15 +171,19 @@ pub struct JournalStats {
     pub ended: bool,
 }
 
+type Ids = foldhash::fast::RandomState;
+
 #[derive(Default)]
 pub struct Folder {
     pub info: RunInfo,
     pub faults: Vec<FaultRec>,
-    in_flight: HashMap<String, RequestRecord>,
+    /// Keyed by request id; foldhash, as a lookup per chunk line with SipHash costs
+    /// more than the rest of the lookup (no order is ever taken from these maps).
+    in_flight: HashMap<String, RequestRecord, Ids>,
     /// Ended requests waiting out the linger window: (deadline, id) in end order.
     closing: VecDeque<(u64, String)>,
     /// Journal lines that came before their request's first trace line.
-    early: HashMap<String, Vec<(u64, Jot)>>,
+    early: HashMap<String, Vec<(u64, Jot)>, Ids>,
     early_q: VecDeque<(u64, String)>,
     /// How long (µs of trace time) an ended request waits for late journal lines.
     pub linger: u64,
@@ -176,7 +191,23 @@ pub struct Folder {
     cursor: u64,
     pub journal: JournalStats,
     pub parse_errors: Vec<String>,
+    /// Chunk vectors of judged requests, emptied, for the next requests: a stream's
+    /// vector would otherwise grow (and be copied) from empty for every request.
+    spare_chunks: Vec<Vec<ChunkRec>>,
+    /// Chunk texts of judged requests, for the texts of chunks read in place: a
+    /// stream's chunks are freed together, and reusing their buffers is cheaper
+    /// than the allocator's way back from a burst of frees.
+    spare_texts: Vec<String>,
 }
+
+/// Most texts kept for reuse, and the largest kept (bytes): at most 2 MiB.
+const SPARE_TEXTS: usize = 8192;
+const SPARE_TEXT_CAP: usize = 256;
+
+/// Most emptied chunk vectors kept, and the largest kept (in chunks): memory stays
+/// bounded by the requests in flight, not by the longest stream ever read.
+const SPARE_CHUNK_VECS: usize = 16;
+const SPARE_CHUNK_CAP: usize = 4096;
 
 impl Folder {
     pub fn push(&mut self, ev: Event, sink: &mut dyn RequestSink) {
@@ -219,6 +250,7 @@ impl Folder {
                     stream,
                     admitted,
                     probe,
+                    chunks: self.spare_chunks.pop().unwrap_or_default(),
                     ..Default::default()
                 };
                 for (gt, item) in self.early.remove(&id).into_iter().flatten() {
@@ -253,19 +285,15 @@ impl Folder {
                 cid,
                 finish,
                 raw,
-            } => {
-                if let Some(r) = self.in_flight.get_mut(&id) {
-                    r.chunks.push(ChunkRec {
-                        t,
-                        n,
-                        kind,
-                        text,
-                        cid,
-                        finish,
-                        raw,
-                    });
-                }
-            }
+            } => self.add_chunk(&id, |prev, _| ChunkRec {
+                t,
+                n,
+                kind,
+                text,
+                cid: share(prev, cid.as_deref()),
+                finish,
+                raw,
+            }),
             Event::End {
                 t,
                 id,
@@ -391,6 +419,40 @@ impl Folder {
         }
     }
 
+    /// A chunk line read in place ([`crate::trace::Line::Chunk`]): what [`Folder::push`]
+    /// does with its event, with nothing copied for a request the trace does not know.
+    pub fn push_chunk(&mut self, c: &ChunkRef<'_>, sink: &mut dyn RequestSink) {
+        self.advance(c.t, sink);
+        let own = |s: Option<&str>| s.map(str::to_string);
+        self.add_chunk(c.id, |prev, spare| ChunkRec {
+            t: c.t,
+            n: c.n,
+            kind: c.kind,
+            text: c.text.map(|s| {
+                let mut t = spare.pop().unwrap_or_default();
+                t.push_str(s);
+                t
+            }),
+            cid: share(prev, c.cid),
+            finish: own(c.finish),
+            raw: own(c.raw),
+        });
+    }
+
+    /// Appends a chunk to its request's record, built from the record's last chunk's
+    /// id (to share it), when the request is in flight.
+    fn add_chunk(
+        &mut self,
+        id: &str,
+        rec: impl FnOnce(Option<&Arc<str>>, &mut Vec<String>) -> ChunkRec,
+    ) {
+        if let Some(r) = self.in_flight.get_mut(id) {
+            let prev = r.chunks.last().and_then(|c| c.cid.as_ref());
+            let c = rec(prev, &mut self.spare_texts);
+            r.chunks.push(c);
+        }
+    }
+
     /// One gateway journal line, already on the trace's timeline.
     pub fn push_gateway(&mut self, t: u64, item: GwItem, sink: &mut dyn RequestSink) {
         self.journal.last_t = self.journal.last_t.max(t);
@@ -467,6 +529,19 @@ impl Folder {
                 self.cursor.max(self.journal.last_t)
             };
             sink.request(&r, &self.faults);
+            let mut chunks = r.chunks;
+            let texts = chunks.iter_mut().filter_map(|c| c.text.take());
+            for mut t in texts.filter(|t| t.capacity() <= SPARE_TEXT_CAP) {
+                if self.spare_texts.len() == SPARE_TEXTS {
+                    break;
+                }
+                t.clear();
+                self.spare_texts.push(t);
+            }
+            if self.spare_chunks.len() < SPARE_CHUNK_VECS && chunks.capacity() <= SPARE_CHUNK_CAP {
+                chunks.clear();
+                self.spare_chunks.push(chunks);
+            }
         }
     }
 
