@@ -25,10 +25,11 @@ pub struct ClientCfg {
     /// The run is INVALID when any request is sent later than this.
     #[serde(default = "default_max_late")]
     pub max_late: Dur,
-    /// Connections to open before load starts (concurrent `GET {api}/models`, counted
-    /// by the client's connector; the trace's `warmed` line names them), so the first
-    /// requests find a warm pool as a long-running production client would, instead of
-    /// each paying a handshake. 0: start cold.
+    /// Connections to open before load starts (haq's own HTTP/1.1 client opens them
+    /// itself; through reqwest, concurrent `GET {api}/models` counted by its
+    /// connector; the trace's `warmed` line names them), so the first requests find a
+    /// warm pool as a long-running production client would, instead of each paying a
+    /// handshake. 0: start cold.
     #[serde(default)]
     pub warm_connections: u32,
     /// Which HTTP client sends the requests.
