@@ -127,10 +127,7 @@ fn scenario(cfg: &BenchConfig, url: &str, rate: f64) -> String {
     format!(
         "name: bench-client\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 1\n  mix: {{classes: [{{name: bench, prompt_tokens: 16, output_tokens: {tokens}}}]}}\n  arrival: {{process: constant, rate: {rate}/s}}\nprotected_load: {rate}/s\nslo: {{ttft_p95: 60s, itl_p95: 60s, e2e_p95: 600s}}\nphases: [{{name: baseline, duration: {total}s}}]\nclient: {{first_token_timeout: 60s, idle_timeout: 60s, drain_timeout: 600s, warm_connections: {warm}, transport: {transport}}}\n",
         tokens = cfg.shape.tokens,
-        transport = match cfg.transport {
-            crate::scenario::Transport::Auto => "auto",
-            crate::scenario::Transport::Reqwest => "reqwest",
-        },
+        transport = cfg.transport.as_str(),
         warm = cfg.streams.min(crate::scenario::MAX_WARM_CONNECTIONS),
     )
 }

@@ -500,10 +500,7 @@ pub async fn execute(
     if let Some(o) = &call.observe {
         (o.0)(Seen::Head {
             status,
-            worker: resp
-                .headers()
-                .get(WORKER_HEADER)
-                .and_then(|v| v.to_str().ok()),
+            worker: h.get(WORKER_HEADER).and_then(|v| v.to_str().ok()),
         });
     }
     if status != 200 {

@@ -297,6 +297,17 @@ fn the_transport_is_auto_unless_named_and_an_unknown_one_points_at_its_line() {
     );
     let ok = load(GOOD, &["client.transport=reqwest"]).expect("reqwest is fine");
     assert_eq!(ok.scenario.client.transport, Transport::Reqwest);
+    for t in [Transport::Auto, Transport::Reqwest] {
+        let set = format!("client.transport={}", t.as_str());
+        assert_eq!(
+            load(GOOD, &[&set])
+                .expect("its own name")
+                .scenario
+                .client
+                .transport,
+            t
+        );
+    }
     let text = format!("{GOOD}client: {{transport: h2}}\n");
     let e = err(&text, &[]);
     assert!(e.field.contains("transport"), "{e}");

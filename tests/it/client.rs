@@ -7,46 +7,13 @@ use std::time::Duration;
 use haq::client::{self, Call, Timeouts};
 use haq::scenario::Transport;
 use haq::trace::{ChunkKind, Clock, Event, Outcome, TraceWriter};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::{root, scratch};
 
 fn sample(name: &str) -> Vec<u8> {
     std::fs::read(root().join("tests/data/wire").join(name)).expect("wire sample")
-}
-
-/// Reads one request head (and body, by content-length); returns the path.
-async fn read_request(s: &mut TcpStream) -> Option<String> {
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    let head_end = loop {
-        let n = s.read(&mut tmp).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = s.read(&mut tmp).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-    }
-    head.split_whitespace().nth(1).map(str::to_string)
 }
 
 async fn write_chunk(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
@@ -178,7 +145,10 @@ async fn server() -> String {
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             tokio::spawn(async move {
-                if let Some(path) = read_request(&mut s).await {
+                let head = crate::support::read_request(&mut s, &mut Vec::new()).await;
+                if let Some(path) =
+                    head.and_then(|h| h.split_whitespace().nth(1).map(str::to_string))
+                {
                     let _ = respond(s, &path).await;
                 }
             });

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use haq::check::history::{Folder, RequestRecord, RequestSink};
 use haq::metrics::Measured;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::support::{haq_bin, run, scratch};
@@ -19,35 +19,6 @@ use crate::support::{haq_bin, run, scratch};
 /// it stalls for 1 s: every request that arrives until then is held to its end.
 async fn stalling_server() -> String {
     server(Some(10)).await.0
-}
-
-/// Reads one request (head and `content-length` body) from `s`, bytes beyond it kept
-/// in `have` for the next; returns its head, lower-cased. `None` when the peer is gone.
-async fn read_request(s: &mut tokio::net::TcpStream, have: &mut Vec<u8>) -> Option<String> {
-    let mut buf = vec![0u8; 65536];
-    let head_end = loop {
-        if let Some(i) = have.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match s.read(&mut buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(k) => have.extend_from_slice(&buf[..k]),
-        }
-    };
-    let head = String::from_utf8_lossy(&have[..head_end]).to_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    while have.len() < head_end + len {
-        match s.read(&mut buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(k) => have.extend_from_slice(&buf[..k]),
-        }
-    }
-    have.drain(..head_end + len);
-    Some(head)
 }
 
 /// The peers (client ends) of the connections a test server accepted.
@@ -69,7 +40,7 @@ async fn server(stall_at: Option<u64>) -> (String, Peers) {
             tokio::spawn(async move {
                 let mut have = Vec::new();
                 // one request per loop (keep-alive)
-                while let Some(head) = read_request(&mut s, &mut have).await {
+                while let Some(head) = crate::support::read_request(&mut s, &mut have).await {
                     if head.starts_with("get") {
                         let b = r#"{"data":[]}"#;
                         let r = format!(
@@ -275,7 +246,10 @@ async fn hanging_server() -> String {
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             tokio::spawn(async move {
-                if read_request(&mut s, &mut Vec::new()).await.is_none() {
+                if crate::support::read_request(&mut s, &mut Vec::new())
+                    .await
+                    .is_none()
+                {
                     return;
                 }
                 let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";

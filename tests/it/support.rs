@@ -92,3 +92,33 @@ pub fn events(r: &RunResult) -> Vec<haq::trace::Event> {
         .map_while(Result::ok)
         .collect()
 }
+
+/// Reads one request (head and `content-length` body) from `s`, bytes beyond it kept
+/// in `have` for the next; returns its head, lower-cased. `None` when the peer is gone.
+pub async fn read_request(s: &mut tokio::net::TcpStream, have: &mut Vec<u8>) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 65536];
+    let head_end = loop {
+        if let Some(i) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => have.extend_from_slice(&buf[..k]),
+        }
+    };
+    let head = String::from_utf8_lossy(&have[..head_end]).to_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while have.len() < head_end + len {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => have.extend_from_slice(&buf[..k]),
+        }
+    }
+    have.drain(..head_end + len);
+    Some(head)
+}

@@ -262,16 +262,15 @@ impl Client {
             },
             None => self.write_new(&t.addr, &head).await?,
         };
-        let (status, headers, framing, keep, start, end) =
-            read_head(&mut conn).await.map_err(|e| send_err(false, e))?;
+        let (head, end) = read_head(&mut conn).await.map_err(|e| send_err(false, e))?;
         let mut r = Response {
-            status,
-            headers,
+            status: head.status,
+            headers: head.headers,
             local: conn.local,
             conn: Some(conn),
-            framing,
-            keep,
-            start,
+            framing: head.framing,
+            keep: head.keep,
+            start: head.len,
             end,
             client: self.clone(),
             addr: t.addr,
@@ -310,11 +309,20 @@ enum Framing {
     Empty,
 }
 
-type Head = (u16, HeaderMap, Framing, bool, usize, usize);
+/// A parsed response head.
+struct Head {
+    /// Its length in bytes: the body starts behind it.
+    len: usize,
+    status: u16,
+    headers: HeaderMap,
+    framing: Framing,
+    /// The connection may serve another request after this body.
+    keep: bool,
+}
 
 /// Reads until a whole response head is in; informational (1xx) heads are skipped.
-/// Returns the head and the range of body bytes already read behind it.
-async fn read_head(c: &mut Conn) -> io::Result<Head> {
+/// Returns the head and the end of the bytes read (`buf[head.len..end]` is body).
+async fn read_head(c: &mut Conn) -> io::Result<(Head, usize)> {
     let mut end = 0;
     loop {
         if end == c.buf.len() {
@@ -337,21 +345,17 @@ async fn read_head(c: &mut Conn) -> io::Result<Head> {
         loop {
             match parse_head(&c.buf[..end])? {
                 None => break,
-                Some((len, 100..=199, ..)) => {
-                    c.buf.copy_within(len..end, 0);
-                    end -= len;
+                Some(h) if (100..200).contains(&h.status) => {
+                    c.buf.copy_within(h.len..end, 0);
+                    end -= h.len;
                 }
-                Some((len, status, headers, framing, keep)) => {
-                    return Ok((status, headers, framing, keep, len, end));
-                }
+                Some(h) => return Ok((h, end)),
             }
         }
     }
 }
 
-type Parsed = (usize, u16, HeaderMap, Framing, bool);
-
-fn parse_head(buf: &[u8]) -> io::Result<Option<Parsed>> {
+fn parse_head(buf: &[u8]) -> io::Result<Option<Head>> {
     let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut r = httparse::Response::new(&mut slots);
@@ -404,7 +408,13 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<Parsed>> {
         close = true;
         Framing::Close
     };
-    Ok(Some((len, status, headers, framing, !close)))
+    Ok(Some(Head {
+        len,
+        status,
+        headers,
+        framing,
+        keep: !close,
+    }))
 }
 
 /// A response whose head is in; the body is read with [`Response::fill`] and

@@ -51,6 +51,16 @@ pub enum Transport {
     Reqwest,
 }
 
+impl Transport {
+    /// The name a scenario gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Auto => "auto",
+            Transport::Reqwest => "reqwest",
+        }
+    }
+}
+
 fn default_connect_timeout() -> Dur {
     Dur::secs(5)
 }
