@@ -97,6 +97,9 @@ fn a_stored_trace_judges_in_place_as_its_events_judge() {
             std::fs::write(dir.join(evidence::GATEWAY_FILE), lines.join("\n") + "\n")
                 .expect("journal");
         }
+        // Which path judge_dir takes rests on the journals it finds.
+        let src = evidence::open(&dir, &plan);
+        assert_eq!(src.gateway.is_some() || !src.workers.is_empty(), journal);
         let (_, in_place) = judge_dir(&dir).expect("judge_dir");
         let by_events = judge_with(
             &plan,

@@ -391,14 +391,13 @@ pub fn merge<'a, I: Iterator<Item = Event> + 'a>(
             .enumerate()
             .filter_map(|(i, j)| j.head.as_ref().map(|h| (h.0, i)))
             .min();
-        if first.is_none() {
-            // No journal line waits: the trace goes on, unpeeked.
+        // No journal line waits: the trace goes on, unpeeked.
+        let Some((t, i)) = first else {
             return trace.next().map(Item::Trace);
-        }
-        match (first, trace.peek()) {
-            (Some((t, i)), Some(ev)) if t < ev.t() => journals[i].head.take().map(|h| h.1),
-            (Some((_, i)), None) => journals[i].head.take().map(|h| h.1),
-            _ => trace.next().map(Item::Trace),
+        };
+        match trace.peek() {
+            Some(ev) if t >= ev.t() => trace.next().map(Item::Trace),
+            _ => journals[i].head.take().map(|h| h.1),
         }
     })
 }

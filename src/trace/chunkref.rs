@@ -17,7 +17,7 @@ pub struct ChunkRef<'a> {
 }
 
 impl ChunkRef<'_> {
-    /// The owned event (tests, tools).
+    /// The owned event.
     pub fn to_event(&self) -> Event {
         let own = |s: Option<&str>| s.map(str::to_string);
         Event::Chunk {
@@ -58,21 +58,6 @@ impl ChunkRef<'_> {
     }
 }
 
-/// Every chunk kind (the tests check [`kind_named`] against it).
-#[cfg(test)]
-const KINDS: [ChunkKind; 10] = [
-    ChunkKind::Role,
-    ChunkKind::Content,
-    ChunkKind::Reasoning,
-    ChunkKind::ToolCall,
-    ChunkKind::Finish,
-    ChunkKind::Usage,
-    ChunkKind::Error,
-    ChunkKind::Done,
-    ChunkKind::Other,
-    ChunkKind::Comment,
-];
-
 /// Reads a chunk line exactly as [`ChunkRef::write_json`] writes it — keys in its
 /// order, numbers without leading zeros, strings without escapes — as judging reads
 /// nearly every line. Anything else, valid or not, is `None`: the serde paths then
@@ -87,7 +72,7 @@ pub(super) fn read(line: &str) -> Option<ChunkRef<'_>> {
     let n = u32::try_from(r.num()?).ok()?;
     r.lit(",\"kind\":")?;
     let name = r.str()?;
-    let kind = kind_named(name)?;
+    let kind = ChunkKind::from_name(name)?;
     let text = r.field(",\"text\":")?;
     let cid = r.field(",\"cid\":")?;
     let finish = r.field(",\"finish\":")?;
@@ -102,24 +87,6 @@ pub(super) fn read(line: &str) -> Option<ChunkRef<'_>> {
         cid,
         finish,
         raw,
-    })
-}
-
-/// The kind of a name as [`ChunkKind::as_str`] writes it (a match: no loop of compares
-/// per line; a test checks it against [`KINDS`]).
-fn kind_named(name: &str) -> Option<ChunkKind> {
-    Some(match name {
-        "role" => ChunkKind::Role,
-        "content" => ChunkKind::Content,
-        "reasoning" => ChunkKind::Reasoning,
-        "tool_call" => ChunkKind::ToolCall,
-        "finish" => ChunkKind::Finish,
-        "usage" => ChunkKind::Usage,
-        "error" => ChunkKind::Error,
-        "done" => ChunkKind::Done,
-        "other" => ChunkKind::Other,
-        "comment" => ChunkKind::Comment,
-        _ => return None,
     })
 }
 
@@ -267,6 +234,20 @@ fn string(out: &mut Vec<u8>, s: &str) {
 mod tests {
     use super::*;
 
+    /// Every chunk kind.
+    const KINDS: [ChunkKind; 10] = [
+        ChunkKind::Role,
+        ChunkKind::Content,
+        ChunkKind::Reasoning,
+        ChunkKind::ToolCall,
+        ChunkKind::Finish,
+        ChunkKind::Usage,
+        ChunkKind::Error,
+        ChunkKind::Done,
+        ChunkKind::Other,
+        ChunkKind::Comment,
+    ];
+
     #[test]
     fn the_line_is_the_one_serde_writes_for_the_event() {
         let texts = [
@@ -312,11 +293,11 @@ mod tests {
         }
         assert_eq!(checked, 50);
         for k in KINDS {
-            assert_eq!(kind_named(k.as_str()), Some(k));
+            assert_eq!(ChunkKind::from_name(k.as_str()), Some(k));
             let json = serde_json::to_string(&k).expect("kind");
             assert_eq!(json, format!("\"{}\"", k.as_str()), "serde writes as_str");
         }
-        assert_eq!(kind_named("Content"), None);
+        assert_eq!(ChunkKind::from_name("Content"), None);
     }
 
     /// Whatever the plain reader accepts, serde reads the same: every line one byte

@@ -475,6 +475,24 @@ impl ChunkKind {
         }
     }
 
+    /// The kind [`ChunkKind::as_str`] names (judging reads it from every chunk line:
+    /// a match, no loop of compares; a test checks the two agree for every kind).
+    pub fn from_name(name: &str) -> Option<ChunkKind> {
+        Some(match name {
+            "role" => ChunkKind::Role,
+            "content" => ChunkKind::Content,
+            "reasoning" => ChunkKind::Reasoning,
+            "tool_call" => ChunkKind::ToolCall,
+            "finish" => ChunkKind::Finish,
+            "usage" => ChunkKind::Usage,
+            "error" => ChunkKind::Error,
+            "done" => ChunkKind::Done,
+            "other" => ChunkKind::Other,
+            "comment" => ChunkKind::Comment,
+            _ => return None,
+        })
+    }
+
     /// Output the client can see: the M1 boundary is the first such delta.
     pub fn is_delta(self) -> bool {
         matches!(

@@ -31,13 +31,6 @@ impl<R: Read> Lines<R> {
         }
     }
 
-    /// The next line, without its `\n` (or `\r\n`), as `BufRead::lines` yields it:
-    /// a line that is not UTF-8 is its error, and the lines after it still follow.
-    #[cfg(test)]
-    fn next_line(&mut self) -> Option<io::Result<&str>> {
-        Some(self.next_bytes()?.and_then(utf8))
-    }
-
     /// The next line's bytes, not yet checked for UTF-8 ([`utf8`]).
     pub(super) fn next_bytes(&mut self) -> Option<io::Result<&[u8]>> {
         let (a, b, ended) = loop {
@@ -127,7 +120,7 @@ mod tests {
     fn mine(bytes: &[u8], block: usize) -> (Vec<Result<String, String>>, Vec<bool>) {
         let mut r = Lines::with_block(bytes, block);
         let (mut out, mut more) = (Vec::new(), Vec::new());
-        while let Some(l) = r.next_line() {
+        while let Some(l) = r.next_bytes().map(|l| l.and_then(utf8)) {
             out.push(l.map(str::to_string).map_err(|e| e.to_string()));
             more.push(r.more());
         }

@@ -354,7 +354,7 @@ mod tests {
         use rand::{RngExt, SeedableRng};
         let vocab = ["a", "b", "c", "the", "answer"];
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let (mut found, mut cases) = (0, 0);
+        let mut found = 0;
         for _ in 0..20_000 {
             let len = rng.random_range(0..30);
             let kinds = rng.random_range(1..=vocab.len());
@@ -375,9 +375,7 @@ mod tests {
             let mut scan = RestartScan::default();
             let got = words.iter().find_map(|&(w, i)| scan.push(w, i));
             assert_eq!(got, want, "{words:?}");
-            cases += 1;
         }
-        assert_eq!(cases, 20_000);
         assert!(found > 2_000, "{found}");
     }
 

@@ -198,6 +198,9 @@ pub struct Folder {
     /// stream's chunks are freed together, and reusing their buffers is cheaper
     /// than the allocator's way back from a burst of frees.
     spare_texts: Vec<String>,
+    /// Chunks come in place ([`Folder::push_chunk`]): only then are texts kept for
+    /// reuse (chunks of events bring their own).
+    texts_in_place: bool,
 }
 
 /// Most texts kept for reuse, and the largest kept (bytes): at most 2 MiB.
@@ -422,6 +425,7 @@ impl Folder {
     /// A chunk line read in place ([`crate::trace::Line::Chunk`]): what [`Folder::push`]
     /// does with its event, with nothing copied for a request the trace does not know.
     pub fn push_chunk(&mut self, c: &ChunkRef<'_>, sink: &mut dyn RequestSink) {
+        self.texts_in_place = true;
         self.advance(c.t, sink);
         let own = |s: Option<&str>| s.map(str::to_string);
         self.add_chunk(c.id, |prev, spare| ChunkRec {
@@ -530,13 +534,15 @@ impl Folder {
             };
             sink.request(&r, &self.faults);
             let mut chunks = r.chunks;
-            let texts = chunks.iter_mut().filter_map(|c| c.text.take());
-            for mut t in texts.filter(|t| t.capacity() <= SPARE_TEXT_CAP) {
-                if self.spare_texts.len() == SPARE_TEXTS {
-                    break;
+            if self.texts_in_place {
+                let texts = chunks.iter_mut().filter_map(|c| c.text.take());
+                for mut t in texts.filter(|t| t.capacity() <= SPARE_TEXT_CAP) {
+                    if self.spare_texts.len() == SPARE_TEXTS {
+                        break;
+                    }
+                    t.clear();
+                    self.spare_texts.push(t);
                 }
-                t.clear();
-                self.spare_texts.push(t);
             }
             if self.spare_chunks.len() < SPARE_CHUNK_VECS && chunks.capacity() <= SPARE_CHUNK_CAP {
                 chunks.clear();
