@@ -13,7 +13,8 @@
 use std::time::{Duration, Instant};
 
 use haq::proxy::{ProxySet, ProxySpec};
-use haq::trace::{Clock, TraceWriter, mono_ns};
+use haq::trace::{Clock, TraceWriter};
+use haq::wire::mono_ns;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::check::Status;
 use crate::engine::{EnvironmentError, RunOptions};
 use crate::scenario::{self, GatewayPolicy};
+use crate::wire;
 
 /// haq — qualifies LLM inference clusters for high availability.
 ///
@@ -115,10 +116,10 @@ pub struct CompareArgs {
     pub phase_b: Option<String>,
     /// Largest allowed relative change for the worse of p95 TTFT/ITL/E2E (up) and of
     /// throughput and goodput (down).
-    #[arg(long, default_value = "10%", value_parser = scenario::units::parse_fraction)]
+    #[arg(long, default_value = "10%", value_parser = wire::units::parse_fraction)]
     pub max_regression: f64,
     /// Largest allowed increase of the error or the rejection rate, in points.
-    #[arg(long, default_value = "1%", value_parser = scenario::units::parse_fraction)]
+    #[arg(long, default_value = "1%", value_parser = wire::units::parse_fraction)]
     pub max_error_increase: f64,
 }
 
@@ -177,9 +178,9 @@ pub enum SimCommand {
         /// Concurrent streams per replica.
         #[arg(long, default_value_t = 64)]
         streams: u32,
-        #[arg(long, default_value = "20s", value_parser = scenario::units::parse_duration)]
+        #[arg(long, default_value = "20s", value_parser = wire::units::parse_duration)]
         duration: std::time::Duration,
-        #[arg(long, default_value = "5s", value_parser = scenario::units::parse_duration)]
+        #[arg(long, default_value = "5s", value_parser = wire::units::parse_duration)]
         warmup: std::time::Duration,
         /// Output tokens per request (each stream re-sends when done).
         #[arg(long, default_value_t = 512)]
@@ -193,7 +194,7 @@ pub enum SimCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Exit 1 when the event-lateness p99 exceeds this.
-        #[arg(long, value_parser = scenario::units::parse_duration)]
+        #[arg(long, value_parser = wire::units::parse_duration)]
         max_p99: Option<std::time::Duration>,
     },
     /// One simulated engine replica (started by haq).
@@ -262,7 +263,7 @@ pub enum BenchCommand {
         #[command(flatten)]
         shape: crate::bench::server::StreamShape,
         /// How long load is offered.
-        #[arg(long, default_value = "40s", value_parser = scenario::units::parse_duration)]
+        #[arg(long, default_value = "40s", value_parser = wire::units::parse_duration)]
         duration: Duration,
         /// Arrival rate (req/s); default: streams / stream length (steady concurrency).
         #[arg(long)]

@@ -7,15 +7,8 @@ pub mod client;
 pub mod scenario;
 pub mod sim;
 pub mod trace;
+pub mod wire;
 pub mod workload;
-
-/// Installs rustls' ring provider once per process (reqwest is built without one).
-pub fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
 
 pub mod bench;
 pub mod capacity;
@@ -28,3 +21,5 @@ pub mod observe;
 pub mod priority;
 pub mod proxy;
 pub mod report;
+
+pub use wire::tls::install_crypto_provider;

@@ -243,7 +243,7 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
     let text = scenario(&cfg, &format!("{}/v1", server.url), rate);
     let plan = crate::scenario::load_str(&text, "bench.yaml", &dir, &[], None)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let run_dir = dir.join(format!("run-{}", crate::trace::mono_ns()));
+    let run_dir = dir.join(format!("run-{}", crate::wire::mono_ns()));
     let opts = crate::engine::RunOptions {
         out: Some(run_dir.clone()),
         reports_dir: dir.clone(),

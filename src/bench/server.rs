@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::time::Instant;
 
-use crate::trace::mono_ns;
+use crate::wire::mono_ns;
 
 /// What the stamping server streams: given to `haq bench client`, passed on to its
 /// `haq bench server` child as the same flags.
@@ -26,10 +26,10 @@ pub struct StreamShape {
     #[arg(long, default_value_t = 200)]
     pub tokens: u32,
     /// Time between tokens of one stream.
-    #[arg(long, default_value = "20ms", value_parser = crate::scenario::units::parse_duration)]
+    #[arg(long, default_value = "20ms", value_parser = crate::wire::units::parse_duration)]
     pub itl: Duration,
     /// Time before the first token.
-    #[arg(long, default_value = "20ms", value_parser = crate::scenario::units::parse_duration)]
+    #[arg(long, default_value = "20ms", value_parser = crate::wire::units::parse_duration)]
     pub ttft: Duration,
     /// Emit every stream's token on a shared step clock (an engine's batch step), so
     /// all streams' events leave together; otherwise each stream keeps its own phase.

@@ -12,8 +12,8 @@
 use serde::Serialize;
 
 use crate::metrics::PhaseStats;
-use crate::scenario::units::{Dur, Rate};
 use crate::scenario::{CapacitySearch, Phase, PhaseKind, Plan};
+use crate::wire::units::{Dur, Rate};
 
 pub const HEALTHY: &str = "cap-healthy";
 pub const DEGRADED: &str = "cap-degraded";

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::scenario::{Plan, TargetKind};
 use crate::trace::Event;
-use crate::trace::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
+use crate::wire::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 
 pub const GATEWAY_FILE: &str = "gateway.jsonl";
 pub const TOOLS_FILE: &str = "tools.jsonl";

@@ -13,8 +13,8 @@ use super::evidence::GwItem;
 use super::fate::{self, Stage};
 use super::history::{FaultRec, RequestRecord};
 use crate::scenario::{PhaseKind, Plan};
-use crate::trace::journal::GatewayEntry;
 use crate::trace::{Edge, Event, Outcome, ReplacementStage, ReplicaInfo};
+use crate::wire::journal::GatewayEntry;
 
 /// What the run kept of one finished request.
 #[derive(Debug, Clone, Serialize, PartialEq)]

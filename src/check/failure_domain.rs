@@ -10,7 +10,7 @@ use super::history::FaultRec;
 use super::run::{judged, worst};
 use super::{Status, Verdict};
 use crate::scenario::Plan;
-use crate::trace::journal::GatewayEntry;
+use crate::wire::journal::GatewayEntry;
 
 pub const NAME: &str = "Failure-Domain";
 

@@ -11,7 +11,7 @@ use super::timeline::{FaultTimeline, Timeline, ms};
 use super::{Status, Verdict};
 use crate::scenario::Plan;
 use crate::trace::Outcome;
-use crate::trace::journal::GatewayEntry;
+use crate::wire::journal::GatewayEntry;
 
 pub const NAME: &str = "Maintenance";
 

@@ -12,7 +12,7 @@ use super::run::conclude;
 use super::{Status, Verdict};
 use crate::scenario::{OverloadCriteria, PhaseKind, Plan};
 use crate::trace::Outcome;
-use crate::trace::journal::GatewayEntry;
+use crate::wire::journal::GatewayEntry;
 
 pub const NAME: &str = "Overload";
 

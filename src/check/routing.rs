@@ -140,7 +140,7 @@ pub fn verdict(plan: &Plan, tl: &Timeline) -> Verdict {
 mod tests {
     use super::*;
     use crate::check::testkit::*;
-    use crate::trace::journal::GatewayEntry;
+    use crate::wire::journal::GatewayEntry;
 
     fn attempt(tb: &mut Tb, t: f64, id: &str, w: &str) {
         tb.gw(

@@ -6,8 +6,8 @@ use serde_json::json;
 use super::evidence::{GwItem, GwLine, Sources};
 use super::{Judgement, judge_with};
 use crate::scenario::Plan;
-use crate::trace::journal::{GatewayEntry, Stamped};
 use crate::trace::{Edge, Event, Outcome, ReplicaInfo};
+use crate::wire::journal::{GatewayEntry, Stamped};
 
 pub const MONO: u64 = 5_000_000_000;
 

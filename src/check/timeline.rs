@@ -10,8 +10,8 @@ use super::facts::{self, Evidence, says_routed, says_unusable};
 use super::history::FaultRec;
 use crate::metrics::SecondStats;
 use crate::scenario::{PhaseKind, Plan};
-use crate::trace::journal::GatewayEntry;
 use crate::trace::{Outcome, ReplacementStage};
+use crate::wire::journal::GatewayEntry;
 
 pub const JOURNAL: &str = "gateway journal";
 pub const HEADER: &str = "x-haq-worker header";

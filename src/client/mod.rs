@@ -2,10 +2,8 @@
 //! on arrival (before parsing), writes each to the trace and classifies how the stream
 //! ended.
 
-pub mod chunk;
 pub mod conns;
 pub mod h1;
-pub mod sse;
 pub mod stop;
 pub mod stream;
 pub mod warm;
@@ -18,17 +16,8 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
 use crate::trace::{ChunkRef, Clock, Event, Outcome, TraceWriter};
+pub use crate::wire::headers::{ATTEMPT_HEADER, PRIORITY_HEADER, QUEUE_HEADERS, WORKER_HEADER};
 use stream::{Cut, Ending, StreamState};
-
-/// Header naming the replica that served a request (the sim gateway sets it).
-pub const WORKER_HEADER: &str = "x-haq-worker";
-/// Header naming the attempt that produced the response.
-pub const ATTEMPT_HEADER: &str = "x-haq-attempt";
-/// Header carrying a request's priority class (`protected` or `best_effort`), so a
-/// gateway can shed best-effort traffic first (Q1, Q10).
-pub const PRIORITY_HEADER: &str = "x-haq-priority";
-/// Headers a server may use to report how long the request queued (milliseconds).
-pub const QUEUE_HEADERS: [&str; 2] = ["x-haq-queue-ms", "x-queue-time"];
 
 /// Most response headers recorded per request (the rest are counted).
 pub const MAX_HEADERS: usize = 32;
@@ -326,7 +315,7 @@ impl Resp {
 }
 
 fn builder(connect_timeout: Duration, headers: &HeaderMap) -> reqwest::ClientBuilder {
-    crate::install_crypto_provider();
+    crate::wire::tls::install_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(Duration::from_secs(30))
@@ -341,31 +330,7 @@ fn header(h: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Walks an error's source chain to the I/O error kind underneath.
-pub fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return Some(io.kind());
-        }
-        cur = err.source();
-    }
-    None
-}
-
-/// An error and its sources on one line.
-pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let t = s.to_string();
-        if !parts.iter().any(|p| p.contains(&t)) {
-            parts.push(t);
-        }
-        cur = s.source();
-    }
-    parts.join(": ")
-}
+pub use crate::wire::io::{chain_text, io_kind};
 
 /// Classifies a failed send (before any response).
 pub fn classify_send_error(e: &reqwest::Error) -> Outcome {

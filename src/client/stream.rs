@@ -4,8 +4,8 @@
 
 use crate::trace::{ChunkKind, ChunkRef, Event, InBandError, Outcome, ToolCall, Usage};
 
-use super::chunk::{self, ChunkInfo};
-use super::sse::{SseParser, SseRef};
+use crate::wire::chunk::{self, ChunkInfo};
+use crate::wire::sse::{SseParser, SseRef};
 
 /// How the bytes stopped coming (decided by the network loop).
 #[derive(Debug, Clone, PartialEq)]
@@ -313,4 +313,30 @@ pub fn replay<'a>(pieces: impl IntoIterator<Item = &'a [u8]>, cut: Cut) -> (Vec<
     }
     s.on_eof(t, "r", &mut emit);
     (events, s.conclude(cut))
+}
+
+#[cfg(test)]
+mod speed {
+    use crate::wire::chunk::tests::speed::{DELTA, fastest_ns};
+
+    /// Everything haq does per SSE event in the read loop but the socket: SSE parse,
+    /// classification, the stream's fold and the chunk's trace line (into a buffer).
+    /// Manual: `cargo test --release --lib event_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn event_speed() {
+        let ev = format!("data: {DELTA}\n\n");
+        let mut out = Vec::with_capacity(1 << 20);
+        let mut st = crate::client::stream::StreamState::new(false);
+        let ns = fastest_ns(100_000, |k| {
+            out.clear();
+            let mut emit = |c: crate::trace::ChunkRef<'_>| {
+                c.write_json(&mut out);
+                out.push(b'\n');
+            };
+            let bytes = std::hint::black_box(ev.as_bytes());
+            st.on_bytes(u64::from(k), "r000042", bytes, &mut emit);
+        });
+        println!("{ns:.1} ns per event (parse, classify, fold, trace line)");
+    }
 }

@@ -5,9 +5,9 @@
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::sse::{SseItem, SseParser, parse_all};
 use super::stream::{Cut, Ending, replay};
 use crate::trace::{ChunkKind, Event, Outcome};
+use crate::wire::sse::{SseItem, SseParser, parse_all};
 
 const LLAMA: &[u8] = include_bytes!("../../tests/data/wire/llamacpp-chat-stream-with-usage.sse");
 const LITELLM: &[u8] =

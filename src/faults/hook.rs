@@ -15,7 +15,7 @@ use super::schedule::{self, Env, Fired};
 use super::{Injected, Replica};
 use crate::proxy::Release;
 use crate::scenario::{FaultPlan, ProbePoint};
-use crate::trace::journal::{Stamped, WorkerEntry, read_lines};
+use crate::wire::journal::{Stamped, WorkerEntry, read_lines};
 
 fn hook_point(p: ProbePoint) -> (&'static str, u32) {
     match p {

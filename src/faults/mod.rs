@@ -72,7 +72,7 @@ pub struct Context {
 
 /// The client fault backends use to reach replicas directly (readiness, admin hooks).
 pub fn admin_client() -> reqwest::Result<reqwest::Client> {
-    crate::install_crypto_provider();
+    crate::wire::tls::install_crypto_provider();
     reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(5))

@@ -35,7 +35,7 @@ pub fn probe_id(fault: &str) -> String {
 
 fn body(env: &Env, f: &FaultPlan, point: ProbePoint, prompt: u32, max_tokens: u32) -> bytes::Bytes {
     // Its own prompt (distinct from every scheduled request), deterministic by seed.
-    let idx = crate::sim::text::fnv1a(f.name.as_bytes()) | (1 << 63);
+    let idx = crate::wire::hash::fnv1a(f.name.as_bytes()) | (1 << 63);
     let prompt = crate::workload::prompt_text(env.seed, idx, prompt);
     let mut v = serde_json::json!({
         "model": env.probes.model,

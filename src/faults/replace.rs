@@ -103,7 +103,7 @@ async fn start_sim(
     };
     let mut engine = sim.target.engine.for_replacement();
     if let Some(c) = cold_start {
-        engine.startup = crate::scenario::units::Dur(c);
+        engine.startup = crate::wire::units::Dur(c);
     }
     // Delete, then create (a rolling update with no surge): a drained predecessor first
     // finishes its streams — its leases are renewed and its events relayed through the

@@ -163,7 +163,7 @@ async fn command_backend_runs_with_context_verifies_and_heals() {
             .into(),
         verify: Some("cat \"$HAQ_RUN_DIR/flag\"".into()),
         heal: Some("rm \"$HAQ_RUN_DIR/flag\"".into()),
-        timeout: crate::scenario::units::Dur::secs(5),
+        timeout: crate::wire::units::Dur::secs(5),
     });
     let r = replica("w1", None);
     let (inj, undo) = injector(FaultBackend::Command)

@@ -884,7 +884,7 @@ fn event_kind(block: &[u8]) -> ChunkKind {
     if data.is_empty() {
         return ChunkKind::Other;
     }
-    crate::client::chunk::classify(&data.join("\n"))
+    crate::wire::chunk::classify(&data.join("\n"))
         .kind
         .unwrap_or(ChunkKind::Other)
 }

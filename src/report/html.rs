@@ -130,7 +130,7 @@ fn pct_plot<'a>(
     title: &'a str,
     p50: Vec<(f64, Option<f64>)>,
     p95: Vec<(f64, Option<f64>)>,
-    slo: crate::scenario::units::Dur,
+    slo: crate::wire::units::Dur,
 ) -> Plot<'a> {
     Plot {
         id,

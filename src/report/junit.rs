@@ -117,7 +117,7 @@ mod tests {
         for k in 0..20 {
             tb.gw(
                 13.5 + k as f64 * 0.5,
-                crate::trace::journal::GatewayEntry::AttemptStart {
+                crate::wire::journal::GatewayEntry::AttemptStart {
                     req: format!("x<{k}>&"),
                     attempt: format!("x{k}/a1"),
                     worker: "w2".into(),

@@ -29,7 +29,7 @@ impl Section {
     }
 }
 
-pub fn dur(d: crate::scenario::units::Dur) -> String {
+pub fn dur(d: crate::wire::units::Dur) -> String {
     d.to_string()
 }
 

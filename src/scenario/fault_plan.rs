@@ -312,7 +312,7 @@ fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> {
             format!(
                 "is not inside phase `{}`, which lasts {}",
                 phase.name,
-                super::units::format_duration(phase.duration)
+                crate::wire::units::format_duration(phase.duration)
             ),
         ));
     }
@@ -638,7 +638,7 @@ fn reachable(cx: &Ctx, field: &str, backend: FaultBackend, r: &str) -> Result<()
 }
 
 fn params(field: &str, f: &Fault, action: FaultAction) -> Result<(), Issue> {
-    let pos = |name: &str, d: Option<super::units::Dur>| -> Result<(), Issue> {
+    let pos = |name: &str, d: Option<crate::wire::units::Dur>| -> Result<(), Issue> {
         match d {
             Some(d) if d.0.is_zero() => Err(Issue::new(
                 format!("{field}.{name}"),

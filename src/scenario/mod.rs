@@ -8,7 +8,7 @@ pub mod fault_plan;
 pub mod located;
 pub mod model;
 pub mod overrides;
-pub mod units;
+
 pub mod validate;
 
 use std::path::{Path, PathBuf};

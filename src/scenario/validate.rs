@@ -81,7 +81,7 @@ fn pos_finite(x: f64) -> bool {
 /// Most connections `client.warm_connections` may open before load.
 pub const MAX_WARM_CONNECTIONS: u32 = 10_000;
 
-fn positive(field: &str, d: crate::scenario::units::Dur) -> Result<(), Issue> {
+fn positive(field: &str, d: crate::wire::units::Dur) -> Result<(), Issue> {
     if d.0.is_zero() {
         Err(Issue::new(field, d, "must be greater than 0"))
     } else {
@@ -177,7 +177,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     if total > MAX_TOTAL {
         return Err(Issue::new(
             "phases",
-            crate::scenario::units::format_duration(total),
+            crate::wire::units::format_duration(total),
             "the run would last more than 24h",
         ));
     }

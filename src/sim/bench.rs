@@ -195,7 +195,7 @@ async fn client_loop(
 }
 
 pub async fn run(o: BenchOpts) -> anyhow::Result<BenchReport> {
-    crate::install_crypto_provider();
+    crate::wire::tls::install_crypto_provider();
     std::fs::create_dir_all(&o.dir)?;
     let mut target: crate::scenario::Target =
         serde_json::from_value(serde_json::json!({"kind": "sim"}))?;

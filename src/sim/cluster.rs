@@ -308,7 +308,7 @@ impl SimCluster {
 
     /// Polls every worker's `/ready` and the gateway until it routes to every worker.
     pub async fn wait_all_ready(&self, timeout: Duration) -> anyhow::Result<()> {
-        crate::install_crypto_provider();
+        crate::wire::tls::install_crypto_provider();
         let http = reqwest::Client::builder().no_proxy().build()?;
         let url = format!("{}/haq/status", self.gateway.url);
         let deadline = Instant::now() + timeout;

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::trace::mono_ns;
+use crate::wire::mono_ns;
 
 enum Msg {
     Line(String),
@@ -73,7 +73,7 @@ impl Journal {
     /// Appends one entry with its `t_ns` stamp.
     pub fn write<T: serde::Serialize>(&self, entry: T) {
         if let Some(tx) = &self.tx {
-            let stamped = crate::trace::journal::Stamped {
+            let stamped = crate::wire::journal::Stamped {
                 t_ns: mono_ns(),
                 entry,
             };
@@ -97,7 +97,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::journal::{GatewayEntry, Stamped, read_lines};
+    use crate::wire::journal::{GatewayEntry, Stamped, read_lines};
 
     #[test]
     fn flush_puts_lines_on_disk() {

@@ -16,8 +16,7 @@ use std::path::PathBuf;
 
 pub use cluster::{SimCluster, SimProcess};
 
-/// First line a sim process prints on stdout once it listens.
-pub const LISTEN_PREFIX: &str = "HAQ_LISTEN ";
+pub use crate::wire::LISTEN_PREFIX;
 
 pub(crate) fn announce(addr: SocketAddr) {
     let mut out = std::io::stdout().lock();

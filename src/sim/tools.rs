@@ -1,6 +1,6 @@
 //! The tool service (`haq sim tools`): executes the tool calls workers send it, logs
 //! every execution to `tools.jsonl` (the `ToolExecution` schema of
-//! `crate::trace::journal`), and deduplicates by idempotency key (M7) unless told not
+//! `crate::wire::journal`), and deduplicates by idempotency key (M7) unless told not
 //! to: a second call with a key it has seen returns the stored result and is logged
 //! with `deduplicated: true`.
 
@@ -22,7 +22,7 @@ use tokio::sync::OnceCell;
 
 use super::journal::Journal;
 use super::worker::api::ApiError;
-use crate::trace::journal::ToolExecution;
+use crate::wire::journal::ToolExecution;
 
 pub struct ToolsConfig {
     pub listen: SocketAddr,

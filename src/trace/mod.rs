@@ -7,13 +7,11 @@
 mod chunkref;
 mod clock;
 mod event;
-pub mod journal;
 mod lines;
 mod writer;
 
 pub use chunkref::ChunkRef;
-pub(crate) use chunkref::plain_prefix;
-pub use clock::{Clock, mono_ns};
+pub use clock::Clock;
 pub use event::*;
 pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::Planned;
 use crate::scenario::{Api, Plan, ResponseFormat, ToolChoice};
-use crate::sim::text::mix64;
+use crate::wire::hash::mix64;
 
 const WORDS: &[&str] = &[
     "the",

@@ -19,7 +19,7 @@ use dist::Sampler;
 use inputs::Replay;
 
 use crate::scenario::{ArrivalProcess, Plan, Priority};
-use crate::sim::text::mix64;
+use crate::wire::hash::mix64;
 
 /// Largest prompt and output lengths a distribution may draw.
 pub const MAX_PROMPT_TOKENS: u32 = 1_000_000;

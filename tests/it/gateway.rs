@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use haq::sim::SimCluster;
-use haq::trace::journal::{FenceHow, GatewayEntry, Stamped, ToolExecution};
+use haq::wire::journal::{FenceHow, GatewayEntry, Stamped, ToolExecution};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
@@ -457,7 +457,7 @@ async fn a_planned_drain_lets_streams_finish_and_hard_drain_cuts_them() {
         after.headers["x-haq-worker"], "w2",
         "new traffic avoids the draining worker"
     );
-    assert!(j.iter().any(|e| matches!(e, GatewayEntry::UpstreamRemoved { worker, cause: haq::trace::journal::RemovalCause::Draining, .. } if worker == "w1")));
+    assert!(j.iter().any(|e| matches!(e, GatewayEntry::UpstreamRemoved { worker, cause: haq::wire::journal::RemovalCause::Draining, .. } if worker == "w1")));
 
     // FLAW hard-drain: the draining worker's in-flight streams are cut.
     let (inflight, _, j) = drain_run("hard-drain").await;

@@ -292,9 +292,9 @@ async fn m9_4_a_cut_path_is_fenced_and_nothing_is_duplicated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn m9_5_a_tool_call_that_ran_before_the_kill_does_not_run_again() {
-    let executions = |r: &RunResult| -> Vec<haq::trace::journal::ToolExecution> {
-        haq::trace::journal::read_lines::<
-            haq::trace::journal::Stamped<haq::trace::journal::ToolExecution>,
+    let executions = |r: &RunResult| -> Vec<haq::wire::journal::ToolExecution> {
+        haq::wire::journal::read_lines::<
+            haq::wire::journal::Stamped<haq::wire::journal::ToolExecution>,
         >(&r.run_dir.join("tools.jsonl"))
         .expect("tools.jsonl")
         .expect("parses")

@@ -119,7 +119,7 @@ async fn quickstart_passes_on_the_reference_gateway_and_names_the_killed_worker(
     // The same stored trace, judged against an SLO it cannot meet: Latency FAILs,
     // naming the phase and the metric.
     let mut strict = r.plan.clone();
-    strict.scenario.slo.ttft_p95 = haq::scenario::units::Dur(std::time::Duration::from_micros(1));
+    strict.scenario.slo.ttft_p95 = haq::wire::units::Dur(std::time::Duration::from_micros(1));
     let tp = r.run_dir.join(haq::trace::TRACE_FILE);
     let j = haq::check::judge(&strict, || {
         haq::trace::read(&tp).expect("trace").map_while(Result::ok)

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use haq::client::sse::{SseItem, SseParser};
 use haq::sim::SimProcess;
+use haq::wire::sse::{SseItem, SseParser};
 use serde_json::{Value, json};
 
 use crate::support::{haq_bin, scratch};
@@ -242,7 +242,7 @@ pub async fn stream(url: &str, body: &Value, headers: &[(&str, &str)], limit: Du
 
 /// Reads a JSON-lines journal.
 pub fn journal<T: for<'de> serde::Deserialize<'de>>(path: &Path) -> Vec<T> {
-    haq::trace::journal::read_lines(path)
+    haq::wire::journal::read_lines(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .unwrap_or_else(|e| panic!("{e}"))
 }

@@ -95,7 +95,7 @@ async fn a_replacement_that_serves_within_the_bound_passes_recovery() {
     // naming the bound.
     let mut strict = r.plan.clone();
     if let Some(c) = strict.scenario.criteria.recovery.as_mut() {
-        c.ready_and_serving_max = haq::scenario::units::Dur(std::time::Duration::from_millis(200));
+        c.ready_and_serving_max = haq::wire::units::Dur(std::time::Duration::from_millis(200));
     }
     let v = verdict_in(&rejudge(&r, &strict), "Recovery");
     assert_eq!(v.status, Status::Fail, "{v:?}");

@@ -4,7 +4,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use haq::trace::journal::{Stamped, ToolExecution, WorkerEntry};
+use haq::wire::journal::{Stamped, ToolExecution, WorkerEntry};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -495,7 +495,7 @@ async fn a_tool_call_is_executed_then_streamed_and_the_hook_fires_between() {
 async fn leases_refuse_expire_renew_and_revoke() {
     let w = worker("l1", json!({"decode_step": "10ms"}), None).await;
     let u = format!("{}/v1/chat/completions", w.url());
-    let now = haq::trace::mono_ns();
+    let now = haq::wire::mono_ns();
     let past = (now - 1).to_string();
     // Refused: the lease is over before the request arrives.
     let r = http()
@@ -513,7 +513,7 @@ async fn leases_refuse_expire_renew_and_revoke() {
     // Expiry: nothing is published after the deadline. Bounds are generous for a busy
     // 2-core machine: without the lease this answer would stream for 20 s.
     const STEP: Duration = Duration::from_millis(10);
-    let deadline = haq::trace::mono_ns() + 1_500_000_000;
+    let deadline = haq::wire::mono_ns() + 1_500_000_000;
     let d = deadline.to_string();
     let seen = stream(
         &u,
@@ -525,7 +525,7 @@ async fn leases_refuse_expire_renew_and_revoke() {
     let n = seen.content().len();
     assert!((1..2000).contains(&n) && !seen.done(), "{n} events");
     let at_deadline = std::time::Instant::now()
-        - Duration::from_nanos(haq::trace::mono_ns().saturating_sub(deadline));
+        - Duration::from_nanos(haq::wire::mono_ns().saturating_sub(deadline));
     let late = seen
         .events
         .iter()
@@ -539,7 +539,7 @@ async fn leases_refuse_expire_renew_and_revoke() {
     // by the first deadline proves tokens went out after it, under renewed leases.
     let first_lease = Duration::from_secs(1);
     let sent = std::time::Instant::now();
-    let d = (haq::trace::mono_ns() + first_lease.as_nanos() as u64).to_string();
+    let d = (haq::wire::mono_ns() + first_lease.as_nanos() as u64).to_string();
     let (u2, base) = (u.clone(), w.url().to_string());
     let h = tokio::spawn(async move {
         stream(
@@ -554,7 +554,7 @@ async fn leases_refuse_expire_renew_and_revoke() {
     while sent.elapsed() < first_lease + Duration::from_millis(1500) {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let (s, r) = post_json(&format!("{base}/haq/leases/renew"),
-            json!({"deadline_ns": haq::trace::mono_ns() + 2_000_000_000, "attempts": ["r3/a1", "nope/a1"]})).await;
+            json!({"deadline_ns": haq::wire::mono_ns() + 2_000_000_000, "attempts": ["r3/a1", "nope/a1"]})).await;
         assert_eq!(s, 200);
         assert_eq!(r["refused"], json!(["nope/a1"]));
     }
@@ -576,7 +576,7 @@ async fn leases_refuse_expire_renew_and_revoke() {
     );
     let (_, r) = post_json(
         &format!("{base}/haq/leases/renew"),
-        json!({"deadline_ns": haq::trace::mono_ns() + 300_000_000, "attempts": ["r3/a1"]}),
+        json!({"deadline_ns": haq::wire::mono_ns() + 300_000_000, "attempts": ["r3/a1"]}),
     )
     .await;
     assert_eq!(

@@ -24,8 +24,8 @@ use super::evidence::{SourceReport, SourceState};
 use super::history::{FaultRec, RequestRecord};
 use super::{Status, Verdict};
 use crate::scenario::{Fate, FatePolicy, Plan};
-use crate::trace::journal::ToolExecution;
 use crate::trace::{ChunkKind, Outcome};
+use crate::wire::journal::ToolExecution;
 
 pub use policy::{Observed, RequestFate, stage_at};
 pub use view::{Seam, SeamSource, View, excerpt};

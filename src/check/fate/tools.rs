@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::{FindingKind, Out};
-use crate::trace::journal::ToolExecution;
+use crate::wire::journal::ToolExecution;
 
 /// The first execution of a key, a call or an action.
 #[derive(Clone)]

@@ -4,7 +4,7 @@
 use super::RequestRecord;
 use crate::check::evidence::GwItem;
 use crate::trace::ProxyEndKind;
-use crate::trace::journal::{FenceHow, GatewayEntry, WorkerEntry};
+use crate::wire::journal::{FenceHow, GatewayEntry, WorkerEntry};
 
 /// One upstream attempt of a request, as the gateway journaled it.
 #[derive(Debug, Clone, Default, PartialEq)]

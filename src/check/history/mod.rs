@@ -17,8 +17,8 @@ pub use attempts::{AttemptRec, FENCE_KINDS, GwNote, Jot, ProxyLeg};
 use attempts::{attach, worker_req};
 
 use super::evidence::GwItem;
-use crate::trace::journal::WorkerEntry;
 use crate::trace::{ChunkKind, ChunkRef, Event, Outcome};
+use crate::wire::journal::WorkerEntry;
 
 #[derive(Debug, Clone)]
 pub struct ChunkRec {

@@ -21,7 +21,7 @@ pub use workload::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::units::Rate;
+use crate::wire::units::Rate;
 
 /// A qualification scenario: what to load, what to break, what to judge.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

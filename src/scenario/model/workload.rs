@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::scenario::units::{Dur, Fraction, Rate};
+use crate::wire::units::{Dur, Fraction, Rate};
 
 /// The request mix and its arrival process.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

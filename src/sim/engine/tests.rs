@@ -10,7 +10,7 @@ use tokio::sync::mpsc::{
 };
 
 use super::*;
-use crate::scenario::units::Dur;
+use crate::wire::units::Dur;
 
 /// One published token: job id, token index, the step's modelled deadline.
 type Tok = (u32, u32, Instant);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::trace::journal::Priority;
+use crate::wire::journal::Priority;
 
 /// Why a request was refused.
 #[derive(Debug, Clone)]

@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
-use crate::trace::journal::{FenceHow, GatewayEntry};
-use crate::trace::mono_ns;
+use crate::wire::journal::{FenceHow, GatewayEntry};
+use crate::wire::mono_ns;
 
 /// One live attempt's lease.
 #[derive(Debug, Clone)]

@@ -35,7 +35,7 @@ use super::journal::Journal;
 use super::worker::openai_error;
 use crate::client::{ATTEMPT_HEADER, WORKER_HEADER};
 use crate::scenario::{GatewayCfg, GatewayPolicy};
-use crate::trace::journal::Priority;
+use crate::wire::journal::Priority;
 use admission::Admission;
 use relay::{Client, Forward, Head};
 use upstream::Upstream;
@@ -75,7 +75,7 @@ pub struct Gateway {
 }
 
 pub async fn serve(c: GatewayConfig) -> anyhow::Result<()> {
-    crate::install_crypto_provider();
+    crate::wire::tls::install_crypto_provider();
     let listener = tokio::net::TcpListener::bind(c.listen).await?;
     let addr = listener.local_addr()?;
     let http = reqwest::Client::builder()

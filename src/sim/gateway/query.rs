@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::Gateway;
 use crate::sim::worker::openai_error;
-use crate::trace::journal::{GatewayEntry, Stamped, read_lines};
+use crate::wire::journal::{GatewayEntry, Stamped, read_lines};
 
 /// The M1 summary of one request's entries.
 pub fn summary(rid: &str, entries: &[Stamped<GatewayEntry>]) -> Value {

@@ -13,12 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
 use super::upstream::Busy;
-use crate::client::sse::{SseItem, SseParser};
-use crate::client::{ATTEMPT_HEADER, WORKER_HEADER, chunk};
 use crate::scenario::GatewayPolicy;
 use crate::sim::worker::{LEASE_HEADER, REVISION_HEADER, TOOL_KEY_HEADER};
 use crate::trace::ChunkKind;
-use crate::trace::journal::{GatewayEntry, RemovalCause};
+use crate::wire::chunk;
+use crate::wire::headers::{ATTEMPT_HEADER, WORKER_HEADER};
+use crate::wire::journal::{GatewayEntry, RemovalCause};
+use crate::wire::sse::{SseItem, SseParser};
 
 /// What the request task tells the HTTP handler before any body byte.
 pub enum Head {
@@ -122,12 +123,12 @@ pub struct Forward {
 
 /// True when `e` is a refused connection (nothing listens).
 pub fn refused(e: &reqwest::Error) -> bool {
-    crate::client::io_kind(e) == Some(std::io::ErrorKind::ConnectionRefused)
+    crate::wire::io::io_kind(e) == Some(std::io::ErrorKind::ConnectionRefused)
 }
 
 /// The error and its sources, on one line.
 pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    crate::client::chain_text(e)
+    crate::wire::io::chain_text(e)
 }
 
 /// What the gateway needs to know of one SSE payload, found without parsing the JSON
@@ -200,7 +201,7 @@ impl Watch {
         let silent = self.last.elapsed();
         if let Some(l) = up.leases.get(attempt)
             && !l.renewing
-            && crate::trace::mono_ns() >= l.sent_until
+            && crate::wire::mono_ns() >= l.sent_until
         {
             return Some(End::LeaseLost(format!(
                 "no byte for {} ms and lease renewals failed; lease expired",

@@ -18,7 +18,7 @@ use super::Gateway;
 use super::lease::{self, Failure};
 use super::relay::{self, Client, End, Forward, Head};
 use crate::scenario::GatewayPolicy;
-use crate::trace::journal::{GatewayEntry, Priority};
+use crate::wire::journal::{GatewayEntry, Priority};
 
 pub struct Incoming {
     pub f: Forward,

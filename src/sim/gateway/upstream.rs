@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::Gateway;
 use super::lease::LeaseBook;
 use crate::scenario::GatewayPolicy;
-use crate::trace::journal::{GatewayEntry, RemovalCause};
+use crate::wire::journal::{GatewayEntry, RemovalCause};
 
 /// What the gateway believes about a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

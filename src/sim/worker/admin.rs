@@ -16,7 +16,7 @@ use serde_json::json;
 use super::Worker;
 use super::api::ApiError;
 use super::faults::ArmRequest;
-use crate::trace::journal::WorkerEntry;
+use crate::wire::journal::WorkerEntry;
 
 fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Box<Response>> {
     serde_json::from_slice(body)

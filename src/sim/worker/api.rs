@@ -246,7 +246,7 @@ pub fn parse(
     } else {
         match w.seed {
             Some(s) => s as u64,
-            None => text::mix64(crate::trace::mono_ns() ^ u64::from(std::process::id())),
+            None => text::mix64(crate::wire::mono_ns() ^ u64::from(std::process::id())),
         }
     };
     let stop = match w.stop {
@@ -491,8 +491,8 @@ impl Fmt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::chunk::classify;
     use crate::trace::ChunkKind;
+    use crate::wire::chunk::classify;
 
     fn p(body: serde_json::Value, chat: bool) -> Result<GenRequest, ApiError> {
         parse(body.to_string().as_bytes(), chat, "m", 100)

@@ -17,7 +17,7 @@ use crate::sim::engine::sched::{Seq, Verdict};
 use crate::sim::engine::stats::Stats;
 use crate::sim::journal::Journal;
 use crate::sim::text;
-use crate::trace::journal::WorkerEntry;
+use crate::wire::journal::WorkerEntry;
 
 /// One request inside the engine.
 pub struct Job {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::sim::journal::Journal;
-use crate::trace::journal::WorkerEntry;
+use crate::wire::journal::WorkerEntry;
 
 /// Where in the token loop a hook fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

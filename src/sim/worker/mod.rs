@@ -32,8 +32,8 @@ use super::engine::{self, EngineHandle, Submit};
 use super::journal::Journal;
 use crate::client::{ATTEMPT_HEADER, WORKER_HEADER};
 use crate::scenario::EngineCfg;
-use crate::trace::journal::WorkerEntry;
-use crate::trace::mono_ns;
+use crate::wire::journal::WorkerEntry;
+use crate::wire::mono_ns;
 pub use api::openai_error;
 use api::{ApiError, Fmt};
 use emit::{Job, WorkerPublisher};
@@ -131,7 +131,7 @@ impl Worker {
 }
 
 pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
-    crate::install_crypto_provider();
+    crate::wire::tls::install_crypto_provider();
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
     let journal = Journal::open(cfg.journal.as_deref())?;

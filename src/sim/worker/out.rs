@@ -15,7 +15,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures_util::Stream;
 
-use crate::trace::mono_ns;
+use crate::wire::mono_ns;
 
 /// Why an [`Out`] stopped accepting frames before it was closed normally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

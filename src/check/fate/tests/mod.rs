@@ -17,8 +17,8 @@ use crate::check::evidence::{GwItem, GwLine, Sources, WkLine};
 use crate::check::fate::{FindingKind, Stage};
 use crate::check::{Judgement, Status, Verdict, judge_with};
 use crate::scenario::Plan;
-use crate::trace::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 use crate::trace::{ChunkKind, Edge, Event, Outcome};
+use crate::wire::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 
 /// 1 ms in trace µs.
 pub const MS: u64 = 1000;

@@ -42,7 +42,7 @@ fn a_retry_that_was_made_or_impossible_is_not_retry_not_made() {
     h.attempt("r1", 1, "w2", (MS, 0), (25 * MS, "failed", 0))
         .gw(
             26 * MS,
-            crate::trace::journal::GatewayEntry::NoUpstream {
+            crate::wire::journal::GatewayEntry::NoUpstream {
                 req: "r1".into(),
                 attempts: 1,
             },
@@ -121,7 +121,7 @@ fn a_stream_cut_with_the_explicit_error_passes_the_default_policy() {
         .attempt("r1", 1, "w2", (MS, 0), (95 * MS, "failed", 3))
         .gw(
             96 * MS,
-            crate::trace::journal::GatewayEntry::ExplicitError {
+            crate::wire::journal::GatewayEntry::ExplicitError {
                 req: "r1".into(),
                 delivered: 3,
                 why: "stream: reset".into(),
@@ -240,7 +240,7 @@ fn a_planned_drain_is_not_judged_as_a_request_fate_fault() {
 /// r1's one attempt on w2: scheduled, preempted at 15 ms, recomputed at 40 ms, finished;
 /// a fault hit w2 at 20 ms, while r1 waited to be recomputed.
 fn preempted_and_recomputed() -> H {
-    use crate::trace::journal::WorkerEntry as W;
+    use crate::wire::journal::WorkerEntry as W;
     let mut h = H::journaled();
     super::clean(&mut h, "r1", "w2", 0, 4);
     h.attempt("r1", 1, "w2", (MS, 0), (200 * MS, "finished", 4))

@@ -57,7 +57,7 @@ fn an_attempt_never_ended_is_judged_only_if_the_journal_goes_on() {
     gave_up(&mut h);
     h.gw(
         MS,
-        crate::trace::journal::GatewayEntry::AttemptStart {
+        crate::wire::journal::GatewayEntry::AttemptStart {
             req: "r1".into(),
             attempt: "r1/a1".into(),
             worker: "w1".into(),

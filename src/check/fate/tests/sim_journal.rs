@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::check::fate::Observed;
-use crate::trace::journal::{FenceHow, GatewayEntry as G, WorkerEntry as W};
+use crate::wire::journal::{FenceHow, GatewayEntry as G, WorkerEntry as W};
 
 fn admitted(h: &mut H, t: u64, w: &str, attempt: &str) {
     h.wk(

@@ -1,0 +1,24 @@
+//! The bottom of the stack: what crosses a process boundary, shared by haq's client,
+//! its proxy, the trace and the embedded cluster — SSE parsing and the classification
+//! of each event, header names, the I/O error kinds the stream-end classification
+//! reads, the monotonic clock every process stamps with, the journal lines the sim's
+//! processes write and the checks read, and the units every file and command line
+//! uses. It imports nothing of haq's.
+
+pub mod chunk;
+mod clock;
+pub mod hash;
+pub mod headers;
+pub mod io;
+pub mod journal;
+pub mod kinds;
+pub mod scan;
+pub mod sse;
+pub mod tls;
+pub mod units;
+
+pub use clock::mono_ns;
+
+/// First line a sim process prints on stdout once it listens (`HAQ_LISTEN <addr>`):
+/// how the launcher learns a process's address.
+pub const LISTEN_PREFIX: &str = "HAQ_LISTEN ";
