@@ -618,7 +618,7 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
                 );
                 return Exit::Unusable;
             }
-            let opts = crate::sim::bench::BenchOpts {
+            let opts = crate::bench::sim::BenchOpts {
                 replicas,
                 streams,
                 warmup,
@@ -630,7 +630,7 @@ async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
                     std::env::temp_dir().join(format!("haq-bench-{}", std::process::id()))
                 }),
             };
-            match crate::sim::bench::run(opts).await {
+            match crate::bench::sim::run(opts).await {
                 Ok(r) => {
                     print!("{}", r.render());
                     if max_p99.is_some_and(|m| r.event_lateness.p99_us > m.as_micros() as u64) {
@@ -683,8 +683,8 @@ async fn sim_up(
     if scenario_path.is_none() || policy != GatewayPolicy::Reference {
         target.gateway.policy = policy;
     }
-    let bin = crate::sim::haq_binary()?;
-    let cluster = crate::sim::SimCluster::start(&target, &bin, &dir).await?;
+    let bin = crate::target::sim::haq_binary()?;
+    let cluster = crate::target::sim::SimCluster::start(&target, &bin, &dir).await?;
     println!(
         "gateway   {}  (OpenAI base URL; policy {})",
         cluster.api_url,

@@ -21,5 +21,6 @@ pub mod observe;
 pub mod priority;
 pub mod proxy;
 pub mod report;
+pub mod target;
 
 pub use wire::tls::install_crypto_provider;

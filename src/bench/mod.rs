@@ -7,6 +7,7 @@
 //! judgement gives the schedule slip; getrusage gives the CPU; /proc the peak RSS.
 
 pub mod server;
+pub mod sim;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -228,10 +229,10 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
         None => std::env::temp_dir().join(format!("haq-bench-{}", std::process::id())),
     };
     std::fs::create_dir_all(&dir)?;
-    let bin = crate::sim::haq_binary().context("locating the haq executable")?;
+    let bin = crate::target::sim::haq_binary().context("locating the haq executable")?;
     let mut args = vec!["bench".to_string(), "server".into()];
     args.extend(cfg.shape.args());
-    let server = crate::sim::SimProcess::start(&bin, "bench-server", &args, &dir).await?;
+    let server = crate::target::sim::SimProcess::start(&bin, "bench-server", &args, &dir).await?;
     let stream_s =
         cfg.shape.ttft.as_secs_f64() + cfg.shape.itl.as_secs_f64() * f64::from(cfg.shape.tokens);
     let rate = cfg

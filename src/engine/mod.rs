@@ -20,7 +20,7 @@ use crate::faults::registry::{ProcRef, SimSpawner};
 use crate::faults::{HealGuard, Registry, Replica};
 use crate::proxy::{ProxySet, ProxySpec};
 use crate::scenario::{Plan, TargetKind};
-use crate::sim::SimCluster;
+use crate::target::sim::SimCluster;
 use crate::trace::{self, Clock, Event, ReplicaInfo, TraceWriter};
 use progress::Progress;
 
@@ -152,7 +152,7 @@ async fn start_target(
         TargetKind::Sim => {
             let bin = match &opts.haq_bin {
                 Some(b) => b.clone(),
-                None => crate::sim::haq_binary().context("locating the haq executable")?,
+                None => crate::target::sim::haq_binary().context("locating the haq executable")?,
             };
             // One proxy per worker, between the gateway and the worker.
             let specs: Vec<ProxySpec> = plan

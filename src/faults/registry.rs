@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::proxy::ReplicaProxy;
 use crate::scenario::Target;
-use crate::sim::cluster::SharedProcess;
+use crate::target::sim::SharedProcess;
 
 /// A replica's engine process.
 #[derive(Clone)]

@@ -135,7 +135,7 @@ async fn start_sim(
     } else {
         old_url.trim_start_matches("http://").to_string()
     };
-    let new = crate::sim::cluster::start_worker(
+    let new = crate::target::sim::start_worker(
         &sim.target,
         &engine,
         &r.name,

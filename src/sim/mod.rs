@@ -1,8 +1,7 @@
 //! The embedded simulated cluster: worker processes, a gateway and a tool service, all
 //! on loopback. docs/sim.md describes the model, its defaults and the admin API.
 
-pub mod bench;
-pub mod cluster;
+pub mod config;
 pub mod engine;
 pub mod gateway;
 pub mod journal;
@@ -12,9 +11,6 @@ pub mod worker;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-
-pub use cluster::{SimCluster, SimProcess};
 
 pub use crate::wire::LISTEN_PREFIX;
 
@@ -37,13 +33,4 @@ pub(crate) async fn serve_nodelay(
         let _ = tcp.set_nodelay(true);
     });
     axum::serve(listener, app).await
-}
-
-/// The haq executable that sim processes are started from: `$HAQ_BIN`, else this
-/// process's own executable.
-pub fn haq_binary() -> std::io::Result<PathBuf> {
-    match std::env::var_os("HAQ_BIN") {
-        Some(p) => Ok(PathBuf::from(p)),
-        None => std::env::current_exe(),
-    }
 }

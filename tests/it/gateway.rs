@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use haq::sim::SimCluster;
+use haq::target::sim::SimCluster;
 use haq::wire::journal::{FenceHow, GatewayEntry, Stamped, ToolExecution};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};

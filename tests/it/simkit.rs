@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use haq::sim::SimProcess;
+use haq::target::sim::SimProcess;
 use haq::wire::sse::{SseItem, SseParser};
 use serde_json::{Value, json};
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use haq::check::Status;
-use haq::sim::SimProcess;
+use haq::target::sim::SimProcess;
 use haq::trace::{Event, ReplacementStage};
 use serde_json::json;
 

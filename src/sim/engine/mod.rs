@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use crate::scenario::EngineCfg;
+use crate::sim::config::EngineCfg;
 use kv::Kv;
 use sched::{Limits, Note, Sched, Seq, Verdict, Work};
 use stats::Stats;

@@ -33,8 +33,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::journal::Journal;
 use super::worker::openai_error;
-use crate::client::{ATTEMPT_HEADER, WORKER_HEADER};
-use crate::scenario::{GatewayCfg, GatewayPolicy};
+use crate::sim::config::{GatewayCfg, GatewayPolicy};
+use crate::wire::headers::{ATTEMPT_HEADER, WORKER_HEADER};
 use crate::wire::journal::Priority;
 use admission::Admission;
 use relay::{Client, Forward, Head};
@@ -43,7 +43,7 @@ use upstream::Upstream;
 /// Request header marking a request's priority (`x-haq-priority`, sent by haq's client
 /// for each class): `best_effort` (or `best-effort`) may be shed first; anything else,
 /// or none, is protected traffic.
-pub use crate::client::PRIORITY_HEADER;
+pub use crate::wire::headers::PRIORITY_HEADER;
 /// Request header naming the worker the first attempt should go to, when it is
 /// routable (manual experiments and tests; retries still go elsewhere).
 pub const ROUTE_HEADER: &str = "x-haq-route";

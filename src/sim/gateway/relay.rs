@@ -13,12 +13,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
 use super::upstream::Busy;
-use crate::scenario::GatewayPolicy;
+use crate::sim::config::GatewayPolicy;
 use crate::sim::worker::{LEASE_HEADER, REVISION_HEADER, TOOL_KEY_HEADER};
-use crate::trace::ChunkKind;
 use crate::wire::chunk;
 use crate::wire::headers::{ATTEMPT_HEADER, WORKER_HEADER};
 use crate::wire::journal::{GatewayEntry, RemovalCause};
+use crate::wire::kinds::ChunkKind;
 use crate::wire::sse::{SseItem, SseParser};
 
 /// What the request task tells the HTTP handler before any body byte.

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::Gateway;
 use super::lease::{self, Failure};
 use super::relay::{self, Client, End, Forward, Head};
-use crate::scenario::GatewayPolicy;
+use crate::sim::config::GatewayPolicy;
 use crate::wire::journal::{GatewayEntry, Priority};
 
 pub struct Incoming {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Gateway;
 use super::lease::LeaseBook;
-use crate::scenario::GatewayPolicy;
+use crate::sim::config::GatewayPolicy;
 use crate::wire::journal::{GatewayEntry, RemovalCause};
 
 /// What the gateway believes about a worker.

@@ -491,8 +491,8 @@ impl Fmt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::ChunkKind;
     use crate::wire::chunk::classify;
+    use crate::wire::kinds::ChunkKind;
 
     fn p(body: serde_json::Value, chat: bool) -> Result<GenRequest, ApiError> {
         parse(body.to_string().as_bytes(), chat, "m", 100)

@@ -30,8 +30,8 @@ use futures_util::StreamExt;
 
 use super::engine::{self, EngineHandle, Submit};
 use super::journal::Journal;
-use crate::client::{ATTEMPT_HEADER, WORKER_HEADER};
-use crate::scenario::EngineCfg;
+use crate::sim::config::EngineCfg;
+use crate::wire::headers::{ATTEMPT_HEADER, WORKER_HEADER};
 use crate::wire::journal::WorkerEntry;
 use crate::wire::mono_ns;
 pub use api::openai_error;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 
-use super::SimCluster;
+use crate::target::sim::{SimCluster, haq_binary};
 
 #[derive(Debug, Clone)]
 pub struct BenchOpts {
@@ -202,7 +202,7 @@ pub async fn run(o: BenchOpts) -> anyhow::Result<BenchReport> {
     target.replicas = Some(crate::scenario::Replicas::Count(o.replicas));
     target.gateway.max_inflight_per_worker =
         target.gateway.max_inflight_per_worker.max(o.streams * 2);
-    let bin = super::haq_binary()?;
+    let bin = haq_binary()?;
     let cluster = SimCluster::start(&target, &bin, &o.dir)
         .await
         .context("starting the sim cluster")?;

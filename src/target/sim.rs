@@ -15,9 +15,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
-use super::LISTEN_PREFIX;
 use crate::scenario::Target;
 use crate::trace::ReplicaInfo;
+use crate::wire::LISTEN_PREFIX;
 
 /// One running sim process.
 pub struct SimProcess {
@@ -364,5 +364,14 @@ impl SimCluster {
             w.lock().await.kill_and_reap().await;
         }
         self.tools.kill_and_reap().await;
+    }
+}
+
+/// The haq executable that sim processes are started from: `$HAQ_BIN`, else this
+/// process's own executable.
+pub fn haq_binary() -> std::io::Result<PathBuf> {
+    match std::env::var_os("HAQ_BIN") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => std::env::current_exe(),
     }
 }
