@@ -252,11 +252,14 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
         haq_bin: Some(bin),
     };
     let cpu0 = cpu_seconds();
+    // The whole `haq run` path: record, judge, write.
     let r = crate::engine::run(plan, opts, CancellationToken::new()).await?;
+    crate::report::judge_and_write(&r.run_dir)?;
     let cpu1 = cpu_seconds();
     drop(server);
-    // The run judged its trace at the end; judging again measures that part alone.
-    let (_, j) = crate::check::judge_dir(&r.run_dir)?;
+    // The run judged its trace at the end; judging again (with its interval log, as
+    // the run does) measures that part alone.
+    let (_, j) = crate::report::judge_writing_hlog(&r.run_dir)?;
     let cpu_judge = cpu_seconds() - cpu1;
     let cpu_load = (cpu1 - cpu0 - cpu_judge).max(0.0);
     let a = analyse(&r.run_dir.join(crate::trace::TRACE_FILE))?;

@@ -18,8 +18,8 @@ use crate::scenario::{Plan, TargetKind};
 use crate::trace::Event;
 use crate::wire::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 
-pub const GATEWAY_FILE: &str = "gateway.jsonl";
-pub const TOOLS_FILE: &str = "tools.jsonl";
+pub use crate::trace::files::{GATEWAY_FILE, TOOLS_FILE};
+use crate::trace::files::{WORKER_PREFIX, WORKER_SUFFIX};
 
 /// One line of the gateway journal, read forward-compatibly: entry kinds this version
 /// does not type are kept with their fields (a newer sim may journal more).
@@ -215,8 +215,8 @@ pub fn open(dir: &Path, plan: &Plan) -> Sources {
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let w = name
-                .strip_prefix("worker-")?
-                .strip_suffix(".jsonl")?
+                .strip_prefix(WORKER_PREFIX)?
+                .strip_suffix(WORKER_SUFFIX)?
                 .to_string();
             Some((w, e.path()))
         })
@@ -400,42 +400,4 @@ pub fn merge<'a, I: Iterator<Item = Event> + 'a>(
             _ => journals[i].head.take().map(|h| h.1),
         }
     })
-}
-
-/// Brings evidence that lives outside the run directory into it at the end of a run,
-/// so `haq check RUN_DIR` needs no network: `evidence.tool_log` (a path or an
-/// `http(s)://` URL) becomes `RUN_DIR/tools.jsonl`. Returns what went wrong, if
-/// anything (the judge then reports the tool log as missing).
-pub async fn collect(plan: &Plan, dir: &Path) -> Result<(), String> {
-    let Some(src) = &plan.scenario.evidence.tool_log else {
-        return Ok(());
-    };
-    let dest = dir.join(TOOLS_FILE);
-    if src.starts_with("http://") || src.starts_with("https://") {
-        let http = crate::client::http_client(
-            std::time::Duration::from_secs(5),
-            &reqwest::header::HeaderMap::new(),
-        )
-        .map_err(|e| format!("tool log {src}: {e}"))?;
-        let resp = http
-            .get(src)
-            .timeout(std::time::Duration::from_secs(30))
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(|e| format!("tool log {src}: {e}"))?;
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| format!("tool log {src}: {e}"))?;
-        std::fs::write(&dest, &body).map_err(|e| format!("{}: {e}", dest.display()))
-    } else {
-        let p = PathBuf::from(src);
-        if p == dest {
-            return Ok(());
-        }
-        std::fs::copy(&p, &dest)
-            .map(|_| ())
-            .map_err(|e| format!("tool log {}: {e}", p.display()))
-    }
 }

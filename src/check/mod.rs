@@ -32,7 +32,7 @@ use crate::trace::{Event, Line};
 use history::{FaultRec, Folder, RequestRecord, RequestSink, RunInfo};
 use latency::{PhaseAcc, PhaseStats};
 
-pub const SCENARIO_FILE: &str = "scenario.json";
+pub use crate::trace::files::SCENARIO_FILE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -472,8 +472,20 @@ fn not_evaluated(name: &str, why: &str) -> Verdict {
     Verdict::new(name, Status::NotEvaluated, why, Vec::new())
 }
 
-/// Re-reads a run directory's scenario and trace and judges them (no network).
+/// Re-reads a run directory's scenario and trace and judges them: no network, and
+/// nothing written (`haq check` of a read-only run directory).
 pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
+    judge_dir_with(dir, None)
+}
+
+/// As [`judge_dir`], writing the run's HdrHistogram interval log (`latency.hlog`: it is
+/// rebuilt from the trace each time the run is judged) into `hlog` as the judging goes.
+/// An unreadable trace line fails the whole judgement; the caller then drops what was
+/// written.
+pub fn judge_dir_with(
+    dir: &Path,
+    hlog: Option<&mut dyn std::io::Write>,
+) -> anyhow::Result<(Plan, Judgement)> {
     let sc = dir.join(SCENARIO_FILE);
     let text = std::fs::read_to_string(&sc).with_context(|| format!("reading {}", sc.display()))?;
     let plan = crate::scenario::from_recorded_json(&text).map_err(anyhow::Error::msg)?;
@@ -484,22 +496,20 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
             .map_err(reading)?
             .map_while(Result::ok),
     );
-    // One full pass reads (and checks) every line while judging; an unreadable line
-    // fails the whole judgement, and nothing is written for it.
+    // One full pass reads (and checks) every line while judging.
     let mut bad_line = None;
     let trace = crate::trace::Reader::open(&tp, None).map_err(reading)?;
     let sources = evidence::open(dir, &plan);
-    // The interval log is rebuilt from the trace each time the run is judged.
-    let mut hlog = Vec::new();
-    let j = crate::metrics::hlog::write(&mut hlog, setup.load_start, |sink| {
-        let trace = Trace::<Option<Event>>::File(trace, &mut bad_line);
-        judge_set_up(&plan, setup, trace, sources, Some(sink))
-    })
-    .context("writing the interval log")?;
+    let trace = Trace::<Option<Event>>::File(trace, &mut bad_line);
+    let j = match hlog {
+        Some(mut out) => crate::metrics::hlog::write(&mut out, setup.load_start, |sink| {
+            judge_set_up(&plan, setup, trace, sources, Some(sink))
+        })
+        .context("writing the interval log")?,
+        None => judge_set_up(&plan, setup, trace, sources, None),
+    };
     if let Some(msg) = bad_line.take() {
         anyhow::bail!("{}: {msg}", tp.display());
     }
-    let hp = dir.join(crate::metrics::hlog::HLOG_FILE);
-    std::fs::write(&hp, hlog).with_context(|| format!("writing {}", hp.display()))?;
     Ok((plan, j))
 }

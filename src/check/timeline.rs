@@ -382,7 +382,7 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
     // the detection; haq's own readiness poll only when none of them saw it.
     let seen = |ours: bool| {
         ev.observed(&f.replica, f.t, says_unusable)
-            .find(move |o| (o.source == crate::observe::READINESS) == ours)
+            .find(move |o| (o.source == crate::trace::READINESS) == ours)
     };
     let observed = seen(false).or_else(|| seen(true)).map(|o| {
         mark(
@@ -399,7 +399,7 @@ fn detection(ev: &Evidence, f: &FaultRec) -> Option<Mark> {
         )
     });
     match (journal, observed) {
-        (Some(j), Some(o)) if o.source == crate::observe::READINESS => Some(j),
+        (Some(j), Some(o)) if o.source == crate::trace::READINESS => Some(j),
         (j, o) => [j, o].into_iter().flatten().min_by_key(|m| m.t),
     }
 }
@@ -839,7 +839,7 @@ mod tests {
 
     #[test]
     fn haqs_readiness_watch_dates_detection_only_when_the_system_saw_nothing() {
-        let watch = crate::observe::READINESS;
+        let watch = crate::trace::READINESS;
         let p = plan(&[]);
         // With the gateway journal: the gateway's detection (+50 ms) is the system's,
         // though haq's poll saw the replica down first.

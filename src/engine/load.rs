@@ -18,10 +18,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::Target;
 use super::progress::Progress;
 use crate::client::{self, Call, Timeouts};
 use crate::scenario::Plan;
+use crate::target::Running;
 use crate::trace::{Clock, Edge, Event, Outcome, TraceWriter};
 use crate::workload::{self, Planned, Schedule};
 
@@ -56,7 +56,7 @@ struct Ready {
 /// `started`, whose clock the fault schedule shares), then drains.
 pub(super) async fn drive(
     plan: &Plan,
-    target: &Target,
+    target: &Running,
     started: tokio::sync::oneshot::Sender<Instant>,
     clock: &Clock,
     tw: &TraceWriter,

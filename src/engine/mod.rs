@@ -1,11 +1,12 @@
 //! The run: start the target, offer the seeded open-loop schedule through every phase,
-//! fire faults on time, record everything to the trace, stop and clean up whatever
-//! happens, then judge the trace from disk.
+//! fire faults on time, collect the evidence files, record everything to the trace,
+//! stop and clean up whatever happens — and stop there: judging the trace is the next
+//! stage's job (`crate::run` goes on to `check` and `report`).
 
+mod evidence;
 mod load;
 mod progress;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,14 +15,11 @@ use anyhow::{Context, anyhow};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
-use crate::check::{self, Judgement};
 use crate::client;
-use crate::faults::registry::{ProcRef, SimSpawner};
-use crate::faults::{HealGuard, Registry, Replica};
-use crate::proxy::{ProxySet, ProxySpec};
-use crate::scenario::{Plan, TargetKind};
-use crate::target::sim::SimCluster;
-use crate::trace::{self, Clock, Event, ReplicaInfo, TraceWriter};
+use crate::faults::HealGuard;
+use crate::scenario::Plan;
+use crate::target::{self, Running};
+use crate::trace::{self, Clock, Event, TraceWriter};
 use progress::Progress;
 
 #[derive(Debug, Clone, Default)]
@@ -35,10 +33,10 @@ pub struct RunOptions {
     pub haq_bin: Option<PathBuf>,
 }
 
-pub struct RunResult {
+/// A run recorded: its directory holds the trace and the evidence files, to be judged.
+pub struct Recorded {
     pub run_dir: PathBuf,
-    pub plan: Plan,
-    pub judgement: Judgement,
+    /// The run was stopped by SIGINT/SIGTERM (a partial trace).
     pub interrupted: bool,
 }
 
@@ -85,10 +83,10 @@ fn make_run_dir(plan: &Plan, opts: &RunOptions) -> anyhow::Result<PathBuf> {
 
 fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(&plan.scenario)?;
-    std::fs::write(dir.join(check::SCENARIO_FILE), json + "\n")?;
+    std::fs::write(dir.join(trace::files::SCENARIO_FILE), json + "\n")?;
     let yaml = serde_saphyr::to_string(&plan.scenario).map_err(|e| anyhow!("{e}"))?;
     std::fs::write(
-        dir.join("scenario.yaml"),
+        dir.join(trace::files::SCENARIO_YAML),
         format!("# effective scenario of this run (overrides applied, workload inlined)\n{yaml}"),
     )?;
     // The files the workload read (empirical lengths, replayed traces), kept with the
@@ -119,237 +117,10 @@ fn request_headers(plan: &Plan) -> anyhow::Result<HeaderMap> {
     Ok(h)
 }
 
-/// The system under test while the run lasts.
-struct Target {
-    api_url: String,
-    sim: Option<SimCluster>,
-    replicas: Vec<ReplicaInfo>,
-    /// haq's proxies in front of the replicas (every sim worker; `url` replicas with
-    /// a `listen` address).
-    proxies: Option<ProxySet>,
-    registry: Arc<Registry>,
-}
-
-fn replica_info(r: &Replica, pid: Option<u32>) -> ReplicaInfo {
-    ReplicaInfo {
-        name: r.name.clone(),
-        url: r.direct_url().unwrap_or_default(),
-        pid,
-        proxy: r.proxy.as_ref().map(|p| p.listen.to_string()),
-        node: r.node.clone(),
-    }
-}
-
-async fn start_target(
-    plan: &Plan,
-    opts: &RunOptions,
-    dir: &Path,
-    tw: &TraceWriter,
-    clock: &Clock,
-) -> anyhow::Result<Target> {
-    let t = &plan.scenario.target;
-    match t.kind {
-        TargetKind::Sim => {
-            let bin = match &opts.haq_bin {
-                Some(b) => b.clone(),
-                None => crate::target::sim::haq_binary().context("locating the haq executable")?,
-            };
-            // One proxy per worker, between the gateway and the worker.
-            let specs: Vec<ProxySpec> = plan
-                .replica_decls
-                .iter()
-                .map(|d| ProxySpec {
-                    name: d.name.clone(),
-                    listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-                    upstream: None,
-                })
-                .collect();
-            let proxies = ProxySet::start(&specs, tw, clock).await?;
-            let via = |name: &str, url: &str| match proxies.get(name) {
-                Some(p) => {
-                    p.set_upstream(url.trim_start_matches("http://"));
-                    format!("http://{}", p.listen)
-                }
-                None => url.to_string(),
-            };
-            let sim = SimCluster::start_via(t, &bin, dir, &via)
-                .await
-                .context("starting the sim cluster")?;
-            let mut replicas = Vec::new();
-            for (d, w) in plan.replica_decls.iter().zip(&sim.workers) {
-                let (url, _) = {
-                    let g = w.lock().await;
-                    (g.url.clone(), g.pid)
-                };
-                replicas.push(Arc::new(Replica {
-                    name: d.name.clone(),
-                    node: d.node.clone(),
-                    process: std::sync::Mutex::new(Some(ProcRef::Sim(w.clone()))),
-                    proxy: proxies.get(&d.name).cloned(),
-                    direct_url: std::sync::RwLock::new(Some(url)),
-                    ready_path: "/ready".into(),
-                    restart_cmd: None,
-                }));
-            }
-            let tools_url = sim.tools_url().to_string();
-            let info = replicas
-                .iter()
-                .zip(&sim.info)
-                .map(|(r, i)| replica_info(r, i.pid))
-                .collect();
-            Ok(Target {
-                api_url: sim.api_url.clone(),
-                replicas: info,
-                sim: Some(sim),
-                proxies: Some(proxies),
-                registry: Arc::new(Registry {
-                    replicas,
-                    sim: Some(SimSpawner {
-                        target: t.clone(),
-                        tools_url,
-                        bin,
-                        dir: dir.to_path_buf(),
-                    }),
-                }),
-            })
-        }
-        TargetKind::Url => {
-            let url = t
-                .url
-                .clone()
-                .unwrap_or_default()
-                .trim_end_matches('/')
-                .to_string();
-            let (registry, proxies) = url_replicas(plan, tw, clock).await?;
-            let http = client::http_client(Duration::from_secs(5), &request_headers(plan)?)?;
-            http.get(format!("{url}/models"))
-                .timeout(Duration::from_secs(10))
-                .send()
-                .await
-                .with_context(|| format!("target {url} is not reachable"))?;
-            let replicas = registry
-                .replicas
-                .iter()
-                .map(|r| {
-                    let pid = r
-                        .process()
-                        .and_then(|p| crate::faults::process::resolve(&p).ok());
-                    replica_info(r, pid)
-                })
-                .collect();
-            Ok(Target {
-                api_url: url,
-                sim: None,
-                replicas,
-                proxies,
-                registry,
-            })
-        }
-    }
-}
-
-/// The declared replicas of a `url` target, checked before anything starts (their
-/// processes exist, their upstreams accept connections) and with haq's proxy
-/// listening in front of those that declare `listen`.
-async fn url_replicas(
-    plan: &Plan,
-    tw: &TraceWriter,
-    clock: &Clock,
-) -> anyhow::Result<(Arc<Registry>, Option<ProxySet>)> {
-    let mut specs = Vec::new();
-    let mut procs = Vec::new();
-    for d in &plan.replica_decls {
-        let up = d.upstream.clone().unwrap_or_default();
-        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&up))
-            .await
-            .map_err(|_| {
-                anyhow!(
-                    "replica {}: upstream {up} did not accept a connection within 5s",
-                    d.name
-                )
-            })?
-            .with_context(|| format!("replica {}: upstream {up} is not reachable", d.name))?;
-        let proc_ref = match &d.process {
-            None => None,
-            Some(p) => Some(match (p.pid, &p.pid_file) {
-                (Some(pid), _) => {
-                    let (state, start) =
-                        crate::faults::process::proc_stat(pid).ok_or_else(|| {
-                            anyhow!("replica {}: process {pid} does not exist", d.name)
-                        })?;
-                    if matches!(state, 'Z' | 'X') {
-                        anyhow::bail!("replica {}: process {pid} has exited", d.name);
-                    }
-                    ProcRef::Pid {
-                        pid,
-                        start: Some(start),
-                    }
-                }
-                (None, Some(f)) => {
-                    let r = ProcRef::PidFile(f.into());
-                    let pid = crate::faults::process::resolve(&r)
-                        .map_err(|e| anyhow!("replica {}: {e}", d.name))?;
-                    if crate::faults::process::gone(pid) {
-                        anyhow::bail!(
-                            "replica {}: pid file {f} names pid {pid}, which is not running",
-                            d.name
-                        );
-                    }
-                    r
-                }
-                (None, None) => anyhow::bail!("replica {}: process needs pid or pid_file", d.name),
-            }),
-        };
-        procs.push(proc_ref);
-        if let Some(l) = &d.listen {
-            specs.push(ProxySpec {
-                name: d.name.clone(),
-                listen: l
-                    .parse()
-                    .with_context(|| format!("replica {}: listen {l}", d.name))?,
-                upstream: Some(up),
-            });
-        }
-    }
-    let proxies = if specs.is_empty() {
-        None
-    } else {
-        Some(ProxySet::start(&specs, tw, clock).await?)
-    };
-    let replicas = plan
-        .replica_decls
-        .iter()
-        .zip(procs)
-        .map(|(d, p)| {
-            Arc::new(Replica {
-                name: d.name.clone(),
-                node: d.node.clone(),
-                process: std::sync::Mutex::new(p),
-                proxy: proxies.as_ref().and_then(|s| s.get(&d.name).cloned()),
-                direct_url: std::sync::RwLock::new(
-                    d.upstream.as_ref().map(|u| format!("http://{u}")),
-                ),
-                ready_path: d
-                    .process
-                    .as_ref()
-                    .map_or_else(|| "/health".to_string(), |p| p.ready_path.clone()),
-                restart_cmd: d.process.as_ref().and_then(|p| p.restart.clone()),
-            })
-        })
-        .collect();
-    Ok((
-        Arc::new(Registry {
-            replicas,
-            sim: None,
-        }),
-        proxies,
-    ))
-}
-
 #[allow(clippy::too_many_arguments)]
 fn fault_env(
     plan: &Plan,
-    target: &Target,
+    target: &Running,
     dir: &Path,
     tw: &TraceWriter,
     clock: &Clock,
@@ -423,7 +194,7 @@ pub async fn run(
     plan: Plan,
     opts: RunOptions,
     cancel: CancellationToken,
-) -> anyhow::Result<RunResult> {
+) -> anyhow::Result<Recorded> {
     let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
     let dir = make_run_dir(&plan, &opts).map_err(env)?;
     record_scenario(&dir, &plan).map_err(env)?;
@@ -445,8 +216,9 @@ pub async fn run(
         plan.scenario.target.kind,
         dir.display()
     ));
+    let headers = request_headers(&plan).map_err(env)?;
     let target = tokio::select! {
-        t = start_target(&plan, &opts, &dir, &tw, &clock) => t,
+        t = target::start(&plan, opts.haq_bin.as_deref(), &headers, &dir, &tw, &clock) => t,
         _ = cancel.cancelled() => Err(anyhow!("interrupted while starting the target")),
     };
     let mut target = match target {
@@ -486,7 +258,7 @@ pub async fn run(
     )?;
     // The replicas' own readiness, polled while the load runs (Q11), when asked for.
     let watch = match plan.scenario.evidence.readiness_watch {
-        Some(every) => Some(tokio::spawn(crate::observe::readiness(
+        Some(every) => Some(tokio::spawn(crate::target::readiness::readiness(
             target.registry.clone(),
             every.0,
             crate::faults::admin_client()?,
@@ -511,11 +283,9 @@ pub async fn run(
     }
     finish_faults(faults, &plan, &stop_faults).await;
     guard.heals().heal_all("the run ended").await;
-    if let Some(p) = target.proxies.take() {
-        p.stop();
-    }
+    target.stop_proxies();
     // Evidence kept outside the run directory (a tool log) is copied in (M10).
-    if let Err(e) = check::evidence::collect(&plan, &dir).await {
+    if let Err(e) = evidence::collect(&plan, &dir).await {
         progress.line(&format!("evidence: {e}"));
         tw.emit(Event::Observation {
             t: clock.now_us(),
@@ -525,9 +295,7 @@ pub async fn run(
             detail: Some(e),
         });
     }
-    if let Some(sim) = target.sim.take() {
-        sim.stop().await;
-    }
+    target.stop().await;
     drop(guard);
     let interrupted = cancel.is_cancelled();
     emit_trace_stats(&tw, &clock);
@@ -543,13 +311,8 @@ pub async fn run(
     drop(tw);
     th.finish().context("writing the trace")?;
     driven?;
-
-    let (plan, judgement) = check::judge_dir(&dir)?;
-    crate::report::write_all(&dir, &plan, &judgement).context("writing the reports")?;
-    Ok(RunResult {
+    Ok(Recorded {
         run_dir: dir,
-        plan,
-        judgement,
         interrupted,
     })
 }

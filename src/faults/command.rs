@@ -131,9 +131,11 @@ pub fn run_sh(cmd: &str, env: &[(String, String)], timeout: Duration) -> Ran {
 /// The environment every command of a fault sees.
 pub fn env(f: &FaultPlan, r: &Replica, cx: &Context) -> Vec<(String, String)> {
     let pid = match r.process() {
-        Some(super::registry::ProcRef::Pid { pid, .. }) => Some(pid),
-        Some(p @ super::registry::ProcRef::PidFile(_)) => super::process::resolve(&p).ok(),
-        Some(super::registry::ProcRef::Sim(sp)) => sp.try_lock().ok().map(|w| w.pid),
+        Some(crate::target::registry::ProcRef::Pid { pid, .. }) => Some(pid),
+        Some(p @ crate::target::registry::ProcRef::PidFile(_)) => {
+            crate::target::procs::resolve(&p).ok()
+        }
+        Some(crate::target::registry::ProcRef::Sim(sp)) => sp.try_lock().ok().map(|w| w.pid),
         None => None,
     };
     let v = vec![

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::registry::ProcRef;
 use super::schedule::{self, Env, Fired};
 use super::{Injected, Replica};
 use crate::proxy::Release;
 use crate::scenario::{FaultPlan, ProbePoint};
+use crate::target::registry::ProcRef;
 use crate::wire::journal::{Stamped, WorkerEntry, read_lines};
 
 fn hook_point(p: ProbePoint) -> (&'static str, u32) {
@@ -124,7 +124,7 @@ async fn crashed(env: &Env, r: &Replica, id: &str, within: Duration) -> Injected
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
-    let journal = env.run_dir.join(format!("worker-{}.jsonl", r.name));
+    let journal = env.run_dir.join(crate::trace::files::worker_file(&r.name));
     let stamp = read_lines::<Stamped<WorkerEntry>>(&journal)
         .ok()
         .and_then(Result::ok)

@@ -17,7 +17,6 @@ pub mod hook;
 pub mod probe;
 pub mod process;
 pub mod proxy;
-pub mod registry;
 pub mod replace;
 pub mod schedule;
 
@@ -27,9 +26,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 
 use crate::scenario::{FaultBackend, FaultPlan};
+pub use crate::target::registry::{Registry, Replica};
 use crate::trace::{Clock, TraceWriter};
 pub use guard::{HealGuard, Healed, Heals, Undo};
-pub use registry::{Registry, Replica};
 
 /// How long a killed process may take to disappear, or a rule to be applied, before
 /// the fault counts as not taken effect.

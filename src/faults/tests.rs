@@ -4,9 +4,10 @@
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
-use super::registry::ProcRef;
 use super::*;
 use crate::scenario::{CommandSpec, FailureDomain, FaultAction, FaultBackend, FaultPlan, Trigger};
+use crate::target::procs;
+use crate::target::registry::ProcRef;
 use crate::trace::{Event, TraceWriter};
 
 /// A child process to fault (`sleep`), killed when dropped.
@@ -27,7 +28,7 @@ impl Victim {
     fn proc_ref(&self) -> ProcRef {
         ProcRef::Pid {
             pid: self.pid(),
-            start: process::proc_stat(self.pid()).map(|s| s.1),
+            start: procs::proc_stat(self.pid()).map(|s| s.1),
         }
     }
 }
@@ -99,10 +100,10 @@ async fn freeze_is_verified_by_the_kernel_and_resumed() {
         .inject(&plan(FaultAction::Freeze), &r, &context(&dir))
         .await;
     assert!(inj.verified, "{}", inj.detail);
-    assert!(process::stopped(v.pid()));
+    assert!(procs::stopped(v.pid()));
     let h = undo.expect("freeze is reversible").undo();
     assert!(h.verified, "{}", h.detail);
-    assert!(!process::stopped(v.pid()));
+    assert!(!procs::stopped(v.pid()));
 }
 
 #[tokio::test]
@@ -124,7 +125,7 @@ async fn kill_of_a_declared_pid_and_of_a_pid_file() {
         assert!(inj.verified, "{}", inj.detail);
         assert_eq!(inj.pid, Some(v.pid()));
         assert!(undo.is_none());
-        assert!(process::gone(v.pid()));
+        assert!(procs::gone(v.pid()));
         // A second kill finds nothing to kill: not verified, never a silent pass.
         let (again, _) = injector(FaultBackend::Process)
             .inject(&plan(FaultAction::Kill), &r, &context(&dir))
@@ -148,9 +149,9 @@ async fn a_reused_pid_is_never_signalled() {
         .await;
     assert!(!inj.verified);
     assert!(inj.detail.contains("another process"), "{}", inj.detail);
-    assert!(!process::gone(v.pid()), "it was signalled");
+    assert!(!procs::gone(v.pid()), "it was signalled");
     for pid in [1, std::process::id()] {
-        assert!(process::resolve(&ProcRef::Pid { pid, start: None }).is_err());
+        assert!(procs::resolve(&ProcRef::Pid { pid, start: None }).is_err());
     }
 }
 
@@ -240,12 +241,12 @@ async fn heal_guard_heals_during_a_panic() {
         guard
             .heals()
             .register("blackhole-t", "w2", ub.expect("undo"));
-        assert!(process::stopped(pid));
+        assert!(procs::stopped(pid));
         panic!("a bug in the middle of a run");
     });
     let r = task.await;
     assert!(r.is_err_and(|e| e.is_panic()));
-    assert!(!process::stopped(pid), "the frozen process was left frozen");
+    assert!(!procs::stopped(pid), "the frozen process was left frozen");
     assert!(!path.rules().blackhole, "the path was left cut");
     drop(tw);
     drop(proxies);

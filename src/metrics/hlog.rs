@@ -22,7 +22,7 @@ use hdrhistogram::serialization::{
 
 use super::series::IntervalSink;
 
-pub const HLOG_FILE: &str = "latency.hlog";
+pub use crate::trace::files::HLOG_FILE;
 
 /// Writes an interval log to `out` while `fold` hands closed seconds to the sink.
 pub fn write<W: Write, T>(

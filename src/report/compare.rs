@@ -151,7 +151,9 @@ pub fn compare(a: Side, b: Side, t: Thresholds) -> Comparison {
 
 /// One side from a judged run: the named phase, or the whole run (latency histograms
 /// merged losslessly from the run's interval log).
-pub fn side(dir: &Path, j: &Judgement, phase: Option<&str>) -> anyhow::Result<Side> {
+/// One side of a comparison: a whole run (its interval log `hlog`, merged) or one of
+/// its phases.
+pub fn side(dir: &Path, j: &Judgement, hlog: &[u8], phase: Option<&str>) -> anyhow::Result<Side> {
     let label = match phase {
         Some(p) => format!("{} [{p}]", dir.display()),
         None => dir.display().to_string(),
@@ -182,10 +184,8 @@ pub fn side(dir: &Path, j: &Judgement, phase: Option<&str>) -> anyhow::Result<Si
             rejection_rate: p.rejected as f64 / n,
         });
     }
-    let hp = dir.join(crate::metrics::hlog::HLOG_FILE);
-    let bytes = std::fs::read(&hp).with_context(|| format!("reading {}", hp.display()))?;
     let mut merged: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
-    for (_, tag, h) in crate::metrics::hlog::read(&bytes).map_err(anyhow::Error::msg)? {
+    for (_, tag, h) in crate::metrics::hlog::read(hlog).map_err(anyhow::Error::msg)? {
         match merged.get_mut(&tag) {
             Some(acc) => acc.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?,
             None => {

@@ -16,6 +16,8 @@ pub use terminal::terminal;
 
 use std::path::Path;
 
+use anyhow::Context;
+
 use serde::Serialize;
 
 use crate::check::{
@@ -25,6 +27,7 @@ use crate::check::{
     latency::PhaseStats,
 };
 use crate::scenario::{Plan, ReportFormat};
+use crate::trace::files::HLOG_FILE;
 
 pub const REPORT_JSON: &str = "report.json";
 pub const REPORT_MD: &str = "report.md";
@@ -139,6 +142,25 @@ pub fn requests_csv(j: &Judgement) -> Result<String, csv::Error> {
     requests::render(j)
 }
 
+/// Judges a recorded run from its directory ([`crate::check::judge_dir_with`]) and
+/// writes its interval log (`latency.hlog`) and the outputs the scenario's
+/// `report.formats` asks for into it.
+pub fn judge_and_write(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
+    let (plan, j) = judge_writing_hlog(dir)?;
+    write_all(dir, &plan, &j).context("writing the reports")?;
+    Ok((plan, j))
+}
+
+/// Judges a run directory and (re)writes its interval log; nothing is left written
+/// when the judgement fails (an unreadable trace line).
+pub fn judge_writing_hlog(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
+    let hp = dir.join(HLOG_FILE);
+    let mut hlog = Vec::new();
+    let judged = crate::check::judge_dir_with(dir, Some(&mut hlog))?;
+    std::fs::write(&hp, hlog).with_context(|| format!("writing {}", hp.display()))?;
+    Ok(judged)
+}
+
 /// Writes the file outputs the scenario's `report.formats` asks for into `dir`;
 /// returns the names written.
 pub fn write_all(dir: &Path, plan: &Plan, j: &Judgement) -> std::io::Result<Vec<&'static str>> {
@@ -178,36 +200,6 @@ pub fn write(
         written.push(name);
     }
     Ok(written)
-}
-
-/// `haq compare`: judges both runs from their traces, prints the comparison, and
-/// returns the exit code (0 no regression, 1 regressed, 2 unusable input).
-pub fn compare_command(
-    a: &Path,
-    b: &Path,
-    phase_a: Option<&str>,
-    phase_b: Option<&str>,
-    t: compare::Thresholds,
-) -> crate::cli::Exit {
-    let side = |dir: &Path, phase: Option<&str>| -> anyhow::Result<compare::Side> {
-        let (_, j) = crate::check::judge_dir(dir)?;
-        compare::side(dir, &j, phase)
-    };
-    match (side(a, phase_a), side(b, phase_b)) {
-        (Ok(sa), Ok(sb)) => {
-            let c = compare::compare(sa, sb, t);
-            print!("{}", compare::render(&c));
-            if c.regressed {
-                crate::cli::Exit::Fail
-            } else {
-                crate::cli::Exit::Pass
-            }
-        }
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("error: {e:#}");
-            crate::cli::Exit::Unusable
-        }
-    }
 }
 
 /// As [`write_all`], for report.json alone.

@@ -1,5 +1,213 @@
 //! What is qualified: the embedded cluster haq starts ([`sim`]) or the deployment it
-//! reaches (`url`), the registry of its replicas and their processes, replacement and
-//! readiness.
+//! reaches ([`url`]), with haq's proxy in front of each replica where it can be; the
+//! registry of the replicas and their processes ([`registry`], [`procs`]), the way
+//! the target starts a replacement ([`replace`]) and the watch of the replicas' own
+//! readiness ([`readiness`]).
+//!
+//! The seam for a new kind of target (docs/architecture.md): a [`Kind`] arm for what
+//! it must stop at the end, a [`registry::Respawn`] arm for its replacements, and its
+//! start in [`start`].
 
+pub mod procs;
+pub mod readiness;
+pub mod registry;
+pub mod replace;
 pub mod sim;
+pub mod url;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use reqwest::header::HeaderMap;
+
+use crate::proxy::{ProxySet, ProxySpec};
+use crate::scenario::Plan;
+use crate::scenario::TargetKind;
+use crate::trace::{Clock, ReplicaInfo, TraceWriter};
+use registry::{ProcRef, Registry, Replica, Respawn, SimSpawner};
+use sim::SimCluster;
+
+/// The system under test while the run lasts.
+pub struct Running {
+    /// The OpenAI base URL the load goes to (`…/v1`).
+    pub api_url: String,
+    /// The replicas as the trace records them.
+    pub replicas: Vec<ReplicaInfo>,
+    /// haq's proxies in front of the replicas (every sim worker; `url` replicas with
+    /// a `listen` address).
+    pub proxies: Option<ProxySet>,
+    pub registry: Arc<Registry>,
+    kind: Kind,
+}
+
+/// What a target holds while it runs, to stop it at the end.
+enum Kind {
+    /// The embedded cluster: its processes, stopped in order.
+    Sim(SimCluster),
+    /// A deployment haq only reaches: nothing of it is haq's to stop.
+    Url,
+}
+
+impl Running {
+    /// The proxies stop relaying (the end of the load's observation).
+    pub fn stop_proxies(&mut self) {
+        if let Some(p) = self.proxies.take() {
+            p.stop();
+        }
+    }
+
+    /// Stops what haq started (the sim's processes); a `url` target is left running.
+    pub async fn stop(mut self) {
+        self.stop_proxies();
+        if let Kind::Sim(sim) = self.kind {
+            sim.stop().await;
+        }
+    }
+
+    /// The tool service's URL, when the target runs one (the sim's).
+    pub fn tools_url(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Sim(sim) => Some(sim.tools_url()),
+            Kind::Url => None,
+        }
+    }
+}
+
+fn replica_info(r: &Replica, pid: Option<u32>) -> ReplicaInfo {
+    ReplicaInfo {
+        name: r.name.clone(),
+        url: r.direct_url().unwrap_or_default(),
+        pid,
+        proxy: r.proxy.as_ref().map(|p| p.listen.to_string()),
+        node: r.node.clone(),
+    }
+}
+
+/// Starts (sim) or reaches (url) the plan's target, with haq's proxies in front of its
+/// replicas. `headers` go with the reachability check of a `url` target; `haq_bin` is
+/// the executable sim processes start from (default: `$HAQ_BIN` or this one).
+pub async fn start(
+    plan: &Plan,
+    haq_bin: Option<&Path>,
+    headers: &HeaderMap,
+    dir: &Path,
+    tw: &TraceWriter,
+    clock: &Clock,
+) -> anyhow::Result<Running> {
+    match plan.scenario.target.kind {
+        TargetKind::Sim => start_sim(plan, haq_bin, dir, tw, clock).await,
+        TargetKind::Url => start_url(plan, headers, tw, clock).await,
+    }
+}
+
+async fn start_sim(
+    plan: &Plan,
+    haq_bin: Option<&Path>,
+    dir: &Path,
+    tw: &TraceWriter,
+    clock: &Clock,
+) -> anyhow::Result<Running> {
+    let t = &plan.scenario.target;
+    let bin = match haq_bin {
+        Some(b) => b.to_path_buf(),
+        None => sim::haq_binary().context("locating the haq executable")?,
+    };
+    // One proxy per worker, between the gateway and the worker.
+    let specs: Vec<ProxySpec> = plan
+        .replica_decls
+        .iter()
+        .map(|d| ProxySpec {
+            name: d.name.clone(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            upstream: None,
+        })
+        .collect();
+    let proxies = ProxySet::start(&specs, tw, clock).await?;
+    let via = |name: &str, url: &str| match proxies.get(name) {
+        Some(p) => {
+            p.set_upstream(url.trim_start_matches("http://"));
+            format!("http://{}", p.listen)
+        }
+        None => url.to_string(),
+    };
+    let sim = SimCluster::start_via(t, &bin, dir, &via)
+        .await
+        .context("starting the sim cluster")?;
+    let mut replicas = Vec::new();
+    for (d, w) in plan.replica_decls.iter().zip(&sim.workers) {
+        let (url, _) = {
+            let g = w.lock().await;
+            (g.url.clone(), g.pid)
+        };
+        replicas.push(Arc::new(Replica {
+            name: d.name.clone(),
+            node: d.node.clone(),
+            process: std::sync::Mutex::new(Some(ProcRef::Sim(w.clone()))),
+            proxy: proxies.get(&d.name).cloned(),
+            direct_url: std::sync::RwLock::new(Some(url)),
+            ready_path: "/ready".into(),
+            restart_cmd: None,
+        }));
+    }
+    let tools_url = sim.tools_url().to_string();
+    let info = replicas
+        .iter()
+        .zip(&sim.info)
+        .map(|(r, i)| replica_info(r, i.pid))
+        .collect();
+    Ok(Running {
+        api_url: sim.api_url.clone(),
+        replicas: info,
+        kind: Kind::Sim(sim),
+        proxies: Some(proxies),
+        registry: Arc::new(Registry {
+            replicas,
+            respawn: Respawn::Sim(SimSpawner {
+                target: t.clone(),
+                tools_url,
+                bin,
+                dir: dir.to_path_buf(),
+            }),
+        }),
+    })
+}
+
+async fn start_url(
+    plan: &Plan,
+    headers: &HeaderMap,
+    tw: &TraceWriter,
+    clock: &Clock,
+) -> anyhow::Result<Running> {
+    let t = &plan.scenario.target;
+    let url = t
+        .url
+        .clone()
+        .unwrap_or_default()
+        .trim_end_matches('/')
+        .to_string();
+    let (registry, proxies) = url::replicas(plan, tw, clock).await?;
+    let http = crate::client::http_client(Duration::from_secs(5), headers)?;
+    http.get(format!("{url}/models"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .with_context(|| format!("target {url} is not reachable"))?;
+    let replicas = registry
+        .replicas
+        .iter()
+        .map(|r| {
+            let pid = r.process().and_then(|p| procs::resolve(&p).ok());
+            replica_info(r, pid)
+        })
+        .collect();
+    Ok(Running {
+        api_url: url,
+        kind: Kind::Url,
+        replicas,
+        proxies,
+        registry,
+    })
+}

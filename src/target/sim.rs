@@ -103,7 +103,7 @@ fn worker_args(
         "--tools-url".into(),
         tools_url.into(),
         "--journal".into(),
-        dir.join(format!("worker-{name}.jsonl"))
+        dir.join(crate::trace::files::worker_file(name))
             .display()
             .to_string(),
     ])
@@ -223,7 +223,9 @@ impl SimCluster {
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--log".into(),
-            dir.join("tools.jsonl").display().to_string(),
+            dir.join(crate::trace::files::TOOLS_FILE)
+                .display()
+                .to_string(),
             "--config".into(),
             serde_json::to_string(&target.tools)?,
         ];
@@ -249,7 +251,9 @@ impl SimCluster {
             "--config".into(),
             serde_json::to_string(&target.gateway)?,
             "--journal".into(),
-            dir.join("gateway.jsonl").display().to_string(),
+            dir.join(crate::trace::files::GATEWAY_FILE)
+                .display()
+                .to_string(),
         ];
         for w in &workers {
             args.push("--upstream".into());

@@ -2,6 +2,9 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::wire::kinds::{ChunkKind, InBandError, ToolCall, Usage};
 
+/// The `source` of the observations of haq's readiness watch (`evidence.readiness_watch`).
+pub const READINESS: &str = "haq readiness watch";
+
 /// One line of the trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "ev", rename_all = "snake_case")]

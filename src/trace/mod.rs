@@ -17,7 +17,9 @@ pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};
 
 use std::path::Path;
 
-pub const TRACE_FILE: &str = "trace.jsonl";
+pub mod files;
+
+pub use files::TRACE_FILE;
 
 /// Streams the events of a trace file; a torn last line (the run was killed mid-write)
 /// ends the stream instead of failing it.

@@ -190,7 +190,7 @@ async fn the_reference_gateway_has_no_request_fate_finding_seed_99() {
 /// A flawed policy that is another verdict's business (no-health-check: Routing;
 /// no-shedding: Overload; hard-drain: Maintenance) gives no Request-Fate finding: what
 /// the clients saw was well-formed (Q13: each verdict fails for its own reason).
-pub fn no_request_fate_finding(r: &haq::engine::RunResult, policy: &str) {
+pub fn no_request_fate_finding(r: &haq::RunResult, policy: &str) {
     assert!(
         r.judgement.findings.is_empty(),
         "{policy}: {:#?}",

@@ -110,7 +110,7 @@ impl RequestSink for Collect {
     }
 }
 
-fn measured(r: &haq::engine::RunResult) -> Vec<(RequestRecord, Measured)> {
+fn measured(r: &haq::RunResult) -> Vec<(RequestRecord, Measured)> {
     let mut sink = Collect(Vec::new(), r.plan.scenario.slo.clone());
     let mut f = Folder::default();
     for ev in haq::trace::read(&r.run_dir.join("trace.jsonl")).expect("trace") {

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
+use haq::RunResult;
 use haq::check::Status;
 use haq::check::fate::FindingKind;
-use haq::engine::RunResult;
 use haq::trace::{Event, Outcome, ProxyEndKind};
 
 use crate::support::{LOOSE_SLO, events, plan, run, verdict};

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use haq::engine::{RunOptions, RunResult};
+use haq::RunResult;
+use haq::engine::RunOptions;
 use haq::scenario::Plan;
 use tokio_util::sync::CancellationToken;
 
@@ -50,7 +51,7 @@ pub async fn run(plan: Plan, name: &str) -> RunResult {
         quiet: true,
         haq_bin: Some(haq_bin()),
     };
-    haq::engine::run(plan, opts, CancellationToken::new())
+    haq::run(plan, opts, CancellationToken::new())
         .await
         .unwrap_or_else(|e| panic!("run failed: {e:#}"))
 }

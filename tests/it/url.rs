@@ -213,7 +213,7 @@ async fn a_url_target_with_listed_replicas_is_faulted_through_pids_and_proxies()
             .detected
             .as_ref()
             .unwrap_or_else(|| panic!("{name} not detected: {f:?}"));
-        assert_eq!(d.source, haq::observe::READINESS, "{name}: {d:?}");
+        assert_eq!(d.source, haq::trace::READINESS, "{name}: {d:?}");
     }
     let fate = verdict(&r, "Request-Fate");
     assert!(
@@ -226,7 +226,7 @@ async fn a_url_target_with_listed_replicas_is_faulted_through_pids_and_proxies()
 
 /// State letter of a process from /proc.
 fn state(pid: u32) -> Option<char> {
-    haq::faults::process::proc_stat(pid).map(|s| s.0)
+    haq::target::procs::proc_stat(pid).map(|s| s.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,7 @@ fn short(extra: &[&str]) -> haq::scenario::Plan {
     plan("scenarios/quickstart.yaml", &sets)
 }
 
-fn status_of(r: &haq::engine::RunResult, name: &str) -> (Status, String) {
+fn status_of(r: &haq::RunResult, name: &str) -> (Status, String) {
     let v = verdict(r, name);
     (v.status, format!("{v:?}"))
 }
@@ -71,7 +71,7 @@ async fn a_replacement_that_serves_within_the_bound_passes_recovery() {
                 replica,
                 what,
                 ..
-            } if source == haq::observe::READINESS && replica.as_deref() == Some("w2") => {
+            } if source == haq::trace::READINESS && replica.as_deref() == Some("w2") => {
                 Some((t, what))
             }
             _ => None,

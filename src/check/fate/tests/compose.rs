@@ -229,19 +229,20 @@ fn evidence_files_stream_with_a_torn_last_line_ignored() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test]
-async fn a_declared_tool_log_is_copied_into_the_run_from_a_file_or_a_url() {
+/// The tool log a run copied in (engine::evidence, tested there) is judged from the
+/// run directory.
+#[test]
+fn a_tool_log_in_the_run_directory_is_judged() {
     let dir = std::env::temp_dir().join(format!("haq-collect-{}", std::process::id()));
     let run = dir.join("run");
     std::fs::create_dir_all(&run).expect("dir");
     let line = r#"{"t_ns":1,"logical_request_id":"r1","tool_call_id":"c1","idempotency_key":"r1:c1","tool":"t","arguments":"{}","result":"ok","deduplicated":false}"#;
-    let src = dir.join("tools-src.jsonl");
-    std::fs::write(&src, format!("{line}\n{line}\n")).expect("write");
-    let set = format!("evidence.tool_log={}", src.display());
+    std::fs::write(run.join(evidence::TOOLS_FILE), format!("{line}\n{line}\n")).expect("write");
+    let set = format!(
+        "evidence.tool_log={}",
+        run.join(evidence::TOOLS_FILE).display()
+    );
     let p = plan(&[&set]);
-    evidence::collect(&p, &run).await.expect("copied");
-    let got = std::fs::read_to_string(run.join(evidence::TOOLS_FILE)).expect("read");
-    assert_eq!(got.lines().count(), 2);
     // Judged from the run directory: the key ran twice.
     let s = evidence::open(&run, &p);
     assert_eq!(s.state("tool log"), Some(SourceState::Used));
@@ -250,27 +251,5 @@ async fn a_declared_tool_log_is_copied_into_the_run_from_a_file_or_a_url() {
     let evs = h.events.clone();
     let j = judge_with(&p, || evs.clone(), s);
     assert_eq!(kinds(&j), vec![FindingKind::DuplicateToolEffect]);
-
-    // From a URL (a tool service's log endpoint on loopback).
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let body = format!("{line}\n");
-    let app = axum::Router::new().route("/log", axum::routing::get(move || async move { body }));
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    std::fs::remove_file(run.join(evidence::TOOLS_FILE)).expect("rm");
-    let set = format!("evidence.tool_log=http://{addr}/log");
-    evidence::collect(&plan(&[&set]), &run)
-        .await
-        .expect("fetched");
-    let got = std::fs::read_to_string(run.join(evidence::TOOLS_FILE)).expect("read");
-    assert_eq!(got.lines().count(), 1);
-    let set = format!("evidence.tool_log=http://{addr}/missing");
-    let e = evidence::collect(&plan(&[&set]), &run)
-        .await
-        .expect_err("404");
-    assert!(e.contains("404"), "{e}");
-    server.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }

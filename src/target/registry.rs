@@ -87,10 +87,19 @@ pub struct SimSpawner {
     pub dir: PathBuf,
 }
 
+/// How the target starts a replacement replica ([`super::replace`]).
+#[derive(Clone)]
+pub enum Respawn {
+    /// The sim respawns its worker process.
+    Sim(SimSpawner),
+    /// The replica's (or the fault's) restart command runs.
+    Command,
+}
+
 /// Every replica of the target.
 pub struct Registry {
     pub replicas: Vec<Arc<Replica>>,
-    pub sim: Option<SimSpawner>,
+    pub respawn: Respawn,
 }
 
 impl Registry {

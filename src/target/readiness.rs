@@ -1,7 +1,7 @@
 //! Watchers of the replicas' own readiness (Q11): with `evidence.readiness_watch`, each
 //! declared replica's readiness path is polled directly (not through the gateway or
 //! haq's proxy) during the load, and every change is recorded as an `observation`
-//! (`not_ready` / `ready`, source [`READINESS`]). For a target without a gateway
+//! (`not_ready` / `ready`, source [`crate::trace::READINESS`]). For a target without a gateway
 //! journal this dates detection and readiness in the timeline; where the system's own
 //! observers (the gateway journal, other watchers) saw the failure, the timeline prefers
 //! them — haq's poll says when the replica could be seen down, not when the system saw it.
@@ -12,11 +12,10 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::faults::registry::{Registry, Replica};
+use crate::target::registry::{Registry, Replica};
 use crate::trace::{Clock, Event, TraceWriter};
 
-/// The `source` of the watch's observations.
-pub const READINESS: &str = "haq readiness watch";
+use crate::trace::READINESS;
 
 /// Polls every replica every `every` until `stop`; records each change of state (and
 /// the first state when it is not ready).

@@ -1,0 +1,287 @@
+//! The command line's arguments (clap derive).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::scenario::GatewayPolicy;
+use crate::wire;
+
+/// haq — qualifies LLM inference clusters for high availability.
+///
+/// Replays a production-like request mix at the protected load against an
+/// OpenAI-compatible streaming endpoint, breaks things at chosen points of the token
+/// loop, and judges eight verdicts from what the client measured.
+///
+/// Exit codes: 0 every verdict PASS · 1 any FAIL (or UNKNOWN) · 2 unusable scenario or
+/// environment (nothing was qualified), including an INVALID run (haq's own client fell
+/// behind its schedule; the report is written and marked INVALID) · 3 interrupted
+/// (partial report written).
+#[derive(Debug, Parser)]
+#[command(name = "haq", version, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a qualification scenario and write its report.
+    ///
+    /// Starts the target (the embedded sim, or reaches a URL), offers the seeded
+    /// open-loop load through every phase, injects the faults, records every SSE event
+    /// in RUN_DIR/trace.jsonl, then judges the trace and prints the verdicts.
+    Run(RunArgs),
+    /// Check a scenario file without running it (exit 0 if valid, 2 if not).
+    Validate(ValidateArgs),
+    /// Re-judge a stored run from its trace, with no network.
+    Check(CheckArgs),
+    /// Re-render every output of a stored run from its trace, with no network:
+    /// report.json, report.md, junit.xml, report.html, requests.csv, latency.hlog.
+    Report(CheckArgs),
+    /// Compare two stored runs (or a phase of each, e.g. healthy vs degraded): latency
+    /// percentiles, throughput, goodput and errors side by side. Exit 1 when B regresses
+    /// against A beyond the thresholds.
+    Compare(CompareArgs),
+    /// Print the JSON Schema of scenario files (for editors).
+    Schema,
+    /// Write a commented starter scenario.
+    Init(InitArgs),
+    /// The embedded simulated cluster.
+    Sim(SimArgs),
+    /// Benchmarks of haq itself.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct Overrides {
+    /// Override a scenario field, as helm does: `--set target.replicas=5`,
+    /// `--set phases[1].duration=20s`. Repeatable; the value is read as YAML.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
+    /// Seed for every random choice (same as `--set workload.seed=N`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The scenario file (YAML).
+    pub scenario: PathBuf,
+    /// Run directory (default: `reports/<scenario>-<UTC time>/`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where run directories go when `--out` is not given.
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// No progress output (the verdict table is still printed).
+    #[arg(long, short)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub overrides: Overrides,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The scenario file (YAML).
+    pub scenario: PathBuf,
+    #[command(flatten)]
+    pub overrides: Overrides,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// A run directory written by `haq run`.
+    pub run_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The reference run directory.
+    pub run_a: PathBuf,
+    /// The run compared against it (may be the same directory with other phases).
+    pub run_b: PathBuf,
+    /// Compare only this phase of run A (default: the whole run).
+    #[arg(long)]
+    pub phase_a: Option<String>,
+    /// Compare only this phase of run B (default: the whole run).
+    #[arg(long)]
+    pub phase_b: Option<String>,
+    /// Largest allowed relative change for the worse of p95 TTFT/ITL/E2E (up) and of
+    /// throughput and goodput (down).
+    #[arg(long, default_value = "10%", value_parser = wire::units::parse_fraction)]
+    pub max_regression: f64,
+    /// Largest allowed increase of the error or the rejection rate, in points.
+    #[arg(long, default_value = "1%", value_parser = wire::units::parse_fraction)]
+    pub max_error_increase: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Where to write it.
+    #[arg(default_value = "scenario.yaml")]
+    pub path: PathBuf,
+    /// Overwrite an existing file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub command: SimCommand,
+}
+
+/// Parses a gateway policy name (`reference`, `naive-retry`, …).
+pub fn parse_policy(s: &str) -> Result<GatewayPolicy, String> {
+    GatewayPolicy::ALL
+        .into_iter()
+        .find(|p| p.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<_> = GatewayPolicy::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown policy `{s}` (one of: {})", names.join(", "))
+        })
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Start the embedded cluster in the foreground and print its URLs; Ctrl-C stops
+    /// every process it started.
+    Up {
+        /// Number of worker processes.
+        #[arg(long, default_value_t = 3)]
+        replicas: u32,
+        /// Gateway policy: reference, naive-retry, silent-truncate, soft-timeout,
+        /// no-health-check, no-shedding, hard-drain, no-tool-idempotency.
+        #[arg(long, default_value = "reference", value_parser = parse_policy)]
+        policy: GatewayPolicy,
+        /// Directory for logs and journals (default: a new temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// A scenario whose `target` (engine, gateway, tools) to start; `--replicas` and
+        /// `--policy` still apply when given explicitly.
+        #[arg(long)]
+        scenario: Option<PathBuf>,
+    },
+    /// Measure the sim's timing error under load: replicas × streams concurrent
+    /// streams, token events' lateness against the engine model (docs/performance.md).
+    Bench {
+        #[arg(long, default_value_t = 16)]
+        replicas: u32,
+        /// Concurrent streams per replica.
+        #[arg(long, default_value_t = 64)]
+        streams: u32,
+        #[arg(long, default_value = "20s", value_parser = wire::units::parse_duration)]
+        duration: std::time::Duration,
+        #[arg(long, default_value = "5s", value_parser = wire::units::parse_duration)]
+        warmup: std::time::Duration,
+        /// Output tokens per request (each stream re-sends when done).
+        #[arg(long, default_value_t = 512)]
+        max_tokens: u32,
+        #[arg(long, default_value_t = 200)]
+        prompt_tokens: u32,
+        /// Connect straight to the workers instead of through the gateway.
+        #[arg(long)]
+        direct: bool,
+        /// Directory for logs and journals (default: a new temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Exit 1 when the event-lateness p99 exceeds this.
+        #[arg(long, value_parser = wire::units::parse_duration)]
+        max_p99: Option<std::time::Duration>,
+    },
+    /// One simulated engine replica (started by haq).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Engine model as JSON (the scenario's `target.engine`).
+        #[arg(long, default_value = "{}")]
+        engine: String,
+        /// Served model name.
+        #[arg(long, default_value = "haq-sim-8b")]
+        model: String,
+        /// Base URL of the tool service.
+        #[arg(long)]
+        tools_url: Option<String>,
+        /// Journal file (JSON lines).
+        #[arg(long)]
+        journal: Option<PathBuf>,
+    },
+    /// The simulated gateway (started by haq).
+    #[command(hide = true)]
+    Gateway {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// `name=http://host:port`, repeatable.
+        #[arg(long = "upstream", required = true)]
+        upstreams: Vec<String>,
+        /// Gateway configuration as JSON (the scenario's `target.gateway`).
+        #[arg(long, default_value = "{}")]
+        config: String,
+        #[arg(long)]
+        journal: Option<PathBuf>,
+    },
+    /// The tool service (started by haq).
+    #[command(hide = true)]
+    Tools {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Execution log (`tools.jsonl`).
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Tool service configuration as JSON (the scenario's `target.tools`).
+        #[arg(long, default_value = "{}")]
+        config: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Measure haq's own client against a local stamping SSE server: CPU per 100k
+    /// events, observation lag, TTFT against the server's truth, schedule slip, peak
+    /// RSS. Runs the real `haq run` path (dispatcher, client, trace, judging).
+    Client {
+        /// Concurrent streams in steady state.
+        #[arg(long, default_value_t = 64)]
+        streams: u32,
+        #[command(flatten)]
+        shape: crate::bench::server::StreamShape,
+        /// How long load is offered.
+        #[arg(long, default_value = "40s", value_parser = wire::units::parse_duration)]
+        duration: Duration,
+        /// Arrival rate (req/s); default: streams / stream length (steady concurrency).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Keep the run here (default: a temp dir).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only read the bytes with a bare reqwest client (the floor, for comparison).
+        #[arg(long)]
+        bare: bool,
+        /// The HTTP client haq's run uses (`client.transport`).
+        #[arg(long, value_enum, default_value = "auto")]
+        transport: crate::scenario::Transport,
+    },
+    /// The stamping SSE server (started by `bench client`).
+    #[command(hide = true)]
+    Server {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        #[command(flatten)]
+        shape: crate::bench::server::StreamShape,
+    },
+}

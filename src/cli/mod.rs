@@ -1,0 +1,274 @@
+//! The command line (clap derive, [`args`]). `main` parses and calls [`execute`];
+//! tests call it in-process. The one place that maps a run's outcome to the process
+//! exit code (0 PASS · 1 FAIL or UNKNOWN · 2 unusable or INVALID · 3 interrupted).
+
+mod args;
+mod sim;
+
+pub use args::*;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::check::Status;
+use crate::engine::{EnvironmentError, RunOptions};
+use crate::report::compare;
+use crate::scenario;
+
+/// Process exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Pass = 0,
+    Fail = 1,
+    Unusable = 2,
+    Interrupted = 3,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(e as u8)
+    }
+}
+
+fn exit_for(status: Status) -> Exit {
+    match status {
+        Status::Pass | Status::NotEvaluated => Exit::Pass,
+        Status::Fail | Status::Unknown => Exit::Fail,
+    }
+}
+
+/// Exit code of a judged run: interrupted (3) beats INVALID (2) beats the verdicts.
+pub fn exit_for_run(j: &crate::check::Judgement, interrupted: bool) -> Exit {
+    if interrupted {
+        Exit::Interrupted
+    } else if j.invalid() {
+        Exit::Unusable
+    } else {
+        exit_for(j.overall())
+    }
+}
+
+/// Cancels `token` on SIGINT or SIGTERM.
+pub fn cancel_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("haq: interrupted; stopping load, healing faults, writing a partial report");
+        token.cancel();
+    });
+}
+
+/// Runs one command to completion.
+pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
+    match cli.command {
+        Command::Run(a) => run(a, cancel).await,
+        Command::Validate(a) => {
+            match scenario::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+                Ok(plan) => {
+                    println!(
+                        "{}: valid · {} phases over {:.0}s · {} req/s offered (protected {}) · {} faults · seed {}",
+                        a.scenario.display(),
+                        plan.phases.len(),
+                        plan.total.as_secs_f64(),
+                        plan.rate,
+                        plan.scenario.protected_load,
+                        plan.faults.len(),
+                        plan.seed
+                    );
+                    Exit::Pass
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Exit::Unusable
+                }
+            }
+        }
+        Command::Check(a) => match crate::check::judge_dir(&a.run_dir) {
+            Ok((plan, j)) => {
+                print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
+                exit_for_run(&j, j.run.interrupted)
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                Exit::Unusable
+            }
+        },
+        Command::Report(a) => match crate::report::judge_writing_hlog(&a.run_dir) {
+            Ok((plan, j)) => {
+                match crate::report::write(&a.run_dir, &plan, &j, &crate::report::EVERY) {
+                    Ok(files) => {
+                        print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
+                        println!("wrote {} in {}", files.join(", "), a.run_dir.display());
+                        exit_for_run(&j, j.run.interrupted)
+                    }
+                    Err(e) => {
+                        eprintln!("error: writing the reports in {}: {e}", a.run_dir.display());
+                        Exit::Unusable
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                Exit::Unusable
+            }
+        },
+        Command::Compare(a) => compare_runs(
+            &a.run_a,
+            &a.run_b,
+            a.phase_a.as_deref(),
+            a.phase_b.as_deref(),
+            compare::Thresholds {
+                max_regression: a.max_regression,
+                max_error_increase: a.max_error_increase,
+            },
+        ),
+        Command::Schema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&scenario::json_schema()).unwrap_or_default()
+            );
+            Exit::Pass
+        }
+        Command::Init(a) => init(a),
+        Command::Sim(s) => sim::sim(s.command, cancel).await,
+        Command::Bench(b) => bench(b.command).await,
+    }
+}
+
+async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
+    let plan = match scenario::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Unusable;
+        }
+    };
+    let opts = RunOptions {
+        out: a.out,
+        reports_dir: a.reports_dir,
+        quiet: a.quiet,
+        haq_bin: None,
+    };
+    match crate::run(plan, opts, cancel).await {
+        Ok(r) => {
+            print!(
+                "{}",
+                crate::report::terminal(&r.plan, &r.judgement, &r.run_dir)
+            );
+            exit_for_run(&r.judgement, r.interrupted)
+        }
+        Err(e) if e.downcast_ref::<EnvironmentError>().is_some() => {
+            eprintln!("error: {e:#}");
+            Exit::Unusable
+        }
+        Err(e) => {
+            eprintln!("error: the run failed: {e:#}");
+            Exit::Unusable
+        }
+    }
+}
+
+fn init(a: InitArgs) -> Exit {
+    if a.path.exists() && !a.force {
+        eprintln!(
+            "error: {} exists (use --force to overwrite)",
+            a.path.display()
+        );
+        return Exit::Unusable;
+    }
+    match std::fs::write(&a.path, STARTER) {
+        Ok(()) => {
+            println!(
+                "wrote {} — try: haq validate {0} && haq run {0}",
+                a.path.display()
+            );
+            Exit::Pass
+        }
+        Err(e) => {
+            eprintln!("error: writing {}: {e}", a.path.display());
+            Exit::Unusable
+        }
+    }
+}
+
+async fn bench(cmd: BenchCommand) -> Exit {
+    let r = match cmd {
+        BenchCommand::Server { listen, shape } => {
+            crate::bench::raise_fd_limit();
+            crate::bench::server::serve(crate::bench::server::ServerConfig { listen, shape }).await
+        }
+        BenchCommand::Client {
+            streams,
+            shape,
+            duration,
+            rate,
+            out,
+            json,
+            bare,
+            transport,
+        } => {
+            let cfg = crate::bench::BenchConfig {
+                bare,
+                transport,
+                streams,
+                shape,
+                duration,
+                rate,
+                out,
+            };
+            crate::bench::run(cfg).await.map(|r| {
+                if json {
+                    println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                } else {
+                    println!("{r}");
+                }
+            })
+        }
+    };
+    match r {
+        Ok(()) => Exit::Pass,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Exit::Unusable
+        }
+    }
+}
+
+/// The starter scenario `haq init` writes.
+pub const STARTER: &str = include_str!("../starter.yaml");
+
+/// `haq compare`: judges both runs from their traces, prints the comparison, and
+/// returns the exit code (0 no regression, 1 regressed, 2 unusable input).
+fn compare_runs(
+    a: &Path,
+    b: &Path,
+    phase_a: Option<&str>,
+    phase_b: Option<&str>,
+    t: compare::Thresholds,
+) -> Exit {
+    let side = |dir: &Path, phase: Option<&str>| -> anyhow::Result<compare::Side> {
+        let mut hlog = Vec::new();
+        let (_, j) = crate::check::judge_dir_with(dir, Some(&mut hlog))?;
+        compare::side(dir, &j, &hlog, phase)
+    };
+    match (side(a, phase_a), side(b, phase_b)) {
+        (Ok(sa), Ok(sb)) => {
+            let c = compare::compare(sa, sb, t);
+            print!("{}", compare::render(&c));
+            if c.regressed { Exit::Fail } else { Exit::Pass }
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("error: {e:#}");
+            Exit::Unusable
+        }
+    }
+}

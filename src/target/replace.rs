@@ -1,0 +1,205 @@
+//! Starting a replacement replica (Q6, Q11), as the target does it: the sim respawns
+//! its worker with the scenario's cold-start delay; a `url` replica's restart command
+//! runs. [`ready_within`] follows the new replica to readiness. The stages are
+//! recorded by the fault that asked for the replacement (`faults::replace`).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::registry::{ProcRef, Replica, Respawn, SimSpawner};
+
+/// What a replacement is started with.
+pub struct Restart {
+    /// The restart command (`url` targets): the fault's own, else the replica's.
+    pub command: Option<String>,
+    /// Model load time of the replacement (the sim's cold start; `HAQ_COLD_START_MS`
+    /// for a command).
+    pub cold_start: Option<Duration>,
+    /// Environment of the restart command (`HAQ_FAULT`, `HAQ_REPLICA`, …).
+    pub env: Vec<(String, String)>,
+    /// Where the restart command's output goes.
+    pub log: PathBuf,
+    /// The load ended: stop waiting.
+    pub stop: CancellationToken,
+}
+
+/// Starts a replacement for `r` the target's way; the new pid (when known) and what
+/// was done.
+pub async fn start(
+    r: &Replica,
+    respawn: &Respawn,
+    how: &Restart,
+) -> Result<(Option<u32>, String), String> {
+    match respawn {
+        Respawn::Sim(sim) => start_sim(r, sim, how).await,
+        Respawn::Command => start_command(r, how).await,
+    }
+}
+
+async fn start_sim(
+    r: &Replica,
+    sim: &SimSpawner,
+    how: &Restart,
+) -> Result<(Option<u32>, String), String> {
+    let (cold_start, stop) = (how.cold_start, &how.stop);
+    let Some(ProcRef::Sim(shared)) = r.process() else {
+        return Err("no sim process handle".into());
+    };
+    let mut engine = sim.target.engine.for_replacement();
+    if let Some(c) = cold_start {
+        engine.startup = crate::wire::units::Dur(c);
+    }
+    // Delete, then create (a rolling update with no surge): a drained predecessor first
+    // finishes its streams — its leases are renewed and its events relayed through the
+    // same path the replacement will take. A crashed one is gone already.
+    let grace = drain_grace(sim);
+    let t0 = std::time::Instant::now();
+    let old_url = loop {
+        {
+            let mut w = shared.lock().await;
+            if w.exited().is_some() {
+                break w.url.clone();
+            }
+            if t0.elapsed() > grace {
+                return Err(format!(
+                    "{} (pid {}) still running {grace:?} after it was asked to stop",
+                    r.name, w.pid
+                ));
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stop.cancelled() => return Err("the load ended before the predecessor exited".into()),
+        }
+    };
+    // Behind haq's proxy any free port does (the proxy is re-pointed); without it the
+    // gateway knows only the old address.
+    let listen = if r.proxy.is_some() {
+        "127.0.0.1:0".to_string()
+    } else {
+        old_url.trim_start_matches("http://").to_string()
+    };
+    let new = crate::target::sim::start_worker(
+        &sim.target,
+        &engine,
+        &r.name,
+        &listen,
+        &sim.tools_url,
+        &sim.bin,
+        &sim.dir,
+    )
+    .await
+    .map_err(|e| format!("{e:#}"))?;
+    let (pid, url) = (new.pid, new.url.clone());
+    {
+        let mut w = shared.lock().await;
+        // The replaced process has exited; the new one takes its place (and dies with haq).
+        *w = new;
+    }
+    r.set_direct_url(url.clone());
+    if let (Some(p), Some(up)) = (&r.proxy, r.upstream()) {
+        p.set_upstream(&up);
+    }
+    Ok((
+        Some(pid),
+        format!(
+            "sim worker respawned (pid {pid}, {url}, model load {:?})",
+            engine.startup.0
+        ),
+    ))
+}
+
+/// How long a drained sim worker may take to finish its in-flight streams.
+fn drain_grace(sim: &SimSpawner) -> Duration {
+    sim.target.engine.drain_timeout.0 + Duration::from_secs(5)
+}
+
+async fn start_command(r: &Replica, how: &Restart) -> Result<(Option<u32>, String), String> {
+    let cmd = how.command.clone().ok_or("no restart command")?;
+    let old_pid = r
+        .process()
+        .and_then(|p| crate::target::procs::resolve(&p).ok());
+    let log = &how.log;
+    let out =
+        std::fs::File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    let mut c = tokio::process::Command::new("sh");
+    c.arg("-c")
+        .arg(&cmd)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .envs(how.env.iter().cloned())
+        .env(
+            "HAQ_COLD_START_MS",
+            how.cold_start
+                .map(|d| d.as_millis().to_string())
+                .unwrap_or_default(),
+        );
+    // SAFETY: restore_in_child is async-signal-safe.
+    unsafe {
+        c.pre_exec(crate::priority::restore_in_child);
+    }
+    let mut child = c.spawn().map_err(|e| format!("starting `{cmd}`: {e}"))?;
+    let child_pid = child.id();
+    // Reap it whenever it ends (a launcher exits at once; a server runs on).
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    if let Some(ProcRef::PidFile(path)) = r.process() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(pid) = crate::target::procs::resolve(&ProcRef::PidFile(path.clone()))
+                && Some(pid) != old_pid
+                && !crate::target::procs::gone(pid)
+            {
+                return Ok((
+                    Some(pid),
+                    format!("`{cmd}` started; pid file names pid {pid}"),
+                ));
+            }
+            if Instant::now() > deadline || how.stop.is_cancelled() {
+                return Err(format!(
+                    "`{cmd}` started but {} never named a new live pid",
+                    path.display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    if let Some(pid) = child_pid {
+        let start = crate::target::procs::proc_stat(pid).map(|s| s.1);
+        r.set_process(ProcRef::Pid { pid, start });
+    }
+    Ok((
+        child_pid,
+        format!("`{cmd}` started (pid {})", child_pid.unwrap_or(0)),
+    ))
+}
+
+/// Polls the replica's readiness path (directly, not through the gateway) until it
+/// answers 2xx; `None` when `timeout` passes or `stop` comes first.
+pub async fn ready_within(
+    r: &Replica,
+    http: &reqwest::Client,
+    timeout: Duration,
+    stop: &CancellationToken,
+) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Some(u) = r.direct_url() {
+            let url = format!("{u}{}", r.ready_path);
+            let got = http.get(&url).timeout(Duration::from_secs(1)).send().await;
+            if got.is_ok_and(|x| x.status().is_success()) {
+                return Some(start.elapsed());
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stop.cancelled() => return None,
+        }
+    }
+    None
+}
