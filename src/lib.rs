@@ -22,13 +22,14 @@
 //! ```
 
 pub mod bench;
-pub mod capacity;
+
 pub mod check;
 pub mod cli;
 pub mod client;
 pub mod engine;
 pub mod faults;
 pub mod metrics;
+pub mod plan;
 pub mod priority;
 pub mod proxy;
 pub mod report;
@@ -48,7 +49,7 @@ pub use wire::tls::install_crypto_provider;
 /// A qualification run, recorded, judged and written.
 pub struct RunResult {
     pub run_dir: PathBuf,
-    pub plan: scenario::Plan,
+    pub plan: plan::Plan,
     pub judgement: check::Judgement,
     pub interrupted: bool,
 }
@@ -57,7 +58,7 @@ pub struct RunResult {
 /// judges the run directory from disk ([`check`]) and writes every report the
 /// scenario asks for ([`report`]). Setup failures are [`engine::EnvironmentError`]s.
 pub async fn run(
-    plan: scenario::Plan,
+    plan: plan::Plan,
     opts: engine::RunOptions,
     cancel: CancellationToken,
 ) -> anyhow::Result<RunResult> {

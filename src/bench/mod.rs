@@ -129,7 +129,7 @@ fn scenario(cfg: &BenchConfig, url: &str, rate: f64) -> String {
         "name: bench-client\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 1\n  mix: {{classes: [{{name: bench, prompt_tokens: 16, output_tokens: {tokens}}}]}}\n  arrival: {{process: constant, rate: {rate}/s}}\nprotected_load: {rate}/s\nslo: {{ttft_p95: 60s, itl_p95: 60s, e2e_p95: 600s}}\nphases: [{{name: baseline, duration: {total}s}}]\nclient: {{first_token_timeout: 60s, idle_timeout: 60s, drain_timeout: 600s, warm_connections: {warm}, transport: {transport}}}\n",
         tokens = cfg.shape.tokens,
         transport = cfg.transport.as_str(),
-        warm = cfg.streams.min(crate::scenario::MAX_WARM_CONNECTIONS),
+        warm = cfg.streams.min(crate::plan::MAX_WARM_CONNECTIONS),
     )
 }
 
@@ -242,7 +242,7 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
         return bare(&cfg, &server.url, rate).await;
     }
     let text = scenario(&cfg, &format!("{}/v1", server.url), rate);
-    let plan = crate::scenario::load_str(&text, "bench.yaml", &dir, &[], None)
+    let plan = crate::plan::load_str(&text, "bench.yaml", &dir, &[], None)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let run_dir = dir.join(format!("run-{}", crate::wire::mono_ns()));
     let opts = crate::engine::RunOptions {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::testkit::{self, Tb, us};
 use super::{evidence, judge_dir, judge_with};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::trace::{Event, TraceWriter};
 
 fn temp(name: &str) -> PathBuf {

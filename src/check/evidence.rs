@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::scenario::{Plan, TargetKind};
+use crate::scenario::TargetKind;
+
+use crate::plan::Plan;
 use crate::trace::Event;
 use crate::wire::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 

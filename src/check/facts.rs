@@ -12,7 +12,8 @@ use serde::Serialize;
 use super::evidence::GwItem;
 use super::fate::{self, Stage};
 use super::history::{FaultRec, RequestRecord};
-use crate::scenario::{PhaseKind, Plan};
+use crate::plan::Plan;
+use crate::scenario::PhaseKind;
 use crate::trace::{Edge, Event, Outcome, ReplacementStage, ReplicaInfo};
 use crate::wire::journal::GatewayEntry;
 

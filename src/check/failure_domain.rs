@@ -9,7 +9,7 @@ use super::facts::Evidence;
 use super::history::FaultRec;
 use super::run::{judged, worst};
 use super::{Status, Verdict};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::wire::journal::GatewayEntry;
 
 pub const NAME: &str = "Failure-Domain";

@@ -2,7 +2,7 @@
 //! the same envelope healthy and degraded). The measurements are in `crate::metrics`.
 
 use super::{Status, Verdict};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 
 pub use crate::metrics::{Pcts, PhaseAcc, PhaseStats, pcts};
 

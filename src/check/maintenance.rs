@@ -9,7 +9,7 @@ use super::fate::{Finding, FindingKind};
 use super::run::conclude;
 use super::timeline::{FaultTimeline, Timeline, ms};
 use super::{Status, Verdict};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::trace::Outcome;
 use crate::wire::journal::GatewayEntry;
 

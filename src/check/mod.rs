@@ -27,7 +27,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::trace::{Event, Line};
 use history::{FaultRec, Folder, RequestRecord, RequestSink, RunInfo};
 use latency::{PhaseAcc, PhaseStats};
@@ -117,7 +117,7 @@ pub struct Judgement {
     /// Protected traffic of the degraded interval (Capacity), when a fault made one.
     pub degraded: Option<capacity::Window>,
     /// The capacity search (Q4), when the scenario has one.
-    pub capacity: Option<crate::capacity::Search>,
+    pub capacity: Option<crate::check::capacity::search::Search>,
     /// What the run-level verdicts read (per-request summaries for the CSV).
     #[serde(skip)]
     pub facts: facts::Evidence,
@@ -488,7 +488,7 @@ pub fn judge_dir_with(
 ) -> anyhow::Result<(Plan, Judgement)> {
     let sc = dir.join(SCENARIO_FILE);
     let text = std::fs::read_to_string(&sc).with_context(|| format!("reading {}", sc.display()))?;
-    let plan = crate::scenario::from_recorded_json(&text).map_err(anyhow::Error::msg)?;
+    let plan = crate::plan::from_recorded_json(&text).map_err(anyhow::Error::msg)?;
     let tp = dir.join(crate::trace::TRACE_FILE);
     let reading = |e: std::io::Error| anyhow::anyhow!("reading {}: {e}", tp.display());
     let setup = Setup::from(

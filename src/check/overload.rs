@@ -10,7 +10,8 @@ use super::facts::{Evidence, Req};
 use super::latency::{MIN_SAMPLES, PhaseStats};
 use super::run::conclude;
 use super::{Status, Verdict};
-use crate::scenario::{OverloadCriteria, PhaseKind, Plan};
+use crate::plan::Plan;
+use crate::scenario::{OverloadCriteria, PhaseKind};
 use crate::trace::Outcome;
 use crate::wire::journal::GatewayEntry;
 
@@ -373,7 +374,7 @@ mod tests {
 
     #[test]
     fn an_overload_phase_must_offer_more_than_the_protected_load() {
-        let e = crate::scenario::load_str(
+        let e = crate::plan::load_str(
             BASE,
             "hand.yaml",
             std::path::Path::new("."),

@@ -7,7 +7,8 @@ use super::latency::{MIN_SAMPLES, PhaseStats};
 use super::run::conclude;
 use super::timeline::{FaultTimeline, Timeline, ms};
 use super::{Status, Verdict};
-use crate::scenario::{PhaseKind, Plan};
+use crate::plan::Plan;
+use crate::scenario::PhaseKind;
 
 pub const NAME: &str = "Recovery";
 

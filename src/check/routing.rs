@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::run::conclude;
 use super::timeline::{FaultTimeline, Timeline, ms};
 use super::{Status, Verdict};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 
 pub const NAME: &str = "Routing";
 

@@ -13,7 +13,7 @@ use super::latency::PhaseStats;
 use super::timeline::{self, Timeline};
 use super::{Status, Verdict, failure_domain, maintenance, overload, recovery, routing};
 use crate::metrics::{Measured, SecondStats};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::trace::Event;
 
 pub struct RunAcc {
@@ -29,7 +29,7 @@ pub struct RunLevel {
     pub timeline: Timeline,
     pub degraded: Option<Window>,
     /// The capacity search (Q4), when the scenario has one.
-    pub capacity: Option<crate::capacity::Search>,
+    pub capacity: Option<crate::check::capacity::search::Search>,
     #[serde(skip)]
     pub verdicts: Vec<Verdict>,
 }
@@ -77,7 +77,7 @@ impl RunAcc {
         let ev = self.evidence.finish(faults);
         let tl = timeline::build(plan, &ev, seconds);
         let window = self.window.finish();
-        let search = crate::capacity::judge(plan, phases);
+        let search = crate::check::capacity::search::judge(plan, phases);
         let verdicts = vec![
             failure_domain::verdict(plan, &ev),
             routing::verdict(plan, &tl),

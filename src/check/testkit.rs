@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::evidence::{GwItem, GwLine, Sources};
 use super::{Judgement, judge_with};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::trace::{Edge, Event, Outcome, ReplicaInfo};
 use crate::wire::journal::{GatewayEntry, Stamped};
 
@@ -48,7 +48,7 @@ pub fn plan(sets: &[&str]) -> Plan {
 
 pub fn plan_from(yaml: &str, sets: &[&str]) -> Plan {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    crate::scenario::load_str(yaml, "hand.yaml", std::path::Path::new("."), &sets, None)
+    crate::plan::load_str(yaml, "hand.yaml", std::path::Path::new("."), &sets, None)
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -9,7 +9,8 @@ use serde::Serialize;
 use super::facts::{self, Evidence, says_routed, says_unusable};
 use super::history::FaultRec;
 use crate::metrics::SecondStats;
-use crate::scenario::{PhaseKind, Plan};
+use crate::plan::Plan;
+use crate::scenario::PhaseKind;
 use crate::trace::{Outcome, ReplacementStage};
 use crate::wire::journal::GatewayEntry;
 

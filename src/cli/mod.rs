@@ -72,7 +72,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
     match cli.command {
         Command::Run(a) => run(a, cancel).await,
         Command::Validate(a) => {
-            match scenario::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+            match crate::plan::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
                 Ok(plan) => {
                     println!(
                         "{}: valid · {} phases over {:.0}s · {} req/s offered (protected {}) · {} faults · seed {}",
@@ -145,7 +145,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
 }
 
 async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
-    let plan = match scenario::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+    let plan = match crate::plan::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");

@@ -99,10 +99,10 @@ pub async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             dir,
             max_p99,
         } => {
-            if replicas == 0 || replicas > scenario::validate::MAX_SIM_REPLICAS || streams == 0 {
+            if replicas == 0 || replicas > crate::plan::MAX_SIM_REPLICAS || streams == 0 {
                 eprintln!(
                     "error: --replicas must be 1..={} and --streams at least 1",
-                    scenario::validate::MAX_SIM_REPLICAS
+                    crate::plan::MAX_SIM_REPLICAS
                 );
                 return Exit::Unusable;
             }
@@ -147,10 +147,10 @@ async fn sim_up(
     scenario_path: Option<PathBuf>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    if replicas == 0 || replicas > scenario::validate::MAX_SIM_REPLICAS {
+    if replicas == 0 || replicas > crate::plan::MAX_SIM_REPLICAS {
         anyhow::bail!(
             "--replicas must be between 1 and {}",
-            scenario::validate::MAX_SIM_REPLICAS
+            crate::plan::MAX_SIM_REPLICAS
         );
     }
     let dir = match dir {
@@ -160,7 +160,7 @@ async fn sim_up(
     std::fs::create_dir_all(&dir)?;
     let mut target: scenario::Target = match &scenario_path {
         Some(p) => {
-            let plan = scenario::load(p, &[], None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let plan = crate::plan::load(p, &[], None).map_err(|e| anyhow::anyhow!("{e}"))?;
             plan.scenario.target
         }
         None => serde_json::from_value(serde_json::json!({"kind": "sim"}))?,

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::trace::files::TOOLS_FILE;
 
 /// Brings evidence that lives outside the run directory into it at the end of a run,
@@ -51,7 +51,7 @@ mod tests {
     fn plan(sets: &[&str]) -> Plan {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.yaml");
-        crate::scenario::load(&p, &sets, None).unwrap_or_else(|e| panic!("{e}"))
+        crate::plan::load(&p, &sets, None).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[tokio::test]

@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use super::progress::Progress;
 use crate::client::{self, Call, Timeouts};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::target::Running;
 use crate::trace::{Clock, Edge, Event, Outcome, TraceWriter};
 use crate::workload::{self, Planned, Schedule};

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client;
 use crate::faults::HealGuard;
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::target::{self, Running};
 use crate::trace::{self, Clock, Event, TraceWriter};
 use progress::Progress;

@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::metrics::hist::{interval_hist, rec};
-use crate::scenario::PhasePlan;
+use crate::plan::PhasePlan;
 use crate::trace::Outcome;
 
 #[derive(Default)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 
 use super::{Context, Healed, Injected, Injector, Replica, Undo};
-use crate::scenario::FaultPlan;
+use crate::plan::FaultPlan;
 
 /// How a command ended.
 #[derive(Debug, Clone)]

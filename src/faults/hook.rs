@@ -12,8 +12,9 @@ use tokio::sync::oneshot;
 
 use super::schedule::{self, Env, Fired};
 use super::{Injected, Replica};
+use crate::plan::FaultPlan;
 use crate::proxy::Release;
-use crate::scenario::{FaultPlan, ProbePoint};
+use crate::scenario::ProbePoint;
 use crate::target::registry::ProcRef;
 use crate::wire::journal::{Stamped, WorkerEntry, read_lines};
 

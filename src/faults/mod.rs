@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::scenario::{FaultBackend, FaultPlan};
+use crate::scenario::FaultBackend;
+
+use crate::plan::FaultPlan;
 pub use crate::target::registry::{Registry, Replica};
 use crate::trace::{Clock, TraceWriter};
 pub use guard::{HealGuard, Healed, Heals, Undo};

@@ -14,8 +14,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::schedule::{self, Env, Fired};
 use crate::client::{self, Call, Observe, Seen, Timeouts};
+use crate::plan::{FaultPlan, Trigger};
 use crate::proxy::{ProxyPoint, ProxySeen, Release};
-use crate::scenario::{FaultPlan, ProbePoint, Trigger, Via};
+use crate::scenario::{ProbePoint, Via};
 use crate::trace::Event;
 
 /// How probe requests are sent.

@@ -10,7 +10,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::{Context, Healed, Injected, Injector, Replica, Undo, VERIFY_TIMEOUT};
-use crate::scenario::{FaultAction, FaultPlan};
+use crate::plan::FaultPlan;
+use crate::scenario::FaultAction;
 use crate::target::procs::{gone, proc_stat, resolve, stopped};
 use crate::target::registry::ProcRef;
 use crate::trace::{Event, TraceWriter};

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 
 use super::{Context, Healed, Injected, Injector, Replica, Undo, VERIFY_TIMEOUT};
+use crate::plan::FaultPlan;
 use crate::proxy::{ReplicaProxy, Rule};
-use crate::scenario::{FaultAction, FaultPlan};
+use crate::scenario::FaultAction;
 
 pub struct ProxyInjector;
 

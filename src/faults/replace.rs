@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::schedule::{Env, wait};
-use crate::scenario::FaultPlan;
+use crate::plan::FaultPlan;
 use crate::target::registry::Replica;
 use crate::target::replace::{self, Restart};
 use crate::trace::{Event, ReplacementStage};

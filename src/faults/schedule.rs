@@ -15,8 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::probe::{self, ProbeClient};
 use super::{Context, Heals, Injected, Registry, Replica, injector, replace};
+use crate::plan::{FaultPlan, Trigger};
 use crate::proxy::{ProbeBoard, Release};
-use crate::scenario::{FaultAction, FaultBackend, FaultPlan, Trigger};
+use crate::scenario::{FaultAction, FaultBackend};
 use crate::trace::{Clock, Event, TraceWriter};
 
 /// Everything the fault tasks share.

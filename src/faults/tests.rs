@@ -5,7 +5,8 @@ use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use super::*;
-use crate::scenario::{CommandSpec, FailureDomain, FaultAction, FaultBackend, FaultPlan, Trigger};
+use crate::plan::{FaultPlan, Trigger};
+use crate::scenario::{CommandSpec, FailureDomain, FaultAction, FaultBackend};
 use crate::target::procs;
 use crate::target::registry::ProcRef;
 use crate::trace::{Event, TraceWriter};

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::hist::{EaPcts, INF_US, Pcts, ea_pcts, hist, pcts, rec, rec_n};
 use super::request::Measured;
-use crate::check::history::RequestRecord;
 use crate::trace::Outcome;
+use crate::trace::record::RequestRecord;
 
 pub struct PhaseAcc {
     pub name: String,

@@ -11,9 +11,9 @@
 //! - E2E: end of the stream;
 //! - slip: dispatch − max(intended, admitted): how late haq itself sent the request.
 
-use crate::check::history::RequestRecord;
 use crate::scenario::Slo;
 use crate::trace::Outcome;
+use crate::trace::record::RequestRecord;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Measured {

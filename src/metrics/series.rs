@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::hist::{INF_US, Ms, interval_hist, rec};
 use super::request::Measured;
-use crate::check::history::RequestRecord;
+use crate::trace::record::RequestRecord;
 use crate::trace::{Edge, Event, Outcome};
 
 /// Receives each closed second's histogram: (second from the start of load, tag, µs).

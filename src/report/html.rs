@@ -11,7 +11,7 @@ use super::svg::{self, Band, Line, Marker, Plot};
 use super::worksheet::Section;
 use crate::check::{Judgement, Status};
 use crate::metrics::SecondStats;
-use crate::scenario::Plan;
+use crate::plan::Plan;
 
 pub fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());

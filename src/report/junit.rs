@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::check::{Judgement, Status};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 
 /// Escapes text for XML attributes and content, dropping characters XML 1.0 forbids.
 pub fn xml(s: &str) -> String {

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::worksheet::Section;
 use crate::check::{Judgement, Status};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 
 /// Findings listed in full; the rest are counted (report.json has them all).
 const FINDINGS_SHOWN: usize = 20;

@@ -26,7 +26,8 @@ use crate::check::{
     history::FaultRec,
     latency::PhaseStats,
 };
-use crate::scenario::{Plan, ReportFormat};
+use crate::plan::Plan;
+use crate::scenario::ReportFormat;
 use crate::trace::files::HLOG_FILE;
 
 pub const REPORT_JSON: &str = "report.json";
@@ -72,7 +73,7 @@ pub struct Report<'a> {
     pub worksheet: Vec<worksheet::Section>,
     /// The capacity search (Q4), when the scenario has one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub capacity: Option<&'a crate::capacity::Search>,
+    pub capacity: Option<&'a crate::check::capacity::search::Search>,
     /// Every finding kind with its full count (`findings` keeps a sample of each).
     pub finding_counts: Vec<FindingCount>,
     /// Which evidence sources the judgement read, and how they stood.

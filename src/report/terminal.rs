@@ -6,7 +6,7 @@ use std::path::Path;
 use comfy_table::{Cell, Color, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
 use crate::check::{Judgement, Status};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 
 fn status_cell(s: Status) -> Cell {
     let c = Cell::new(s.as_str());

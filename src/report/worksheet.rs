@@ -7,7 +7,8 @@ use serde::Serialize;
 use crate::check::Judgement;
 use crate::check::timeline::{FaultTimeline, Mark, ms};
 use crate::metrics::PhaseStats;
-use crate::scenario::{Fate, PhaseKind, Plan, TargetKind};
+use crate::plan::Plan;
+use crate::scenario::{Fate, PhaseKind, TargetKind};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Section {

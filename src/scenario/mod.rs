@@ -1,24 +1,40 @@
 //! Scenario files: parse (with positions), apply `--set` overrides, inline the workload
-//! file, deserialize, validate into a [`Plan`]. Any problem becomes one
-//! [`ScenarioError`] naming file:line:col, field, value and reason; nothing runs before
-//! the whole plan is valid.
+//! file, deserialize into the [`Scenario`] model. Any problem becomes one
+//! [`ScenarioError`] naming file:line:col, field, value and reason; [`Parsed::error`]
+//! places the problems the next stage (`plan`, validation) finds in the same way.
 
 pub mod error;
-pub mod fault_plan;
 pub mod located;
 pub mod model;
 pub mod overrides;
-
-pub mod validate;
 
 use std::path::{Path, PathBuf};
 
 pub use error::{Issue, ScenarioError};
 pub use model::*;
-pub use validate::{FaultPlan, MAX_WARM_CONNECTIONS, PhasePlan, Plan, Trigger, validate};
 
 use located::Located;
 use overrides::{Seg, path_string};
+
+/// The starter scenario `haq init` writes.
+pub const STARTER: &str = include_str!("../starter.yaml");
+
+/// A scenario parsed, with where each part of it came from.
+pub struct Parsed {
+    pub scenario: Scenario,
+    pub place: Place,
+}
+
+/// Places the issues found in a parsed scenario.
+pub struct Place(Sources);
+
+impl Place {
+    /// An issue found in the parsed scenario, placed at its file:line:col (or its
+    /// `--set` argument).
+    pub fn error(&self, field: &str, value: Option<String>, reason: String) -> ScenarioError {
+        self.0.error(field, value, reason, false)
+    }
+}
 
 /// Where each part of the effective document came from, to place errors.
 struct Sources {
@@ -76,8 +92,8 @@ impl Sources {
     }
 }
 
-/// Reads, overrides, resolves and validates a scenario file.
-pub fn load(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Plan, ScenarioError> {
+/// Reads a scenario file, applies the overrides and inlines its workload file.
+pub fn parse(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Parsed, ScenarioError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
         source: file.clone(),
@@ -87,18 +103,18 @@ pub fn load(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Plan, Sce
         reason: format!("cannot read the scenario file: {e}"),
     })?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    load_str(&text, &file, &base, sets, seed)
+    parse_str(&text, &file, &base, sets, seed)
 }
 
-/// As [`load`], from text already read (`file` names it in errors, `base` resolves
+/// As [`parse`], from text already read (`file` names it in errors, `base` resolves
 /// relative workload paths).
-pub fn load_str(
+pub fn parse_str(
     text: &str,
     file: &str,
     base: &Path,
     sets: &[String],
     seed: Option<u64>,
-) -> Result<Plan, ScenarioError> {
+) -> Result<Parsed, ScenarioError> {
     let main = Located::parse(text).map_err(|e| ScenarioError {
         source: file.into(),
         pos: e.pos,
@@ -147,24 +163,10 @@ pub fn load_str(
         src.error(&field, None, tidy_serde_message(&msg), unknown)
     })?;
 
-    let mut plan = validate(scenario).map_err(|i| src.error(&i.field, i.value, i.reason, false))?;
-    let inputs = crate::workload::inputs::load(&plan.scenario)
-        .map_err(|e| src.error(&e.field, Some(e.value), e.reason, false))?;
-    if let Some(r) = &inputs.replay {
-        // A replayed trace offers what it recorded: its mean rate over the run.
-        let scale = plan
-            .scenario
-            .workload
-            .arrival
-            .trace
-            .as_ref()
-            .map_or(1.0, |t| t.time_scale);
-        let span = (r.span_us as f64 * scale / 1e6).max(1e-3);
-        plan.rate = r.entries.len() as f64 / span;
-        plan.profile = crate::workload::RateProfile::constant(plan.rate);
-    }
-    plan.inputs = std::sync::Arc::new(inputs);
-    Ok(plan)
+    Ok(Parsed {
+        scenario,
+        place: Place(src),
+    })
 }
 
 /// Makes the input-file paths of a mix (`classes[*]…empirical.file`) absolute.
@@ -271,16 +273,7 @@ fn tidy_serde_message(m: &str) -> String {
     m.lines().next().unwrap_or(m).to_string()
 }
 
-/// Reads back the effective scenario recorded in a run directory.
-pub fn from_recorded_json(text: &str) -> Result<Plan, String> {
-    let s: Scenario = serde_json::from_str(text).map_err(|e| format!("scenario.json: {e}"))?;
-    validate(s).map_err(|i| format!("scenario.json: `{}`: {}", i.field, i.reason))
-}
-
 /// JSON Schema of the scenario file.
 pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(Scenario)).unwrap_or_default()
 }
-
-#[cfg(test)]
-mod tests;

@@ -23,8 +23,8 @@ use std::time::Duration;
 use anyhow::Context;
 use reqwest::header::HeaderMap;
 
+use crate::plan::Plan;
 use crate::proxy::{ProxySet, ProxySpec};
-use crate::scenario::Plan;
 use crate::scenario::TargetKind;
 use crate::trace::{Clock, ReplicaInfo, TraceWriter};
 use registry::{ProcRef, Registry, Replica, Respawn, SimSpawner};

@@ -9,8 +9,8 @@ use anyhow::{Context, anyhow};
 
 use super::procs;
 use super::registry::{ProcRef, Registry, Replica, Respawn};
+use crate::plan::Plan;
 use crate::proxy::{ProxySet, ProxySpec};
-use crate::scenario::Plan;
 use crate::trace::{Clock, TraceWriter};
 
 /// The declared replicas of a `url` target, checked before anything starts (their

@@ -18,6 +18,7 @@ pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};
 use std::path::Path;
 
 pub mod files;
+pub mod record;
 
 pub use files::TRACE_FILE;
 

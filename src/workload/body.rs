@@ -7,7 +7,8 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 
 use super::Planned;
-use crate::scenario::{Api, Plan, ResponseFormat, ToolChoice};
+use crate::plan::Plan;
+use crate::scenario::{Api, ResponseFormat, ToolChoice};
 use crate::wire::hash::mix64;
 
 const WORDS: &[&str] = &[

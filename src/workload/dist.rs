@@ -6,7 +6,7 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal, Normal};
 
-use super::inputs::{Inputs, empirical_key};
+use crate::plan::inputs::{Inputs, empirical_key};
 use crate::scenario::{Dist, Shape};
 
 /// A distribution ready to draw from, clamped to `[lo, hi]`.

@@ -5,7 +5,6 @@
 pub mod arrival;
 pub mod body;
 pub mod dist;
-pub mod inputs;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,17 +12,17 @@ use std::time::Duration;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::plan::inputs::Replay;
 pub use arrival::RateProfile;
 pub use body::{api_path, prompt_text, request_body};
 use dist::Sampler;
-use inputs::Replay;
 
-use crate::scenario::{ArrivalProcess, Plan, Priority};
+use crate::scenario::{ArrivalProcess, Priority};
+
+use crate::plan::Plan;
 use crate::wire::hash::mix64;
 
-/// Largest prompt and output lengths a distribution may draw.
-pub const MAX_PROMPT_TOKENS: u32 = 1_000_000;
-pub const MAX_OUTPUT_TOKENS: u32 = 100_000;
+pub use crate::plan::{MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS};
 
 /// One turn of a multi-turn session.
 #[derive(Debug, Clone, PartialEq)]

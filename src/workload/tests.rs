@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::scenario::load_str;
+use crate::plan::load_str;
 
 fn plan_with(workload: &str, extra: &[&str]) -> Plan {
     let text = format!(

@@ -82,18 +82,18 @@ async fn server(stall_at: Option<u64>) -> (String, Peers) {
     (format!("http://{addr}/v1"), peers)
 }
 
-fn scenario(url: &str, extra: &str) -> haq::scenario::Plan {
+fn scenario(url: &str, extra: &str) -> haq::plan::Plan {
     url_plan("stall", url, &format!("20/s{extra}"), 3, "")
 }
 
 /// A one-class scenario against `url`: `arrival` is the constant rate and its extra
 /// keys, `client` extra `client:` keys.
-fn url_plan(name: &str, url: &str, arrival: &str, secs: u32, client: &str) -> haq::scenario::Plan {
+fn url_plan(name: &str, url: &str, arrival: &str, secs: u32, client: &str) -> haq::plan::Plan {
     let rate = arrival.split(',').next().unwrap_or(arrival);
     let text = format!(
         "name: {name}\ntarget: {{kind: url, url: '{url}'}}\nworkload:\n  seed: 3\n  mix: {{classes: [{{name: c, prompt_tokens: 5, output_tokens: 3}}]}}\n  arrival: {{process: constant, rate: {arrival}}}\nprotected_load: {rate}\nslo: {{ttft_p95: 10s, itl_p95: 10s, e2e_p95: 20s}}\nphases: [{{name: baseline, duration: {secs}s}}]\nclient: {{max_slip_p99: 200ms, max_late: 2s{client}}}\n"
     );
-    haq::scenario::load_str(
+    haq::plan::load_str(
         &text,
         &format!("{name}.yaml"),
         std::path::Path::new("."),

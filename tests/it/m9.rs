@@ -14,7 +14,7 @@ use crate::support::{LOOSE_SLO, events, plan, run, verdict};
 /// Short phases for the tests. What is tested here is request fate, not speed: the
 /// client's own schedule slip and the latency bounds are loosened for a debug build on
 /// a busy 2-core machine (Latency has its own PASS/FAIL tests).
-fn m9(file: &str, policy: &str) -> haq::scenario::Plan {
+fn m9(file: &str, policy: &str) -> haq::plan::Plan {
     let p = format!("target.gateway.policy={policy}");
     let mut sets = vec![
         "phases[0].duration=3s",

@@ -50,7 +50,7 @@ fn golden(name: &str, dir: &Path, got: &str) {
     }
 }
 
-fn judged(dir: &Path) -> (haq::scenario::Plan, haq::check::Judgement) {
+fn judged(dir: &Path) -> (haq::plan::Plan, haq::check::Judgement) {
     haq::check::judge_dir(dir).expect("judge the fixture")
 }
 

@@ -7,7 +7,7 @@ use crate::support::{LOOSE_SLO, plan, rejudge, run, verdict, verdict_in};
 
 /// The quickstart with short phases: w2 is killed 2 s into the fault phase while
 /// streams are running on it.
-fn quick(extra: &[&str]) -> haq::scenario::Plan {
+fn quick(extra: &[&str]) -> haq::plan::Plan {
     let mut sets = vec![
         "phases[0].duration=4s",
         "phases[1].duration=6s",

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use haq::RunResult;
 use haq::engine::RunOptions;
-use haq::scenario::Plan;
+use haq::plan::Plan;
 use tokio_util::sync::CancellationToken;
 
 pub fn root() -> &'static Path {
@@ -39,7 +39,7 @@ pub const LOOSE_SLO: [&str; 3] = ["slo.ttft_p95=10s", "slo.itl_p95=2s", "slo.e2e
 
 pub fn plan(scenario: &str, sets: &[&str]) -> Plan {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    haq::scenario::load(&root().join(scenario), &sets, None).unwrap_or_else(|e| panic!("{e}"))
+    haq::plan::load(&root().join(scenario), &sets, None).unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub async fn run(plan: Plan, name: &str) -> RunResult {
@@ -82,8 +82,7 @@ pub fn rejudge(r: &RunResult, plan: &Plan) -> haq::check::Judgement {
 /// A scenario written in the test (relative workload paths resolve from the repo root).
 pub fn plan_text(text: &str, sets: &[&str]) -> Plan {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    haq::scenario::load_str(text, "test.yaml", root(), &sets, None)
-        .unwrap_or_else(|e| panic!("{e}"))
+    haq::plan::load_str(text, "test.yaml", root(), &sets, None).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Every event of a run's trace.

@@ -7,7 +7,7 @@ use haq::check::Status;
 use crate::support::{LOOSE_SLO, plan, rejudge, run, verdict, verdict_in};
 
 /// The quickstart, short: `phases` and the first fault overridden.
-fn short(extra: &[&str]) -> haq::scenario::Plan {
+fn short(extra: &[&str]) -> haq::plan::Plan {
     let mut sets = vec![
         "workload.mix.classes[0].output_tokens={uniform: [40, 80]}",
         "workload.mix.classes[0].prompt_tokens={uniform: [50, 200]}",
@@ -167,7 +167,7 @@ async fn a_healed_freeze_is_routed_around_then_serves_again() {
     assert!(!md.contains("| freeze-w2 | replacement"), "{md}");
 }
 
-fn drain(policy: &str) -> haq::scenario::Plan {
+fn drain(policy: &str) -> haq::plan::Plan {
     short(&[
         // Long streams, so several are in flight on w2 when the drain begins.
         "workload.mix.classes[0].output_tokens={uniform: [200, 300]}",
@@ -196,7 +196,7 @@ async fn a_clean_drain_passes_maintenance_and_a_hard_drain_fails_it() {
     crate::fate::no_request_fate_finding(&bad, "hard-drain");
 }
 
-fn overload(policy: &str) -> haq::scenario::Plan {
+fn overload(policy: &str) -> haq::plan::Plan {
     short(&[
         // ~0.8 s streams: 3 workers × 2 in flight serve ~7.5/s, above the 6/s baseline
         // and far below the 18/s of the overload phase.

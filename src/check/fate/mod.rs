@@ -23,7 +23,8 @@ use serde::Serialize;
 use super::evidence::{SourceReport, SourceState};
 use super::history::{FaultRec, RequestRecord};
 use super::{Status, Verdict};
-use crate::scenario::{Fate, FatePolicy, Plan};
+use crate::plan::Plan;
+use crate::scenario::{Fate, FatePolicy};
 use crate::trace::{ChunkKind, Outcome};
 use crate::wire::journal::ToolExecution;
 

@@ -13,99 +13,13 @@ mod attempts;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-pub use attempts::{AttemptRec, FENCE_KINDS, GwNote, Jot, ProxyLeg};
+pub use crate::trace::record::{AttemptRec, ChunkRec, EndRec, GwNote, ProxyLeg, RequestRecord};
+pub use attempts::{FENCE_KINDS, Jot};
 use attempts::{attach, worker_req};
 
 use super::evidence::GwItem;
-use crate::trace::{ChunkKind, ChunkRef, Event, Outcome};
+use crate::trace::{ChunkRef, Event};
 use crate::wire::journal::WorkerEntry;
-
-#[derive(Debug, Clone)]
-pub struct ChunkRec {
-    pub t: u64,
-    pub n: u32,
-    pub kind: ChunkKind,
-    pub text: Option<String>,
-    /// Shared by the chunks of a stream that carry the same id (one allocation).
-    pub cid: Option<Arc<str>>,
-    pub finish: Option<String>,
-    pub raw: Option<String>,
-}
-
-/// Everything the trace says about one request, while it is judged.
-#[derive(Debug, Clone, Default)]
-pub struct RequestRecord {
-    pub id: String,
-    pub class: String,
-    pub phase: String,
-    pub intended: u64,
-    pub dispatch: u64,
-    pub max_tokens: u32,
-    pub protected: bool,
-    /// Sent as a streaming request (default true in older traces).
-    pub stream: bool,
-    /// With a concurrency cap: when the request got its slot.
-    pub admitted: Option<u64>,
-    /// Server-reported queue time (µs).
-    pub queue_us: Option<u64>,
-    pub status: Option<u16>,
-    pub response_t: Option<u64>,
-    pub worker: Option<String>,
-    pub attempt: Option<String>,
-    pub chunks: Vec<ChunkRec>,
-    pub end: Option<EndRec>,
-    /// Attempts, from the gateway journal (empty without one).
-    pub attempts: Vec<AttemptRec>,
-    /// Other journal entries about this request.
-    pub notes: Vec<GwNote>,
-    /// What haq's interposition proxy saw of it, per upstream connection.
-    pub proxy: Vec<ProxyLeg>,
-    /// Trace time up to which the gateway journal is known to go on, when this record
-    /// was judged (0: no journal).
-    pub journal_until: u64,
-    /// A probe request (issue 5): the fault whose trigger it drives. Probes are
-    /// instrumentation held back at haq's proxy: judged by Request-Fate, not measured
-    /// as the workload's latency (Q2).
-    pub probe: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct EndRec {
-    pub t: u64,
-    pub outcome: Outcome,
-    pub detail: Option<String>,
-    pub tokens: u32,
-    pub done: bool,
-    pub finish: Option<String>,
-    pub counted: Option<u32>,
-    pub usage: Option<crate::trace::Usage>,
-    pub error: Option<crate::trace::InBandError>,
-    pub tool_calls: Vec<crate::trace::ToolCall>,
-    pub json_valid: Option<bool>,
-}
-
-impl RequestRecord {
-    pub fn deltas(&self) -> impl Iterator<Item = &ChunkRec> {
-        self.chunks.iter().filter(|c| c.kind.is_delta())
-    }
-    pub fn first_delta_t(&self) -> Option<u64> {
-        self.deltas().next().map(|c| c.t)
-    }
-    pub fn end_t(&self) -> Option<u64> {
-        self.end.as_ref().map(|e| e.t)
-    }
-    pub fn outcome(&self) -> Option<Outcome> {
-        self.end.as_ref().map(|e| e.outcome)
-    }
-    /// The delivered output text.
-    pub fn text(&self) -> String {
-        self.deltas().filter_map(|c| c.text.as_deref()).collect()
-    }
-    /// Attempt number from a `<id>/aN` attempt header, when the gateway sends one.
-    pub fn attempt_number(&self) -> Option<u32> {
-        self.attempt.as_deref()?.rsplit_once("/a")?.1.parse().ok()
-    }
-}
 
 /// A chunk id: the previous chunk's when it is the same (no new allocation).
 fn share(prev: Option<&Arc<str>>, cid: Option<&str>) -> Option<Arc<str>> {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use crate::check::evidence::{GwItem, GwLine, Sources, WkLine};
 use crate::check::fate::{FindingKind, Stage};
 use crate::check::{Judgement, Status, Verdict, judge_with};
-use crate::scenario::Plan;
+use crate::plan::Plan;
 use crate::trace::{ChunkKind, Edge, Event, Outcome};
 use crate::wire::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 
@@ -27,7 +27,7 @@ pub const MS: u64 = 1000;
 pub fn plan(sets: &[&str]) -> Plan {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.yaml");
-    crate::scenario::load(&p, &sets, None).unwrap_or_else(|e| panic!("{e}"))
+    crate::plan::load(&p, &sets, None).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A history being written.

@@ -1,7 +1,9 @@
 //! Validation of declared replicas and faults: each bad input is one error naming the
 //! field, before anything runs.
 
-use crate::scenario::{FaultAction, Plan, ProbePoint, ScenarioError, Trigger, load_str};
+use crate::scenario::{FaultAction, ProbePoint, ScenarioError};
+
+use crate::plan::{Plan, Trigger, load_str};
 
 const SIM: &str = "name: t
 target: {kind: sim, replicas: 3}

@@ -1,93 +1,16 @@
-//! Second stage: a parsed [`Scenario`] becomes a [`Plan`] — resolved, checked, ready to
-//! run — or the first [`Issue`] found. Pure: the same scenario gives the same plan, so
-//! `haq check` rebuilds the plan of a stored run exactly.
+//! A parsed [`Scenario`] becomes a [`Plan`] — resolved, checked, ready to run — or the
+//! first [`Issue`] found. Pure: the same scenario gives the same plan, so `haq check`
+//! rebuilds the plan of a stored run exactly. The workload's checks are in
+//! [`super::workload`], the faults' in [`super::faults`].
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-
-use super::error::Issue;
-pub use super::fault_plan::{FaultPlan, Trigger};
-use super::model::*;
-
-/// Hard upper bounds that keep every load loop bounded.
-pub const MAX_RATE: f64 = 10_000.0;
-pub const MAX_TOTAL: Duration = Duration::from_secs(24 * 3600);
-pub const MAX_SIM_REPLICAS: u32 = 64;
-
-/// A validated, resolved scenario.
-#[derive(Debug, Clone, Serialize)]
-pub struct Plan {
-    /// The effective scenario (overrides applied, workload file inlined).
-    pub scenario: Scenario,
-    pub mix: Mix,
-    pub seed: u64,
-    /// Mean offered arrival rate over the run (req/s).
-    pub rate: f64,
-    /// The offered rate over time (constant, ramp or stages).
-    pub profile: crate::workload::RateProfile,
-    /// Data read from the workload's files (empirical lengths, replayed traces); empty
-    /// for a plan rebuilt from a recorded scenario (checking needs none of it).
-    #[serde(skip)]
-    pub inputs: Arc<crate::workload::inputs::Inputs>,
-    pub phases: Vec<PhasePlan>,
-    pub faults: Vec<FaultPlan>,
-    /// Sum of phase durations: how long load is offered.
-    pub total: Duration,
-    /// Replica names faults may target (`w1`..`wN` for the sim).
-    pub replicas: Vec<String>,
-    /// Every declared replica (name, node, and for `url` targets upstream, proxy
-    /// listen address and process).
-    pub replica_decls: Vec<ReplicaDecl>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PhasePlan {
-    pub name: String,
-    pub kind: PhaseKind,
-    /// Offset from the start of load.
-    pub start: Duration,
-    pub duration: Duration,
-    /// Offered rate in this phase (req/s).
-    pub rate: f64,
-}
-
-impl PhasePlan {
-    pub fn end(&self) -> Duration {
-        self.start + self.duration
-    }
-}
-
-impl Plan {
-    /// The phase an offset (from the start of load) falls in.
-    pub fn phase_at(&self, t: Duration) -> Option<&PhasePlan> {
-        self.phases
-            .iter()
-            .find(|p| t >= p.start && t < p.end())
-            .or_else(|| self.phases.last().filter(|p| t >= p.end()))
-    }
-}
-
-pub fn sim_replica_names(n: u32) -> Vec<String> {
-    (1..=n).map(|i| format!("w{i}")).collect()
-}
-
-fn pos_finite(x: f64) -> bool {
-    x.is_finite() && x > 0.0
-}
-
-/// Most connections `client.warm_connections` may open before load.
-pub const MAX_WARM_CONNECTIONS: u32 = 10_000;
-
-fn positive(field: &str, d: crate::wire::units::Dur) -> Result<(), Issue> {
-    if d.0.is_zero() {
-        Err(Issue::new(field, d, "must be greater than 0"))
-    } else {
-        Ok(())
-    }
-}
+use super::checks::{at_least, pos_finite, positive};
+use super::types::{MAX_RATE, MAX_SIM_REPLICAS, MAX_TOTAL, MAX_WARM_CONNECTIONS, PhasePlan, Plan};
+use super::workload::{overlay_phase_rates, validate_arrival, validate_mix};
+use crate::scenario::{Issue, *};
 
 pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     if s.name.is_empty()
@@ -113,7 +36,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "must be at least 10ms (one poll per replica per interval)",
         ));
     }
-    let replica_decls = super::fault_plan::validate_replicas(&s.target)?;
+    let replica_decls = super::faults::validate_replicas(&s.target)?;
     let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
 
     let mix = match &s.workload.mix {
@@ -142,7 +65,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     if let Some(cs) = search {
         validate_search(cs)?;
     }
-    let expanded = crate::capacity::expand(&s.phases, search, s.protected_load.0);
+    let expanded = super::capacity::expand(&s.phases, search, s.protected_load.0);
     let (mut phases, explicit) = validate_phases(&expanded, s.protected_load.0)?;
     let total = phases.last().map(|p| p.end()).unwrap_or_default();
     let (rate, profile) = validate_arrival(&s, &phases, total)?;
@@ -181,7 +104,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "the run would last more than 24h",
         ));
     }
-    let faults = super::fault_plan::validate_faults(&s, &phases, &replica_decls)?;
+    let faults = super::faults::validate_faults(&s, &phases, &replica_decls)?;
 
     if let Some(r) = &s.criteria.routing {
         positive(
@@ -281,14 +204,6 @@ fn validate_target(t: &Target) -> Result<(), Issue> {
     }
 }
 
-fn at_least(field: &str, v: u32, min: u32) -> Result<(), Issue> {
-    if v < min {
-        Err(Issue::new(field, v, format!("must be at least {min}")))
-    } else {
-        Ok(())
-    }
-}
-
 /// The sim engine's knobs (docs/sim.md).
 fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
     if !pos_finite(e.prefill_tokens_per_s) {
@@ -369,251 +284,6 @@ fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
     Ok(())
 }
 
-fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
-    let (lo, hi) = match d {
-        Dist::Fixed(n) => (*n, *n),
-        Dist::Uniform([a, b]) => (*a, *b),
-        Dist::Normal(sh) | Dist::Lognormal(sh) => {
-            let kind = if matches!(d, Dist::Normal(_)) {
-                "normal"
-            } else {
-                "lognormal"
-            };
-            let f = format!("{field}.{kind}");
-            if !(sh.mean.is_finite() && sh.mean > 0.0) {
-                return Err(Issue::new(
-                    format!("{f}.mean"),
-                    sh.mean,
-                    "must be greater than 0",
-                ));
-            }
-            if !(sh.stddev.is_finite() && sh.stddev >= 0.0) {
-                return Err(Issue::new(
-                    format!("{f}.stddev"),
-                    sh.stddev,
-                    "must be 0 or more",
-                ));
-            }
-            (sh.min.unwrap_or(1), sh.max.unwrap_or(max))
-        }
-        Dist::Empirical(e) => {
-            if e.file.trim().is_empty() {
-                return Err(Issue::missing(
-                    format!("{field}.empirical.file"),
-                    "names the CSV file",
-                ));
-            }
-            return Ok(());
-        }
-    };
-    if lo == 0 {
-        return Err(Issue::new(field, lo, "token counts must be at least 1"));
-    }
-    if lo > hi {
-        return Err(Issue::new(
-            field,
-            format!("[{lo}, {hi}]"),
-            "min is greater than max",
-        ));
-    }
-    if hi > max {
-        return Err(Issue::new(field, hi, format!("must be at most {max}")));
-    }
-    Ok(())
-}
-
-fn validate_arrival(
-    s: &Scenario,
-    phases: &[PhasePlan],
-    total: Duration,
-) -> Result<(f64, crate::workload::RateProfile), Issue> {
-    let a = &s.workload.arrival;
-    let f = "workload.arrival";
-    match (a.process, &a.trace) {
-        (ArrivalProcess::Trace, None) => {
-            return Err(Issue::missing(
-                format!("{f}.trace"),
-                "`process: trace` needs `trace: {file, format}`",
-            ));
-        }
-        (p, Some(_)) if p != ArrivalProcess::Trace => {
-            return Err(Issue::new(
-                format!("{f}.trace"),
-                "...",
-                "is only read with `process: trace`",
-            ));
-        }
-        _ => {}
-    }
-    if a.burstiness.is_some() && a.process != ArrivalProcess::Gamma {
-        return Err(Issue::new(
-            format!("{f}.burstiness"),
-            a.burstiness.unwrap_or(0.0),
-            "is only read with `process: gamma`",
-        ));
-    }
-    crate::workload::arrival::Gaps::new(a)?;
-    if a.max_concurrency == Some(0) {
-        return Err(Issue::new(
-            format!("{f}.max_concurrency"),
-            0,
-            "must be at least 1",
-        ));
-    }
-    let total_s = total.as_secs_f64();
-    if let Some(t) = &a.trace {
-        if !(t.time_scale.is_finite() && t.time_scale > 0.0) {
-            return Err(Issue::new(
-                format!("{f}.trace.time_scale"),
-                t.time_scale,
-                "must be greater than 0",
-            ));
-        }
-        if a.rate.is_some() || a.ramp.is_some() || !a.stages.is_empty() {
-            return Err(Issue::new(
-                f,
-                "trace",
-                "a replayed trace sets its own rate: drop `rate`, `ramp` and `stages`",
-            ));
-        }
-        // The real rate is known once the trace is read (scenario::load).
-        let nominal = s.protected_load.0;
-        return Ok((nominal, crate::workload::RateProfile::constant(nominal)));
-    }
-    let profile = crate::workload::RateProfile::from_arrival(a, s.protected_load.0, total_s)?;
-    for (i, p) in profile.pieces.iter().enumerate() {
-        for r in [p.r0, p.r1] {
-            if !(r.is_finite() && (0.0..=MAX_RATE).contains(&r)) {
-                let field = if a.stages.is_empty() {
-                    f.to_string()
-                } else {
-                    format!("{f}.stages[{i}]")
-                };
-                return Err(Issue::new(
-                    field,
-                    format!("{r}/s"),
-                    format!("rates must be in [0, {MAX_RATE}] req/s"),
-                ));
-            }
-        }
-    }
-    let rate = if total_s > 0.0 {
-        profile.area(0.0, total_s) / total_s
-    } else {
-        0.0
-    };
-    if !pos_finite(rate) {
-        return Err(Issue::new(
-            format!("{f}.rate"),
-            format!("{rate}/s"),
-            format!("must be in (0, {MAX_RATE}] req/s"),
-        ));
-    }
-    // Q12: the protected offered load is never lowered while the failure is in force.
-    let constant = a.ramp.is_none() && a.stages.is_empty();
-    for p in phases {
-        if !constant && !matches!(p.kind, PhaseKind::Fault | PhaseKind::Degraded) {
-            continue;
-        }
-        let (x, y) = (p.start.as_secs_f64(), p.end().as_secs_f64());
-        let min = profile.min_over(x, y);
-        if min + 1e-9 < s.protected_load.0 {
-            let field = if constant {
-                format!("{f}.rate")
-            } else {
-                f.to_string()
-            };
-            let what = if constant {
-                format!("{min}/s")
-            } else {
-                format!("{min}/s in phase `{}`", p.name)
-            };
-            return Err(Issue::new(
-                field,
-                what,
-                format!(
-                    "is below protected_load ({}): the run would not offer the load it must qualify (Q12)",
-                    s.protected_load
-                ),
-            ));
-        }
-    }
-    Ok((rate, profile))
-}
-
-fn validate_mix(m: &Mix) -> Result<(), Issue> {
-    if m.classes.is_empty() {
-        return Err(Issue::missing(
-            "workload.mix.classes",
-            "needs at least one class",
-        ));
-    }
-    let mut names = BTreeSet::new();
-    for (i, c) in m.classes.iter().enumerate() {
-        let f = format!("workload.mix.classes[{i}]");
-        if !names.insert(c.name.as_str()) {
-            return Err(Issue::new(
-                format!("{f}.name"),
-                &c.name,
-                "is used by two classes",
-            ));
-        }
-        if !pos_finite(c.weight) {
-            return Err(Issue::new(
-                format!("{f}.weight"),
-                c.weight,
-                "must be greater than 0",
-            ));
-        }
-        use crate::workload::{MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS};
-        validate_dist(
-            &format!("{f}.prompt_tokens"),
-            &c.prompt_tokens,
-            MAX_PROMPT_TOKENS,
-        )?;
-        validate_dist(
-            &format!("{f}.output_tokens"),
-            &c.output_tokens,
-            MAX_OUTPUT_TOKENS,
-        )?;
-        if let Some(p) = &c.shared_prefix {
-            if p.groups == 0 || p.groups > 100_000 {
-                return Err(Issue::new(
-                    format!("{f}.shared_prefix.groups"),
-                    p.groups,
-                    "must be between 1 and 100000",
-                ));
-            }
-            validate_dist(
-                &format!("{f}.shared_prefix.tokens"),
-                &p.tokens,
-                MAX_PROMPT_TOKENS,
-            )?;
-        }
-        if let Some(se) = &c.session {
-            validate_dist(&format!("{f}.session.turns"), &se.turns, 10_000)?;
-            if se.parallel == 0 || se.parallel > 100_000 {
-                return Err(Issue::new(
-                    format!("{f}.session.parallel"),
-                    se.parallel,
-                    "must be between 1 and 100000",
-                ));
-            }
-        }
-        if let Some(t) = &c.tools
-            && (t.count == 0 || t.count > 8)
-        {
-            return Err(Issue::new(
-                format!("{f}.tools.count"),
-                t.count,
-                "must be between 1 and 8",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The phases, and the rate each one sets explicitly (`rate` or `load`).
 fn validate_phases(
     phases: &[Phase],
     protected: f64,
@@ -746,54 +416,8 @@ fn validate_search(c: &CapacitySearch) -> Result<(), Issue> {
 
 /// The arrival profile with the phases that set their own rate replaced by it (the
 /// arrival process keeps its shape: the schedule draws on the profile).
-fn overlay_phase_rates(
-    profile: crate::workload::RateProfile,
-    phases: &[PhasePlan],
-    explicit: &[Option<f64>],
-) -> crate::workload::RateProfile {
-    use crate::workload::arrival::Piece;
-    if explicit.iter().all(Option::is_none) {
-        return profile;
-    }
-    let mut pieces = Vec::new();
-    for (p, r) in phases.iter().zip(explicit) {
-        let (a, b) = (p.start.as_secs_f64(), p.end().as_secs_f64());
-        if let Some(r) = *r {
-            pieces.push(Piece {
-                start: a,
-                end: b,
-                r0: r,
-                r1: r,
-            });
-            continue;
-        }
-        let mut cuts = vec![a, b];
-        cuts.extend(
-            profile
-                .pieces
-                .iter()
-                .flat_map(|q| [q.start, q.end])
-                .filter(|t| *t > a && *t < b),
-        );
-        cuts.sort_by(f64::total_cmp);
-        cuts.dedup();
-        for w in cuts.windows(2) {
-            // Linear inside each cut: the rate at the start and the middle fix it.
-            let r0 = profile.rate_at(w[0]);
-            let mid = profile.rate_at((w[0] + w[1]) / 2.0);
-            pieces.push(Piece {
-                start: w[0],
-                end: w[1],
-                r0,
-                r1: 2.0 * mid - r0,
-            });
-        }
-    }
-    crate::workload::RateProfile { pieces }
-}
-
 /// Q8: a fate must make sense for its stage.
-fn validate_policy(p: &crate::scenario::FatePolicy) -> Result<(), Issue> {
+fn validate_policy(p: &FatePolicy) -> Result<(), Issue> {
     for (stage, fate) in [
         ("prefill", p.prefill),
         ("decode", p.decode),
@@ -817,7 +441,7 @@ fn validate_policy(p: &crate::scenario::FatePolicy) -> Result<(), Issue> {
     Ok(())
 }
 
-fn validate_evidence(e: &crate::scenario::EvidenceCfg) -> Result<(), Issue> {
+fn validate_evidence(e: &EvidenceCfg) -> Result<(), Issue> {
     for (field, name) in [
         ("evidence.attempt_header", &e.attempt_header),
         ("evidence.worker_header", &e.worker_header),

@@ -5,6 +5,8 @@
 //! not a pass by load shedding). With a capacity search the gate is the measured
 //! C_degraded ≥ L_protected (see `crate::capacity`).
 
+pub mod search;
+
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -12,10 +14,11 @@ use super::history::{FaultRec, RequestRecord};
 use super::latency::{MIN_SAMPLES, Pcts, pcts};
 use super::timeline::{Timeline, ms};
 use super::{Status, Verdict};
-use crate::capacity::Search;
 use crate::metrics::Measured;
-use crate::scenario::{PhaseKind, Plan};
+use crate::plan::Plan;
+use crate::scenario::PhaseKind;
 use crate::trace::Outcome;
+use search::Search;
 
 pub const NAME: &str = "Capacity";
 

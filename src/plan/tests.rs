@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::*;
+use crate::scenario::*;
 
 const GOOD: &str = r#"name: t
 target: {kind: sim, replicas: 3}
@@ -228,7 +229,7 @@ fn shipped_scenarios_and_starter_are_valid() {
         }
     }
     assert!(n >= 1);
-    let p = load(crate::cli::STARTER, &[]).expect("starter valid");
+    let p = load(crate::scenario::STARTER, &[]).expect("starter valid");
     assert_eq!(p.faults.len(), 1);
 }
 

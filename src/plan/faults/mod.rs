@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::error::Issue;
-use super::model::*;
-use super::validate::PhasePlan;
+use super::types::PhasePlan;
+use crate::scenario::*;
 
 /// What fires a fault.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -1,0 +1,300 @@
+//! The workload's checks: length distributions, the arrival process and its rate
+//! profile, the request mix, and the phase rates laid over the profile.
+
+use super::checks::pos_finite;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::rate::RateProfile;
+use super::types::{MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_RATE, PhasePlan};
+use crate::scenario::{Issue, *};
+
+fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
+    let (lo, hi) = match d {
+        Dist::Fixed(n) => (*n, *n),
+        Dist::Uniform([a, b]) => (*a, *b),
+        Dist::Normal(sh) | Dist::Lognormal(sh) => {
+            let kind = if matches!(d, Dist::Normal(_)) {
+                "normal"
+            } else {
+                "lognormal"
+            };
+            let f = format!("{field}.{kind}");
+            if !(sh.mean.is_finite() && sh.mean > 0.0) {
+                return Err(Issue::new(
+                    format!("{f}.mean"),
+                    sh.mean,
+                    "must be greater than 0",
+                ));
+            }
+            if !(sh.stddev.is_finite() && sh.stddev >= 0.0) {
+                return Err(Issue::new(
+                    format!("{f}.stddev"),
+                    sh.stddev,
+                    "must be 0 or more",
+                ));
+            }
+            (sh.min.unwrap_or(1), sh.max.unwrap_or(max))
+        }
+        Dist::Empirical(e) => {
+            if e.file.trim().is_empty() {
+                return Err(Issue::missing(
+                    format!("{field}.empirical.file"),
+                    "names the CSV file",
+                ));
+            }
+            return Ok(());
+        }
+    };
+    if lo == 0 {
+        return Err(Issue::new(field, lo, "token counts must be at least 1"));
+    }
+    if lo > hi {
+        return Err(Issue::new(
+            field,
+            format!("[{lo}, {hi}]"),
+            "min is greater than max",
+        ));
+    }
+    if hi > max {
+        return Err(Issue::new(field, hi, format!("must be at most {max}")));
+    }
+    Ok(())
+}
+
+pub(super) fn validate_arrival(
+    s: &Scenario,
+    phases: &[PhasePlan],
+    total: Duration,
+) -> Result<(f64, RateProfile), Issue> {
+    let a = &s.workload.arrival;
+    let f = "workload.arrival";
+    match (a.process, &a.trace) {
+        (ArrivalProcess::Trace, None) => {
+            return Err(Issue::missing(
+                format!("{f}.trace"),
+                "`process: trace` needs `trace: {file, format}`",
+            ));
+        }
+        (p, Some(_)) if p != ArrivalProcess::Trace => {
+            return Err(Issue::new(
+                format!("{f}.trace"),
+                "...",
+                "is only read with `process: trace`",
+            ));
+        }
+        _ => {}
+    }
+    if a.burstiness.is_some() && a.process != ArrivalProcess::Gamma {
+        return Err(Issue::new(
+            format!("{f}.burstiness"),
+            a.burstiness.unwrap_or(0.0),
+            "is only read with `process: gamma`",
+        ));
+    }
+    super::rate::burstiness(a)?;
+    if a.max_concurrency == Some(0) {
+        return Err(Issue::new(
+            format!("{f}.max_concurrency"),
+            0,
+            "must be at least 1",
+        ));
+    }
+    let total_s = total.as_secs_f64();
+    if let Some(t) = &a.trace {
+        if !(t.time_scale.is_finite() && t.time_scale > 0.0) {
+            return Err(Issue::new(
+                format!("{f}.trace.time_scale"),
+                t.time_scale,
+                "must be greater than 0",
+            ));
+        }
+        if a.rate.is_some() || a.ramp.is_some() || !a.stages.is_empty() {
+            return Err(Issue::new(
+                f,
+                "trace",
+                "a replayed trace sets its own rate: drop `rate`, `ramp` and `stages`",
+            ));
+        }
+        // The real rate is known once the trace is read (scenario::load).
+        let nominal = s.protected_load.0;
+        return Ok((nominal, RateProfile::constant(nominal)));
+    }
+    let profile = RateProfile::from_arrival(a, s.protected_load.0, total_s)?;
+    for (i, p) in profile.pieces.iter().enumerate() {
+        for r in [p.r0, p.r1] {
+            if !(r.is_finite() && (0.0..=MAX_RATE).contains(&r)) {
+                let field = if a.stages.is_empty() {
+                    f.to_string()
+                } else {
+                    format!("{f}.stages[{i}]")
+                };
+                return Err(Issue::new(
+                    field,
+                    format!("{r}/s"),
+                    format!("rates must be in [0, {MAX_RATE}] req/s"),
+                ));
+            }
+        }
+    }
+    let rate = if total_s > 0.0 {
+        profile.area(0.0, total_s) / total_s
+    } else {
+        0.0
+    };
+    if !pos_finite(rate) {
+        return Err(Issue::new(
+            format!("{f}.rate"),
+            format!("{rate}/s"),
+            format!("must be in (0, {MAX_RATE}] req/s"),
+        ));
+    }
+    // Q12: the protected offered load is never lowered while the failure is in force.
+    let constant = a.ramp.is_none() && a.stages.is_empty();
+    for p in phases {
+        if !constant && !matches!(p.kind, PhaseKind::Fault | PhaseKind::Degraded) {
+            continue;
+        }
+        let (x, y) = (p.start.as_secs_f64(), p.end().as_secs_f64());
+        let min = profile.min_over(x, y);
+        if min + 1e-9 < s.protected_load.0 {
+            let field = if constant {
+                format!("{f}.rate")
+            } else {
+                f.to_string()
+            };
+            let what = if constant {
+                format!("{min}/s")
+            } else {
+                format!("{min}/s in phase `{}`", p.name)
+            };
+            return Err(Issue::new(
+                field,
+                what,
+                format!(
+                    "is below protected_load ({}): the run would not offer the load it must qualify (Q12)",
+                    s.protected_load
+                ),
+            ));
+        }
+    }
+    Ok((rate, profile))
+}
+
+pub(super) fn validate_mix(m: &Mix) -> Result<(), Issue> {
+    if m.classes.is_empty() {
+        return Err(Issue::missing(
+            "workload.mix.classes",
+            "needs at least one class",
+        ));
+    }
+    let mut names = BTreeSet::new();
+    for (i, c) in m.classes.iter().enumerate() {
+        let f = format!("workload.mix.classes[{i}]");
+        if !names.insert(c.name.as_str()) {
+            return Err(Issue::new(
+                format!("{f}.name"),
+                &c.name,
+                "is used by two classes",
+            ));
+        }
+        if !pos_finite(c.weight) {
+            return Err(Issue::new(
+                format!("{f}.weight"),
+                c.weight,
+                "must be greater than 0",
+            ));
+        }
+        validate_dist(
+            &format!("{f}.prompt_tokens"),
+            &c.prompt_tokens,
+            MAX_PROMPT_TOKENS,
+        )?;
+        validate_dist(
+            &format!("{f}.output_tokens"),
+            &c.output_tokens,
+            MAX_OUTPUT_TOKENS,
+        )?;
+        if let Some(p) = &c.shared_prefix {
+            if p.groups == 0 || p.groups > 100_000 {
+                return Err(Issue::new(
+                    format!("{f}.shared_prefix.groups"),
+                    p.groups,
+                    "must be between 1 and 100000",
+                ));
+            }
+            validate_dist(
+                &format!("{f}.shared_prefix.tokens"),
+                &p.tokens,
+                MAX_PROMPT_TOKENS,
+            )?;
+        }
+        if let Some(se) = &c.session {
+            validate_dist(&format!("{f}.session.turns"), &se.turns, 10_000)?;
+            if se.parallel == 0 || se.parallel > 100_000 {
+                return Err(Issue::new(
+                    format!("{f}.session.parallel"),
+                    se.parallel,
+                    "must be between 1 and 100000",
+                ));
+            }
+        }
+        if let Some(t) = &c.tools
+            && (t.count == 0 || t.count > 8)
+        {
+            return Err(Issue::new(
+                format!("{f}.tools.count"),
+                t.count,
+                "must be between 1 and 8",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The phases, and the rate each one sets explicitly (`rate` or `load`).
+pub(super) fn overlay_phase_rates(
+    profile: RateProfile,
+    phases: &[PhasePlan],
+    explicit: &[Option<f64>],
+) -> RateProfile {
+    use super::rate::Piece;
+    if explicit.iter().all(Option::is_none) {
+        return profile;
+    }
+    let mut pieces = Vec::new();
+    for (p, r) in phases.iter().zip(explicit) {
+        let (a, b) = (p.start.as_secs_f64(), p.end().as_secs_f64());
+        if let Some(r) = *r {
+            pieces.push(Piece {
+                start: a,
+                end: b,
+                r0: r,
+                r1: r,
+            });
+            continue;
+        }
+        let mut cuts = vec![a, b];
+        cuts.extend(
+            profile
+                .pieces
+                .iter()
+                .flat_map(|q| [q.start, q.end])
+                .filter(|t| *t > a && *t < b),
+        );
+        cuts.sort_by(f64::total_cmp);
+        cuts.dedup();
+        for w in cuts.windows(2) {
+            // Linear inside each cut: the rate at the start and the middle fix it.
+            let r0 = profile.rate_at(w[0]);
+            let mid = profile.rate_at((w[0] + w[1]) / 2.0);
+            pieces.push(Piece {
+                start: w[0],
+                end: w[1],
+                r0,
+                r1: 2.0 * mid - r0,
+            });
+        }
+    }
+    RateProfile { pieces }
+}
