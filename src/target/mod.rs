@@ -46,7 +46,7 @@ pub struct Running {
 /// What a target holds while it runs, to stop it at the end.
 enum Kind {
     /// The embedded cluster: its processes, stopped in order.
-    Sim(SimCluster),
+    Sim(Box<SimCluster>),
     /// A deployment haq only reaches: nothing of it is haq's to stop.
     Url,
 }
@@ -161,16 +161,16 @@ async fn start_sim(
     Ok(Running {
         api_url: sim.api_url.clone(),
         replicas: info,
-        kind: Kind::Sim(sim),
+        kind: Kind::Sim(Box::new(sim)),
         proxies: Some(proxies),
         registry: Arc::new(Registry {
             replicas,
-            respawn: Respawn::Sim(SimSpawner {
+            respawn: Respawn::Sim(Box::new(SimSpawner {
                 target: t.clone(),
                 tools_url,
                 bin,
                 dir: dir.to_path_buf(),
-            }),
+            })),
         }),
     })
 }

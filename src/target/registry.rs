@@ -91,7 +91,7 @@ pub struct SimSpawner {
 #[derive(Clone)]
 pub enum Respawn {
     /// The sim respawns its worker process.
-    Sim(SimSpawner),
+    Sim(Box<SimSpawner>),
     /// The replica's (or the fault's) restart command runs.
     Command,
 }

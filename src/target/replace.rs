@@ -122,8 +122,7 @@ async fn start_command(r: &Replica, how: &Restart) -> Result<(Option<u32>, Strin
         .process()
         .and_then(|p| crate::target::procs::resolve(&p).ok());
     let log = &how.log;
-    let out =
-        std::fs::File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+    let out = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     let mut c = tokio::process::Command::new("sh");
     c.arg("-c")

@@ -417,6 +417,7 @@ fn stored_run(name: &str, late_us: u64, extra: &[serde_json::Value]) -> std::pat
 
 /// A line that cannot be read in the middle of a stored trace fails the judgement,
 /// naming the line, and writes nothing; a torn last line (a killed run) does not.
+/// (Judging that writes the interval log: `haq report`, and `haq run` at its end.)
 #[test]
 fn an_unreadable_trace_line_fails_judging_and_writes_nothing() {
     let dir = stored_run("bad-line", 200, &[]);
@@ -425,7 +426,7 @@ fn an_unreadable_trace_line_fails_judging_and_writes_nothing() {
     let mut lines: Vec<&str> = text.lines().collect();
     lines[10] = r#"{"ev":"end","t":oops}"#;
     std::fs::write(&trace, lines.join("\n") + "\n").expect("write");
-    let err = haq::check::judge_dir(&dir).expect_err("a bad line must fail judging");
+    let err = haq::report::judge_writing_hlog(&dir).expect_err("a bad line must fail judging");
     assert!(format!("{err}").contains("line 11"), "{err}");
     assert!(
         !dir.join("latency.hlog").exists(),
@@ -434,7 +435,7 @@ fn an_unreadable_trace_line_fails_judging_and_writes_nothing() {
     // The same damage on the last line is a torn tail: judged, the tail ignored.
     let torn = text.trim_end().to_string() + "\n{\"ev\":\"end\",\"t\":";
     std::fs::write(&trace, torn).expect("write");
-    let (_, j) = haq::check::judge_dir(&dir).expect("a torn tail is judged");
+    let (_, j) = haq::report::judge_writing_hlog(&dir).expect("a torn tail is judged");
     assert_eq!(j.phases[0].requests, 20);
     assert!(dir.join("latency.hlog").exists());
 }
