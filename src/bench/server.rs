@@ -69,7 +69,7 @@ struct St {
 
 pub async fn serve(cfg: ServerConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
-    crate::sim::announce(listener.local_addr()?);
+    crate::wire::announce(listener.local_addr()?);
     let st = Arc::new(St {
         cfg,
         start: Instant::now(),

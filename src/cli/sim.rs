@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Exit, SimCommand};
+use super::SimCommand;
+use super::exit::Exit;
 use crate::scenario::{self, GatewayPolicy};
 
 fn json_arg<T: for<'de> serde::Deserialize<'de>>(flag: &str, v: &str) -> anyhow::Result<T> {

@@ -66,7 +66,7 @@ pub(super) async fn drive(
     let c = &plan.scenario.client;
     let http = client::Http::new(
         c.connect_timeout.0,
-        &super::request_headers(plan)?,
+        &super::headers::request_headers(plan)?,
         c.transport,
     )?;
     // Fail before any load if the schedule cannot be built (input data missing).

@@ -4,6 +4,7 @@
 //! stage's job (`crate::run` goes on to `check` and `report`).
 
 mod evidence;
+mod headers;
 mod load;
 mod progress;
 
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 use crate::client;
@@ -105,17 +105,6 @@ fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn request_headers(plan: &Plan) -> anyhow::Result<HeaderMap> {
-    let mut h = HeaderMap::new();
-    for (k, v) in &plan.scenario.target.headers {
-        h.insert(
-            HeaderName::from_bytes(k.as_bytes())
-                .with_context(|| format!("target.headers: bad name {k:?}"))?,
-            HeaderValue::from_str(v).with_context(|| format!("target.headers.{k}: bad value"))?,
-        );
-    }
-    Ok(h)
-}
 
 #[allow(clippy::too_many_arguments)]
 fn fault_env(
@@ -140,7 +129,7 @@ fn fault_env(
         seed: plan.seed,
         board: target.proxies.as_ref().map(|p| p.board().clone()),
         probes: crate::faults::probe::ProbeClient {
-            http: client::Http::new(c.connect_timeout.0, &request_headers(plan)?, c.transport)?,
+            http: client::Http::new(c.connect_timeout.0, &headers::request_headers(plan)?, c.transport)?,
             url: format!("{}/chat/completions", target.api_url),
             model: plan.scenario.target.model.clone(),
             timeouts: client::Timeouts {
@@ -216,7 +205,7 @@ pub async fn run(
         plan.scenario.target.kind,
         dir.display()
     ));
-    let headers = request_headers(&plan).map_err(env)?;
+    let headers = headers::request_headers(&plan).map_err(env)?;
     let target = tokio::select! {
         t = target::start(&plan, opts.haq_bin.as_deref(), &headers, &dir, &tw, &clock) => t,
         _ = cancel.cancelled() => Err(anyhow!("interrupted while starting the target")),

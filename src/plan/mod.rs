@@ -6,6 +6,7 @@ pub mod capacity;
 mod checks;
 pub mod faults;
 pub mod inputs;
+mod phase;
 pub mod rate;
 mod types;
 mod validate;

@@ -8,9 +8,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::faults::FaultPlan;
+pub use super::phase::PhasePlan;
 use super::inputs::Inputs;
 use super::rate::RateProfile;
-use crate::scenario::{Mix, PhaseKind, ReplicaDecl, Scenario};
+use crate::scenario::{Mix, ReplicaDecl, Scenario};
 
 /// Largest prompt and output lengths a distribution may draw.
 pub const MAX_PROMPT_TOKENS: u32 = 1_000_000;
@@ -45,23 +46,6 @@ pub struct Plan {
     /// Every declared replica (name, node, and for `url` targets upstream, proxy
     /// listen address and process).
     pub replica_decls: Vec<ReplicaDecl>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PhasePlan {
-    pub name: String,
-    pub kind: PhaseKind,
-    /// Offset from the start of load.
-    pub start: Duration,
-    pub duration: Duration,
-    /// Offered rate in this phase (req/s).
-    pub rate: f64,
-}
-
-impl PhasePlan {
-    pub fn end(&self) -> Duration {
-        self.start + self.duration
-    }
 }
 
 impl Plan {

@@ -7,26 +7,12 @@
 
 use std::fmt::Write;
 
-use super::svg::{self, Band, Line, Marker, Plot};
+use super::svg::{self, Band, Line, Marker, Plot, esc};
 use super::worksheet::Section;
 use crate::check::{Judgement, Status};
 use crate::metrics::SecondStats;
 use crate::plan::Plan;
 
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 const CSS: &str = r#"
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:980px;color:#1d232a;padding:0 12px}

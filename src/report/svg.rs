@@ -4,7 +4,6 @@
 
 use std::fmt::Write;
 
-use super::html::esc;
 
 /// Points per plotted line at most: longer series are bucketed (max per bucket, so a
 /// spike is never averaged away).
@@ -279,4 +278,20 @@ mod tests {
         assert!(s.contains("data-marker=\"fault\""));
         assert!(s.contains("kill &lt;w2&gt;"));
     }
+}
+
+/// Escapes text for HTML (element content and quoted attribute values).
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
 }

@@ -9,16 +9,9 @@ pub mod text;
 pub mod tools;
 pub mod worker;
 
-use std::io::Write;
-use std::net::SocketAddr;
 
-pub use crate::wire::LISTEN_PREFIX;
+pub use crate::wire::{LISTEN_PREFIX, announce};
 
-pub(crate) fn announce(addr: SocketAddr) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{LISTEN_PREFIX}{addr}");
-    let _ = out.flush();
-}
 
 /// Serves `app` on `listener` with TCP_NODELAY on every accepted connection: an SSE
 /// event is one small write, and without it Nagle's algorithm holds each write after

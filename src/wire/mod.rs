@@ -19,6 +19,17 @@ pub mod units;
 
 pub use clock::mono_ns;
 
+use std::io::Write;
+use std::net::SocketAddr;
+
 /// First line a sim process prints on stdout once it listens (`HAQ_LISTEN <addr>`):
 /// how the launcher learns a process's address.
 pub const LISTEN_PREFIX: &str = "HAQ_LISTEN ";
+
+/// Prints the `HAQ_LISTEN <addr>` line a launcher waits for (a sim process, the
+/// benchmark's server).
+pub fn announce(addr: SocketAddr) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{LISTEN_PREFIX}{addr}");
+    let _ = out.flush();
+}

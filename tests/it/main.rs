@@ -6,6 +6,7 @@ mod client;
 mod fate;
 mod faults;
 mod gateway;
+mod layers;
 mod load;
 mod m9;
 mod report;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::types::PhasePlan;
+use super::phase::PhasePlan;
 use crate::scenario::*;
 
 /// What fires a fault.

@@ -7,7 +7,8 @@
 
 use std::borrow::Cow;
 
-use super::{ChunkInfo, ChunkKind};
+use super::info::ChunkInfo;
+use crate::wire::kinds::ChunkKind;
 use crate::wire::scan::plain_prefix;
 
 /// What a plain delta says: built straight into a [`ChunkInfo`], as serde's path
