@@ -13,7 +13,7 @@ use super::evidence::GwItem;
 use super::fate::{self, Stage};
 use super::history::{FaultRec, RequestRecord};
 use crate::plan::Plan;
-use crate::scenario::PhaseKind;
+use crate::scenario::{FailureDomain, FaultAction, PhaseKind};
 use crate::trace::{Edge, Event, Outcome, ReplacementStage, ReplicaInfo};
 use crate::wire::journal::GatewayEntry;
 
@@ -404,15 +404,12 @@ impl EvidenceAcc {
 
 /// Faults that take an endpoint out of service (all but the ones that only slow it).
 pub fn removes_endpoint(f: &FaultRec) -> bool {
-    !matches!(
-        f.action.as_str(),
-        "slow" | "delay" | "throttle" | "latency" | "overload"
-    )
+    !matches!(f.action, FaultAction::Delay | FaultAction::Throttle)
 }
 
 /// A planned drain (Q7), as opposed to an abrupt failure.
 pub fn is_drain(f: &FaultRec) -> bool {
-    f.domain == "drain" || matches!(f.action.as_str(), "drain" | "term" | "sigterm")
+    f.domain == FailureDomain::Drain || f.action == FaultAction::Drain
 }
 
 /// The observation vocabulary (docs/evidence.md): an observer saw `replica` unusable.

@@ -7,12 +7,12 @@ use std::collections::BTreeSet;
 
 use super::facts::Evidence;
 use super::history::FaultRec;
-use super::run::{judged, worst};
+use super::verdict::{VerdictName, judged, worst};
 use super::{Status, Verdict};
 use crate::plan::Plan;
 use crate::wire::journal::GatewayEntry;
 
-pub const NAME: &str = "Failure-Domain";
+pub const NAME: VerdictName = VerdictName::FailureDomain;
 
 /// Requests served elsewhere after the fault before a silent replica counts as lost.
 const COLLATERAL_MIN_ELSEWHERE: usize = 10;
@@ -39,11 +39,11 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
         let declared = format!(
             "{}: declared {} of {} at +{:.1}s, in phase {} ({} domain)",
             d.name,
-            format!("{:?}", d.action).to_lowercase(),
+            d.action,
             target,
             d.at.as_secs_f64(),
             d.phase,
-            format!("{:?}", d.domain).to_lowercase()
+            d.domain
         );
         let recs: Vec<_> = ev.faults.iter().filter(|f| f.name == d.name).collect();
         if recs.is_empty() {
@@ -86,7 +86,7 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
                 rec.verified,
                 rec.detail
             ));
-            let want_domain = format!("{:?}", d.domain).to_lowercase();
+            let want_domain = d.domain;
             if !rec.verified {
                 parts.push((
                     Status::Fail,
@@ -245,7 +245,7 @@ fn collateral(plan: &Plan, ev: &Evidence) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::check::testkit::*;
-    use crate::trace::Event;
+    use crate::trace::{Event, FaultLine};
 
     #[test]
     fn passes_when_the_declared_worker_was_killed_and_verified() {
@@ -260,7 +260,7 @@ mod tests {
     fn a_fault_whose_verification_failed_fails() {
         let p = plan(&[]);
         let mut tb = standard(&p);
-        tb.events.retain(|e| !matches!(e, Event::Fault { .. }));
+        tb.events.retain(|e| !matches!(e, Event::Fault(_)));
         tb.fault("kill-w2", "w2", 13.0, false);
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
@@ -271,7 +271,7 @@ mod tests {
     fn removing_another_replica_than_declared_fails() {
         let p = plan(&[]);
         let mut tb = standard(&p);
-        tb.events.retain(|e| !matches!(e, Event::Fault { .. }));
+        tb.events.retain(|e| !matches!(e, Event::Fault(_)));
         tb.fault("kill-w2", "w3", 13.0, true);
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
@@ -288,7 +288,7 @@ mod tests {
         let p = plan(&[]);
         let mut tb = standard(&p);
         for e in &mut tb.events {
-            if let Event::Fault { pid, .. } = e {
+            if let Event::Fault(FaultLine { pid, .. }) = e {
                 *pid = Some(4242);
             }
         }
@@ -341,7 +341,7 @@ mod tests {
     fn a_fault_missing_from_the_trace_is_unknown_and_no_fault_is_not_evaluated() {
         let p = plan(&[]);
         let mut tb = standard(&p);
-        tb.events.retain(|e| !matches!(e, Event::Fault { .. }));
+        tb.events.retain(|e| !matches!(e, Event::Fault(_)));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Unknown);
         assert!(
@@ -369,7 +369,7 @@ mod tests {
         });
         tb.fault("kill-w2-again", "w2", 22.0, true);
         for e in &mut tb.events {
-            if let Event::Fault { name, pid: p, .. } = e
+            if let Event::Fault(FaultLine { name, pid: p, .. }) = e
                 && name == "kill-w2-again"
             {
                 *p = Some(pid);

@@ -1,8 +1,9 @@
 //! The Latency verdict: p95 TTFT, ITL and E2E of every phase inside the one SLO (Q2:
 //! the same envelope healthy and degraded). The measurements are in `crate::metrics`.
 
-use super::{Status, Verdict};
+use super::{Status, Verdict, VerdictName};
 use crate::plan::Plan;
+use crate::scenario::PhaseKind;
 
 pub use crate::metrics::{Pcts, PhaseAcc, PhaseStats, pcts};
 
@@ -23,7 +24,12 @@ pub fn verdict(plan: &Plan, phases: &[PhaseStats]) -> Verdict {
     // by Capacity (Q4), not against the envelope of the protected load.
     let judged: Vec<&PhaseStats> = phases
         .iter()
-        .filter(|p| !matches!(p.kind.as_str(), "overload" | "capacity" | "settle"))
+        .filter(|p| {
+            !matches!(
+                p.kind,
+                PhaseKind::Overload | PhaseKind::Capacity | PhaseKind::Settle
+            )
+        })
         .collect();
     for p in &judged {
         if p.completed < MIN_SAMPLES {
@@ -61,7 +67,7 @@ pub fn verdict(plan: &Plan, phases: &[PhaseStats]) -> Verdict {
             ),
         )
     };
-    Verdict::new("Latency", status, summary, evidence)
+    Verdict::new(VerdictName::Latency, status, summary, evidence)
 }
 
 #[cfg(test)]

@@ -6,14 +6,14 @@ use std::collections::HashSet;
 
 use super::facts::{Evidence, Req};
 use super::fate::{Finding, FindingKind};
-use super::run::conclude;
 use super::timeline::{FaultTimeline, Timeline, ms};
+use super::verdict::{VerdictName, conclude};
 use super::{Status, Verdict};
 use crate::plan::Plan;
 use crate::trace::Outcome;
 use crate::wire::journal::GatewayEntry;
 
-pub const NAME: &str = "Maintenance";
+pub const NAME: VerdictName = VerdictName::Maintenance;
 
 /// A new request may still reach the endpoint this long after the drain signal (it
 /// was on its way when the signal landed).

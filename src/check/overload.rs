@@ -8,14 +8,14 @@ use std::collections::HashSet;
 
 use super::facts::{Evidence, Req};
 use super::latency::{MIN_SAMPLES, PhaseStats};
-use super::run::conclude;
+use super::verdict::{VerdictName, conclude};
 use super::{Status, Verdict};
 use crate::plan::Plan;
 use crate::scenario::{OverloadCriteria, PhaseKind};
 use crate::trace::Outcome;
 use crate::wire::journal::GatewayEntry;
 
-pub const NAME: &str = "Overload";
+pub const NAME: VerdictName = VerdictName::Overload;
 
 fn p95(mut v: Vec<u64>) -> Option<u64> {
     if v.is_empty() {

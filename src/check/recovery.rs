@@ -4,13 +4,13 @@
 
 use super::facts::Evidence;
 use super::latency::{MIN_SAMPLES, PhaseStats};
-use super::run::conclude;
 use super::timeline::{FaultTimeline, Timeline, ms};
+use super::verdict::{VerdictName, conclude};
 use super::{Status, Verdict};
 use crate::plan::Plan;
 use crate::scenario::PhaseKind;
 
-pub const NAME: &str = "Recovery";
+pub const NAME: VerdictName = VerdictName::Recovery;
 
 fn exercised(plan: &Plan, tl: &Timeline) -> bool {
     plan.phases
@@ -163,7 +163,10 @@ fn envelope(
         slo.itl_p95.as_secs_f64() * 1000.0,
         slo.e2e_p95.as_secs_f64() * 1000.0,
     ];
-    let recovered: Vec<&PhaseStats> = phases.iter().filter(|p| p.kind == "recovered").collect();
+    let recovered: Vec<&PhaseStats> = phases
+        .iter()
+        .filter(|p| p.kind == PhaseKind::Recovered)
+        .collect();
     if recovered.is_empty() {
         return match &tl.full_recovery {
             Some(m) => (

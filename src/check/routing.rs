@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use super::run::conclude;
 use super::timeline::{FaultTimeline, Timeline, ms};
+use super::verdict::{VerdictName, conclude};
 use super::{Status, Verdict};
 use crate::plan::Plan;
 
-pub const NAME: &str = "Routing";
+pub const NAME: VerdictName = VerdictName::Routing;
 
 pub const DEFAULT_BOUND_MAX: Duration = Duration::from_secs(10);
 

@@ -407,10 +407,11 @@ pub fn standard(plan: &Plan) -> Tb {
     tb
 }
 
-pub fn pick(j: &Judgement, name: &str) -> super::Verdict {
+pub fn pick(j: &Judgement, name: impl std::fmt::Display) -> super::Verdict {
+    let name = name.to_string();
     j.verdicts
         .iter()
-        .find(|v| v.name == name)
+        .find(|v| v.name == name.as_str())
         .cloned()
         .unwrap_or_else(|| panic!("no verdict {name}"))
 }

@@ -10,7 +10,7 @@ use super::facts::{self, Evidence, says_routed, says_unusable};
 use super::history::FaultRec;
 use crate::metrics::SecondStats;
 use crate::plan::Plan;
-use crate::scenario::PhaseKind;
+use crate::scenario::{FailureDomain, FaultAction, PhaseKind};
 use crate::trace::{Outcome, ReplacementStage};
 use crate::wire::journal::GatewayEntry;
 
@@ -82,8 +82,8 @@ pub struct Replacement {
 pub struct FaultTimeline {
     pub fault: String,
     pub replica: String,
-    pub domain: String,
-    pub action: String,
+    pub domain: FailureDomain,
+    pub action: FaultAction,
     pub injected: u64,
     pub verified: bool,
     /// A planned drain (Q7) rather than an abrupt failure.
@@ -476,8 +476,8 @@ fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
     FaultTimeline {
         fault: f.name.clone(),
         replica: f.replica.clone(),
-        domain: f.domain.clone(),
-        action: f.action.clone(),
+        domain: f.domain,
+        action: f.action,
         injected: f.t,
         verified: f.verified,
         drain: facts::is_drain(f),

@@ -37,4 +37,3 @@ pub fn exit_for_run(j: &crate::check::Judgement, interrupted: bool) -> Exit {
         exit_for(j.overall())
     }
 }
-

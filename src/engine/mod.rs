@@ -105,7 +105,6 @@ fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-
 #[allow(clippy::too_many_arguments)]
 fn fault_env(
     plan: &Plan,
@@ -128,8 +127,12 @@ fn fault_env(
         run_dir: dir.to_path_buf(),
         seed: plan.seed,
         board: target.proxies.as_ref().map(|p| p.board().clone()),
-        probes: crate::faults::probe::ProbeClient {
-            http: client::Http::new(c.connect_timeout.0, &headers::request_headers(plan)?, c.transport)?,
+        probes: crate::faults::ProbeClient {
+            http: client::Http::new(
+                c.connect_timeout.0,
+                &headers::request_headers(plan)?,
+                c.transport,
+            )?,
             url: format!("{}/chat/completions", target.api_url),
             model: plan.scenario.target.model.clone(),
             timeouts: client::Timeouts {

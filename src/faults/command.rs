@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use super::{Context, Healed, Injected, Injector, Replica, Undo};
+use super::backend::{Context, Injected, Injector};
+use super::{Healed, Replica, Undo};
 use crate::plan::FaultPlan;
 
 /// How a command ended.

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::schedule::{self, Env, Fired};
-use super::{Injected, Replica};
+use super::Replica;
+use super::backend::Injected;
+use super::env::{Env, Fired};
+use super::fire;
 use crate::plan::FaultPlan;
 use crate::proxy::Release;
 use crate::scenario::ProbePoint;
@@ -43,12 +45,12 @@ pub async fn fire(
             let _ = r.send(Release::Forward);
         }
     };
-    let r = match schedule::probe_targets(f, env, &serving) {
+    let r = match fire::probe_targets(f, env, &serving) {
         Ok(t) if t.len() == 1 => t[0].clone(),
         Ok(_) | Err(_) => {
             let_go(release);
             let why = format!("the probe went to `{serving}`, which is not one target replica");
-            return schedule::missed(f, env, serving, fired.probe.clone(), why);
+            return fire::missed(f, env, serving, fired.probe.clone(), why);
         }
     };
     let (name, k) = hook_point(point);
@@ -56,7 +58,7 @@ pub async fn fire(
     let_go(release);
     let id = match armed {
         Ok(id) => id,
-        Err(e) => return schedule::missed(f, env, r.name.clone(), fired.probe.clone(), e),
+        Err(e) => return fire::missed(f, env, r.name.clone(), fired.probe.clone(), e),
     };
     fired.trigger = format!(
         "{}; hook {name} k={k} armed on {} ({id})",
@@ -68,8 +70,8 @@ pub async fn fire(
     {
         p.check_dead().await;
     }
-    schedule::record(f, env, &r, inj, &fired);
-    schedule::after(f, env, &[r], Vec::new()).await;
+    fire::record(f, env, &r, inj, &fired);
+    fire::after(f, env, &[r], Vec::new()).await;
 }
 
 async fn arm(

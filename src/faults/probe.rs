@@ -12,22 +12,13 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::schedule::{self, Env, Fired};
-use crate::client::{self, Call, Observe, Seen, Timeouts};
+use super::env::{Env, Fired};
+use super::fire;
+use crate::client::{self, Call, Observe, Seen};
 use crate::plan::{FaultPlan, Trigger};
 use crate::proxy::{ProxyPoint, ProxySeen, Release};
 use crate::scenario::{ProbePoint, Via};
 use crate::trace::Event;
-
-/// How probe requests are sent.
-#[derive(Clone)]
-pub struct ProbeClient {
-    pub http: client::Http,
-    /// Full URL of the chat completions endpoint.
-    pub url: String,
-    pub model: String,
-    pub timeouts: Timeouts,
-}
 
 /// The id of a fault's probe request.
 pub fn probe_id(fault: &str) -> String {
@@ -97,7 +88,7 @@ pub async fn run(f: &FaultPlan, env: &Env) {
     };
     let id = probe_id(&f.name);
     let Some(board) = env.board.clone() else {
-        return schedule::missed(
+        return fire::missed(
             f,
             env,
             String::new(),
@@ -221,7 +212,7 @@ pub async fn run(f: &FaultPlan, env: &Env) {
     };
     board.unwatch(&id);
     match outcome {
-        Err(why) => schedule::missed(f, env, serving.unwrap_or_default(), Some(id), why),
+        Err(why) => fire::missed(f, env, serving.unwrap_or_default(), Some(id), why),
         Ok(reached) if via == Via::Hook => {
             super::hook::fire(
                 f,
@@ -238,19 +229,19 @@ pub async fn run(f: &FaultPlan, env: &Env) {
             replica,
             fired,
             release,
-        }) => match schedule::probe_targets(f, env, &replica) {
+        }) => match fire::probe_targets(f, env, &replica) {
             Err(why) => {
                 if let Some(r) = release {
                     let _ = r.send(Release::Forward);
                 }
-                schedule::missed(f, env, replica, Some(id), why);
+                fire::missed(f, env, replica, Some(id), why);
             }
             Ok(targets) => {
-                let ids = schedule::apply(f, env, &targets, &fired).await;
+                let ids = fire::apply(f, env, &targets, &fired).await;
                 if let Some(r) = release {
-                    let _ = r.send(schedule::release_for(f));
+                    let _ = r.send(fire::release_for(f));
                 }
-                schedule::after(f, env, &targets, ids).await;
+                fire::after(f, env, &targets, ids).await;
             }
         },
     }

@@ -9,7 +9,8 @@ use futures_util::future::BoxFuture;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::{Context, Healed, Injected, Injector, Replica, Undo, VERIFY_TIMEOUT};
+use super::backend::{Context, Injected, Injector, VERIFY_TIMEOUT};
+use super::{Healed, Replica, Undo};
 use crate::plan::FaultPlan;
 use crate::scenario::FaultAction;
 use crate::target::procs::{gone, proc_stat, resolve, stopped};

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use super::{Context, Healed, Injected, Injector, Replica, Undo, VERIFY_TIMEOUT};
+use super::backend::{Context, Injected, Injector, VERIFY_TIMEOUT};
+use super::{Healed, Replica, Undo};
 use crate::plan::FaultPlan;
 use crate::proxy::{ReplicaProxy, Rule};
 use crate::scenario::FaultAction;

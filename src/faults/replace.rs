@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::schedule::{Env, wait};
+use super::env::{Env, wait};
 use crate::plan::FaultPlan;
 use crate::target::registry::Replica;
 use crate::target::replace::{self, Restart};

@@ -9,12 +9,13 @@ use serde::Serialize;
 
 use super::hist::{EaPcts, INF_US, Pcts, ea_pcts, hist, pcts, rec, rec_n};
 use super::request::Measured;
+use crate::scenario::PhaseKind;
 use crate::trace::Outcome;
 use crate::trace::record::RequestRecord;
 
 pub struct PhaseAcc {
     pub name: String,
-    pub kind: String,
+    pub kind: PhaseKind,
     /// Phase length in seconds (rates are per second of phase).
     pub duration_s: f64,
     pub requests: u64,
@@ -47,10 +48,10 @@ pub struct PhaseAcc {
 }
 
 impl PhaseAcc {
-    pub fn new(name: &str, kind: &str) -> Self {
+    pub fn new(name: &str, kind: PhaseKind) -> Self {
         PhaseAcc {
             name: name.into(),
-            kind: kind.into(),
+            kind,
             duration_s: 0.0,
             requests: 0,
             completed: 0,
@@ -152,7 +153,7 @@ impl PhaseAcc {
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseStats {
     pub name: String,
-    pub kind: String,
+    pub kind: PhaseKind,
     pub requests: u64,
     pub completed: u64,
     pub failed: u64,
@@ -204,7 +205,7 @@ impl From<&PhaseAcc> for PhaseStats {
         let judged = a.requests.saturating_sub(a.cancelled);
         PhaseStats {
             name: a.name.clone(),
-            kind: a.kind.clone(),
+            kind: a.kind,
             requests: a.requests,
             completed: a.completed,
             failed: a.failed,

@@ -13,7 +13,6 @@ use crate::check::{Judgement, Status};
 use crate::metrics::SecondStats;
 use crate::plan::Plan;
 
-
 const CSS: &str = r#"
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:980px;color:#1d232a;padding:0 12px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde3e8;padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
@@ -308,7 +307,7 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
                 )
             };
             vec![
-                esc(&v.name),
+                esc(v.name.as_str()),
                 status(v.status.as_str()),
                 format!("{}{ev}", esc(&v.summary)),
             ]

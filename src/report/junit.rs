@@ -64,7 +64,7 @@ pub fn render(plan: &Plan, j: &Judgement) -> String {
             out,
             "    <testcase classname=\"{}\" name=\"{}\">",
             xml(&name),
-            xml(&v.name)
+            xml(v.name.as_str())
         );
         let evidence = v.evidence.join("\n");
         let body = match (v.status, invalid) {

@@ -113,7 +113,7 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
         &["Verdict", "Result", "Why"],
         j.verdicts
             .iter()
-            .map(|v| vec![v.name.clone(), mark(v.status).into(), v.summary.clone()]),
+            .map(|v| vec![v.name.to_string(), mark(v.status).into(), v.summary.clone()]),
     );
 
     out.push_str("## Timeline (Q11)\n\n");

@@ -22,7 +22,7 @@ pub fn phases(j: &Judgement) -> Vec<Vec<String>> {
         .map(|p| {
             vec![
                 p.name.clone(),
-                p.kind.clone(),
+                p.kind.to_string(),
                 p.requests.to_string(),
                 p.completed.to_string(),
                 p.failed.to_string(),

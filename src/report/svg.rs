@@ -4,7 +4,6 @@
 
 use std::fmt::Write;
 
-
 /// Points per plotted line at most: longer series are bucketed (max per bucket, so a
 /// spike is never averaged away).
 pub const MAX_POINTS: usize = 1200;
@@ -223,6 +222,22 @@ pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> Strin
     o
 }
 
+/// Escapes text for HTML (element content and quoted attribute values).
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,20 +293,4 @@ mod tests {
         assert!(s.contains("data-marker=\"fault\""));
         assert!(s.contains("kill &lt;w2&gt;"));
     }
-}
-
-/// Escapes text for HTML (element content and quoted attribute values).
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
 }

@@ -33,7 +33,7 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
     v.set_header(vec!["Verdict", "Result", "Why"]);
     for x in &j.verdicts {
         v.add_row(vec![
-            Cell::new(&x.name),
+            Cell::new(x.name),
             status_cell(x.status),
             Cell::new(&x.summary),
         ]);

@@ -1,5 +1,6 @@
 use serde::{Deserialize, Serialize};
 
+use crate::scenario::{FailureDomain, FaultAction, FaultBackend};
 pub use crate::wire::kinds::{ChunkKind, InBandError, ToolCall, Usage};
 
 /// The `source` of the observations of haq's readiness watch (`evidence.readiness_watch`).
@@ -142,33 +143,7 @@ pub enum Event {
     /// A fault was injected on one replica, and how it was verified (one line per
     /// replica removed: a node fault writes one per replica of the node). A fault
     /// that never fired or did not take effect is written with `verified: false`.
-    Fault {
-        t: u64,
-        name: String,
-        /// The declared failure domain (Q3).
-        domain: String,
-        action: String,
-        replica: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pid: Option<u32>,
-        verified: bool,
-        detail: String,
-        /// `process`, `proxy` or `command`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        backend: Option<String>,
-        /// The node the replica is declared on.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        node: Option<String>,
-        /// What fired it: `time`, or the probe point / load condition reached.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        trigger: Option<String>,
-        /// When the trigger condition was met (before the fault was applied).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        triggered: Option<u64>,
-        /// The probe request whose token loop fired it.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        probe: Option<String>,
-    },
+    Fault(FaultLine),
     /// A fault was undone (and how the undo was verified).
     Heal {
         t: u64,
@@ -298,7 +273,7 @@ impl Event {
             | Event::Response { t, .. }
             | Event::Chunk { t, .. }
             | Event::End { t, .. }
-            | Event::Fault { t, .. }
+            | Event::Fault(FaultLine { t, .. })
             | Event::Heal { t, .. }
             | Event::Replacement { t, .. }
             | Event::Exited { t, .. }
@@ -310,6 +285,36 @@ impl Event {
             | Event::RunEnd { t, .. } => *t,
         }
     }
+}
+
+/// One fault on one replica, as the trace records it (`"ev": "fault"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultLine {
+    pub t: u64,
+    pub name: String,
+    /// The declared failure domain (Q3).
+    pub domain: FailureDomain,
+    pub action: FaultAction,
+    pub replica: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub verified: bool,
+    pub detail: String,
+    /// The backend that applied it (absent in traces before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<FaultBackend>,
+    /// The node the replica is declared on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// What fired it: `time`, or the probe point / load condition reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// When the trigger condition was met (before the fault was applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triggered: Option<u64>,
+    /// The probe request whose token loop fired it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
 }
 
 fn yes() -> bool {

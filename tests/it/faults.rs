@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use haq::trace::Event;
+use haq::trace::{Event, FaultLine};
 
 use crate::support::{events, plan_text, run};
 
@@ -76,7 +76,9 @@ fn collect(evs: Vec<Event>) -> Seen {
     let mut heals: BTreeMap<String, Vec<Event>> = BTreeMap::new();
     for e in &evs {
         match e {
-            Event::Fault { name, .. } => faults.entry(name.clone()).or_default().push(e.clone()),
+            Event::Fault(FaultLine { name, .. }) => {
+                faults.entry(name.clone()).or_default().push(e.clone())
+            }
             Event::Heal { name, .. } => heals.entry(name.clone()).or_default().push(e.clone()),
             _ => {}
         }
@@ -108,7 +110,7 @@ impl Seen {
                 .get(name)
                 .unwrap_or_else(|| panic!("no fault record for {name}"));
             assert_eq!(fs.len(), 1, "{name}: {fs:?}");
-            let Event::Fault {
+            let Event::Fault(FaultLine {
                 t,
                 verified,
                 detail,
@@ -117,7 +119,7 @@ impl Seen {
                 probe,
                 replica,
                 ..
-            } = &fs[0]
+            }) = &fs[0]
             else {
                 unreachable!()
             };
@@ -183,7 +185,7 @@ async fn process_backend_freezes_at_every_trigger_and_resumes() {
     let seen = collect(events(&r));
     seen.check_all(true);
     for (name, fs) in &seen.faults {
-        let Event::Fault { detail, pid, .. } = &fs[0] else {
+        let Event::Fault(FaultLine { detail, pid, .. }) = &fs[0] else {
             unreachable!()
         };
         assert!(detail.contains("state T"), "{name}: {detail}");
@@ -214,7 +216,7 @@ async fn proxy_backend_applies_every_rule_at_every_trigger_and_heals() {
     let r = run(plan_text(&text, &[]), "faults-proxy").await;
     let seen = collect(events(&r));
     seen.check_all(true);
-    let Event::Fault { detail, .. } = &seen.faults["time"][0] else {
+    let Event::Fault(FaultLine { detail, .. }) = &seen.faults["time"][0] else {
         unreachable!()
     };
     assert!(detail.contains("Blackhole rule active"), "{detail}");
@@ -233,12 +235,12 @@ async fn command_backend_runs_at_every_trigger_with_its_context_and_heals() {
     let seen = collect(events(&r));
     seen.check_all(true);
     for (name, fs) in &seen.faults {
-        let Event::Fault {
+        let Event::Fault(FaultLine {
             detail,
             replica,
             probe,
             ..
-        } = &fs[0]
+        }) = &fs[0]
         else {
             unreachable!()
         };
@@ -275,9 +277,9 @@ async fn a_fault_that_did_not_take_effect_fails_failure_domain() {
     );
     let r = run(plan_text(&text, &[]), "faults-unverified").await;
     let seen = collect(events(&r));
-    let Event::Fault {
+    let Event::Fault(FaultLine {
         verified, detail, ..
-    } = &seen.faults["unverified"][0]
+    }) = &seen.faults["unverified"][0]
     else {
         unreachable!()
     };
@@ -286,9 +288,9 @@ async fn a_fault_that_did_not_take_effect_fails_failure_domain() {
         detail.contains("verify exit 1: the rule is not there"),
         "{detail}"
     );
-    let Event::Fault {
+    let Event::Fault(FaultLine {
         verified, detail, ..
-    } = &seen.faults["never-fired"][0]
+    }) = &seen.faults["never-fired"][0]
     else {
         unreachable!()
     };
@@ -334,13 +336,13 @@ async fn a_node_is_killed_and_replaced_and_a_drain_lets_the_worker_exit() {
     let killed: std::collections::BTreeSet<_> = seen.faults["lose-n1"]
         .iter()
         .map(|e| match e {
-            Event::Fault {
+            Event::Fault(FaultLine {
                 replica,
                 node,
                 verified,
                 detail,
                 ..
-            } => {
+            }) => {
                 assert!(*verified, "{detail}");
                 assert_eq!(node.as_deref(), Some("n1"));
                 replica.clone()
@@ -364,9 +366,9 @@ async fn a_node_is_killed_and_replaced_and_a_drain_lets_the_worker_exit() {
             "{w}"
         );
     }
-    let Event::Fault {
+    let Event::Fault(FaultLine {
         verified, detail, ..
-    } = &seen.faults["drain-w3"][0]
+    }) = &seen.faults["drain-w3"][0]
     else {
         unreachable!()
     };

@@ -27,7 +27,9 @@ const STAGES: &[(&str, &[&str])] = &[
     ("proxy", &["wire", "trace"]),
     (
         "target",
-        &["wire", "scenario", "trace", "plan", "client", "proxy", "priority"],
+        &[
+            "wire", "scenario", "trace", "plan", "client", "proxy", "priority",
+        ],
     ),
     (
         "faults",
@@ -43,8 +45,14 @@ const STAGES: &[(&str, &[&str])] = &[
             "target", "faults", "priority",
         ],
     ),
-    ("check", &["wire", "scenario", "trace", "plan", "workload", "metrics"]),
-    ("report", &["wire", "scenario", "trace", "plan", "metrics", "check"]),
+    (
+        "check",
+        &["wire", "scenario", "trace", "plan", "workload", "metrics"],
+    ),
+    (
+        "report",
+        &["wire", "scenario", "trace", "plan", "metrics", "check"],
+    ),
     (
         "bench",
         &[
@@ -256,10 +264,13 @@ fn segments(code: &str) -> Vec<(Vec<String>, String)> {
     let names = |st: &[(String, i32)]| st.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
     while k < chars.len() {
         let (i, c) = chars[k];
-        if c == 'm' && (i == 0 || !code[..i].ends_with(is_ident)) && code[i..].starts_with("mod ")
-        {
+        if c == 'm' && (i == 0 || !code[..i].ends_with(is_ident)) && code[i..].starts_with("mod ") {
             let after = &code[i + 4..];
-            let name: String = after.trim_start().chars().take_while(|c| is_ident(*c)).collect();
+            let name: String = after
+                .trim_start()
+                .chars()
+                .take_while(|c| is_ident(*c))
+                .collect();
             let tail = after.trim_start()[name.len()..].trim_start();
             if !name.is_empty() && tail.starts_with('{') {
                 out.push((names(&stack), std::mem::take(&mut cur)));
@@ -361,7 +372,11 @@ fn use_trees(code: &str, public: bool) -> Vec<String> {
         if word_start && is_pub == public {
             out.push(after[..end].to_string());
         }
-        rest = if word_start { &after[end.min(after.len())..] } else { after };
+        rest = if word_start {
+            &after[end.min(after.len())..]
+        } else {
+            after
+        };
     }
     out
 }
@@ -369,14 +384,14 @@ fn use_trees(code: &str, public: bool) -> Vec<String> {
 /// The text before an item ends in its `pub` / `pub(crate)` / `pub(super)`.
 fn is_pub_before(before: &str) -> bool {
     let t = before.trim_end();
-    if t.ends_with("pub") {
-        return !t[..t.len() - 3].ends_with(is_ident);
+    if let Some(head) = t.strip_suffix("pub") {
+        return !head.ends_with(is_ident);
     }
     match (t.strip_suffix(')'), t.rfind('(')) {
-        (Some(_), Some(open)) => {
-            let head = t[..open].trim_end();
-            head.ends_with("pub") && !head[..head.len() - 3].ends_with(is_ident)
-        }
+        (Some(_), Some(open)) => t[..open]
+            .trim_end()
+            .strip_suffix("pub")
+            .is_some_and(|head| !head.ends_with(is_ident)),
         _ => false,
     }
 }
@@ -388,7 +403,8 @@ fn inline_paths(code: &str, children: &BTreeSet<String>) -> Vec<Vec<String>> {
     let mut k = 0;
     while k < chars.len() {
         let (i, c) = chars[k];
-        let starts = is_ident(c) && (i == 0 || !code[..i].ends_with(|p: char| is_ident(p) || p == ':'));
+        let starts =
+            is_ident(c) && (i == 0 || !code[..i].ends_with(|p: char| is_ident(p) || p == ':'));
         if !starts {
             k += 1;
             continue;
@@ -486,7 +502,9 @@ impl Crate {
             }
             // Every item the file defines (a child may use its parent's private ones).
             let mut defined = BTreeSet::new();
-            for kw in ["struct ", "enum ", "fn ", "const ", "static ", "type ", "trait "] {
+            for kw in [
+                "struct ", "enum ", "fn ", "const ", "static ", "type ", "trait ",
+            ] {
                 let mut rest = f.code_no_tests.as_str();
                 while let Some(at) = rest.find(kw) {
                     let word_start = at == 0 || !rest[..at].ends_with(is_ident);
@@ -547,10 +565,10 @@ impl Crate {
             rest = &rest[1..];
         }
         if let Some(name) = rest.first() {
-            if let Some(target) = self.reexports.get(&cur).and_then(|r| r.get(name)) {
-                if let Some(r) = self.resolve(&cur, target, depth + 1) {
-                    return Some(r);
-                }
+            if let Some(target) = self.reexports.get(&cur).and_then(|r| r.get(name))
+                && let Some(r) = self.resolve(&cur, target, depth + 1)
+            {
+                return Some(r);
             }
             let own = self.defined.get(&cur).is_some_and(|d| d.contains(name));
             if !own {
@@ -587,7 +605,11 @@ impl Crate {
                 }
             }
             let inline_code = remove_use_items(&text);
-            out.extend(inline_paths(&inline_code, &children).into_iter().map(|p| (at.clone(), p)));
+            out.extend(
+                inline_paths(&inline_code, &children)
+                    .into_iter()
+                    .map(|p| (at.clone(), p)),
+            );
         }
         for (_, p) in &mut out {
             if p.last().is_some_and(|x| x == "*") {
@@ -785,13 +807,19 @@ fn the_layering_check_catches_what_it_is_for() {
         "wire/mod.rs",
         "pub mod a;\npub use a::Thing;\n// crate::check::Nope in a comment\nconst S: &str = \"crate::check::Nope\";\n",
     );
-    put("wire/a.rs", "pub struct Thing;\nfn f() { let _ = crate::trace::Up; }\n");
+    put(
+        "wire/a.rs",
+        "pub struct Thing;\nfn f() { let _ = crate::trace::Up; }\n",
+    );
     put(
         "trace/mod.rs",
         "mod b;\nmod c;\npub use b::*;\npub struct Up;\nfn g() { c::h(); }\n#[cfg(test)]\nmod tests { use super::super::check::X; }\n",
     );
     put("trace/b.rs", "pub struct FromB;\nuse super::c::H;\n");
-    put("trace/c.rs", "pub struct H;\npub fn h() {}\nuse super::Up;\n");
+    put(
+        "trace/c.rs",
+        "pub struct H;\npub fn h() {}\nuse super::Up;\n",
+    );
     put(
         "check/mod.rs",
         "use crate::trace::FromB;\nuse crate::wire::Thing;\nfn w() { std::fs::write(\"x\", \"\"); let c = 'x'; let l: &'static str = \"\"; }\npub struct X;\n",
@@ -800,8 +828,14 @@ fn the_layering_check_catches_what_it_is_for() {
     let _ = std::fs::remove_dir_all(&dir);
     // wire → trace is upward; the comment and the string are not imports.
     assert_eq!(f.upward.len(), 2, "{f:#?}");
-    assert!(f.upward[0].contains("stage `trace` imports `check`"), "{f:#?}");
-    assert!(f.upward[1].contains("stage `wire` imports `trace`"), "{f:#?}");
+    assert!(
+        f.upward[0].contains("stage `trace` imports `check`"),
+        "{f:#?}"
+    );
+    assert!(
+        f.upward[1].contains("stage `wire` imports `trace`"),
+        "{f:#?}"
+    );
     // trace/mod.rs → c.rs (calls h) and c.rs → mod.rs (Up is defined there): a loop;
     // b.rs → c.rs is not part of it, and `FromB` reached through the glob is b.rs's.
     assert_eq!(f.loops.len(), 1, "{f:#?}");

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use haq::RunResult;
 use haq::check::Status;
 use haq::check::fate::FindingKind;
-use haq::trace::{Event, Outcome, ProxyEndKind};
+use haq::trace::{Event, FaultLine, Outcome, ProxyEndKind};
 
 use crate::support::{LOOSE_SLO, events, plan, run, verdict};
 
@@ -130,7 +130,7 @@ fn probe(evs: &[Event], id: &str) -> Probe {
 
 fn fault<'a>(evs: &'a [Event], name: &str) -> &'a Event {
     evs.iter()
-        .find(|e| matches!(e, Event::Fault { name: n, .. } if n == name))
+        .find(|e| matches!(e, Event::Fault(FaultLine { name: n, .. }) if n == name))
         .unwrap_or_else(|| panic!("no fault {name}"))
 }
 
@@ -147,9 +147,9 @@ async fn m9_1_kill_in_prefill_retries_to_one_complete_answer() {
     // The killed attempt sent nothing downstream: the worker died in its prefill.
     let first = &p.path[0];
     assert_eq!(first.3, 0, "no event left the killed replica: {:?}", p.path);
-    let Event::Fault {
+    let Event::Fault(FaultLine {
         verified, trigger, ..
-    } = fault(&evs, "kill-in-prefill")
+    }) = fault(&evs, "kill-in-prefill")
     else {
         unreachable!()
     };
@@ -192,13 +192,13 @@ async fn m9_2_computed_not_sent_is_not_delivered_and_the_proxy_hold_lands_in_bet
     assert!(*computed >= 3, "the engine computed delta 3");
     assert_eq!(p3.path.len(), 1, "no second generation");
     // The kill came after the engine wrote delta 3 and before the gateway got it.
-    let Event::Fault {
+    let Event::Fault(FaultLine {
         t,
         triggered,
         replica: killed,
         verified,
         ..
-    } = fault(&evs, "third-token-computed")
+    }) = fault(&evs, "third-token-computed")
     else {
         unreachable!()
     };
@@ -257,12 +257,12 @@ async fn m9_4_a_cut_path_is_fenced_and_nothing_is_duplicated() {
     let p = probe(&evs, "probe-cut-path");
     assert_eq!(p.outcome, Outcome::ExplicitError, "{:?}", p.end_detail);
     assert_eq!(p.cids.len(), 1, "one writer");
-    let Event::Fault {
+    let Event::Fault(FaultLine {
         verified,
         pid,
         detail,
         ..
-    } = fault(&evs, "cut-path")
+    }) = fault(&evs, "cut-path")
     else {
         unreachable!()
     };

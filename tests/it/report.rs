@@ -339,7 +339,7 @@ fn the_terminal_summary_has_phases_faults_timeline_and_every_verdict() {
     let (plan, j) = judged(&dir);
     let text = haq::report::terminal(&plan, &j, &dir);
     for name in haq::check::VERDICTS {
-        assert!(text.contains(name), "no {name} row:\n{text}");
+        assert!(text.contains(name.as_str()), "no {name} row:\n{text}");
     }
     for want in [
         "TTFT p50/p95 ms",

@@ -1,7 +1,7 @@
 //! End to end on the sim: real processes, real SIGKILL, real sockets on 127.0.0.1.
 
 use haq::check::Status;
-use haq::trace::Event;
+use haq::trace::{Event, FaultLine};
 
 use crate::support::{LOOSE_SLO, plan, rejudge, run, verdict, verdict_in};
 
@@ -160,11 +160,9 @@ async fn quickstart_passes_on_the_reference_gateway_and_names_the_killed_worker(
             ..
         })
     ));
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::Fault { replica, verified: true, .. } if replica == "w2"))
-    );
+    assert!(events.iter().any(
+        |e| matches!(e, Event::Fault(FaultLine { replica, verified: true, .. }) if replica == "w2")
+    ));
     let chunks = events
         .iter()
         .filter(|e| matches!(e, Event::Chunk { .. }))

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use haq::check::Status;
 use haq::target::sim::SimProcess;
-use haq::trace::{Event, ReplacementStage};
+use haq::trace::{Event, FaultLine, ReplacementStage};
 use serde_json::json;
 
 use crate::simkit::{Proc, eventually, http, worker_in};
@@ -169,23 +169,22 @@ async fn a_url_target_with_listed_replicas_is_faulted_through_pids_and_proxies()
     // The kill reached the declared pid, the freeze the pid named by the pid file.
     for (name, pid) in [("kill-a", ext.a.p.pid), ("freeze-b", ext.b.p.pid)] {
         let f = evs.iter().find_map(|e| match e {
-            Event::Fault {
+            Event::Fault(FaultLine {
                 name: n,
                 pid,
                 verified,
                 detail,
                 ..
-            } if n == name => Some((*pid, *verified, detail.clone())),
+            }) if n == name => Some((*pid, *verified, detail.clone())),
             _ => None,
         });
         let (got, verified, detail) = f.unwrap_or_else(|| panic!("no {name}"));
         assert!(verified, "{name}: {detail}");
         assert_eq!(got, Some(pid), "{name}");
     }
-    assert!(
-        evs.iter()
-            .any(|e| matches!(e, Event::Fault { name, verified: true, .. } if name == "slow-b"))
-    );
+    assert!(evs.iter().any(
+        |e| matches!(e, Event::Fault(FaultLine { name, verified: true, .. }) if name == "slow-b")
+    ));
     // The replacement's stages, in order, up to the first request it served.
     let stages: Vec<ReplacementStage> = evs
         .iter()
@@ -263,8 +262,9 @@ async fn interrupted_run_heals(sig: nix::sys::signal::Signal) {
     eventually("both faults applied", Duration::from_secs(30), async || {
         let evs = read(&trace);
         ["freeze-a", "cut-b"].iter().all(|n| {
-            evs.iter()
-                .any(|e| matches!(e, Event::Fault { name, verified: true, .. } if name == n))
+            evs.iter().any(
+                |e| matches!(e, Event::Fault(FaultLine { name, verified: true, .. }) if name == n),
+            )
         })
     })
     .await;

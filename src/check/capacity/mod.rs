@@ -13,14 +13,14 @@ use serde::Serialize;
 use super::history::{FaultRec, RequestRecord};
 use super::latency::{MIN_SAMPLES, Pcts, pcts};
 use super::timeline::{Timeline, ms};
-use super::{Status, Verdict};
+use super::{Status, Verdict, VerdictName};
 use crate::metrics::Measured;
 use crate::plan::Plan;
 use crate::scenario::PhaseKind;
 use crate::trace::Outcome;
 use search::Search;
 
-pub const NAME: &str = "Capacity";
+pub const NAME: VerdictName = VerdictName::Capacity;
 
 /// Protected requests sent in the degraded interval.
 pub struct WindowAcc {
@@ -197,7 +197,7 @@ pub fn verdict(plan: &Plan, tl: &Timeline, w: &Window, search: Option<&Search>) 
         summary
             .push_str("; no fault removed capacity, so both ladders measured the healthy topology");
     }
-    let status = super::run::worst(
+    let status = super::verdict::worst(
         [status, plain.status]
             .into_iter()
             .filter(|s| *s != Status::NotEvaluated),

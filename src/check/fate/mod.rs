@@ -9,6 +9,7 @@
 
 mod cancel;
 mod ending;
+mod model;
 mod output;
 mod policy;
 mod tools;
@@ -22,189 +23,15 @@ use serde::Serialize;
 
 use super::evidence::{SourceReport, SourceState};
 use super::history::{FaultRec, RequestRecord};
-use super::{Status, Verdict};
+use super::{Status, Verdict, VerdictName};
 use crate::plan::Plan;
-use crate::scenario::{Fate, FatePolicy};
+use crate::scenario::Fate;
 use crate::trace::{ChunkKind, Outcome};
 use crate::wire::journal::ToolExecution;
 
-pub use policy::{Observed, RequestFate, stage_at};
+pub use model::{Check, Ctx, FateRow, Finding, FindingKind, Observed, Out, RequestFate, Stage};
+pub use policy::stage_at;
 pub use view::{Seam, SeamSource, View, excerpt};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FindingKind {
-    /// Two attempt ids published into one stream, interleaved or overlapping in time.
-    TwoWriters,
-    /// A repeated run of deltas, or the answer starting over, in one stream.
-    DuplicatedOutput,
-    /// A second attempt's text after the first attempt's deltas (not a token-continuous
-    /// migration).
-    StitchedOutput,
-    /// Output was delivered, then the connection broke with no explicit error.
-    SilentInterruption,
-    /// A clean `[DONE]` or end of body after an interruption, with no explicit error.
-    SilentTruncation,
-    /// A new attempt started after the first delta reached the client (M2).
-    RetryAfterFirstDelta,
-    /// The policy says retry before the first delta; the request failed instead.
-    RetryNotMade,
-    /// What happened differs from the declared fate for the stage (Q8).
-    FateMismatch,
-    /// The explicit error lacks fields of the expected shape, or is not JSON (M3).
-    MalformedExplicitError,
-    /// The client went away; the upstream attempt was not cancelled (M4).
-    UpstreamNotCancelled,
-    /// One logical tool action executed twice (M7).
-    DuplicateToolEffect,
-    /// Chunks missing or out of order between what was sent and what arrived.
-    ChunkGap,
-}
-
-impl FindingKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FindingKind::TwoWriters => "two_writers",
-            FindingKind::DuplicatedOutput => "duplicated_output",
-            FindingKind::StitchedOutput => "stitched_output",
-            FindingKind::SilentInterruption => "silent_interruption",
-            FindingKind::SilentTruncation => "silent_truncation",
-            FindingKind::RetryAfterFirstDelta => "retry_after_first_delta",
-            FindingKind::RetryNotMade => "retry_not_made",
-            FindingKind::FateMismatch => "fate_mismatch",
-            FindingKind::MalformedExplicitError => "malformed_explicit_error",
-            FindingKind::UpstreamNotCancelled => "upstream_not_cancelled",
-            FindingKind::DuplicateToolEffect => "duplicate_tool_effect",
-            FindingKind::ChunkGap => "chunk_gap",
-        }
-    }
-}
-
-/// One anomaly with the evidence that proves it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Finding {
-    pub kind: FindingKind,
-    /// The request id (the logical request id for tool findings).
-    pub request: String,
-    pub detail: String,
-    /// Chunk indices that prove it.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub chunks: Vec<u32>,
-    /// Attempt or generation ids involved.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<String>,
-    /// The delivered text around the anomaly.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub excerpt: Option<String>,
-}
-
-/// Stage of a request when a fault hit it (Q8). From the gateway journal where it
-/// says; else as the client can tell: before its first delta, or streaming.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    /// At the gateway, no attempt on a replica yet.
-    New,
-    Queued,
-    Prefill,
-    /// Generating, nothing delivered to the client yet.
-    Decode,
-    /// Sent, no delta delivered yet; which of queued/prefill/decode is not known.
-    BeforeFirstDelta,
-    /// At least one delta delivered.
-    Streaming,
-}
-
-impl Stage {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::New => "new",
-            Stage::Queued => "queued",
-            Stage::Prefill => "prefill",
-            Stage::Decode => "decode",
-            Stage::BeforeFirstDelta => "before_first_delta",
-            Stage::Streaming => "streaming",
-        }
-    }
-}
-
-/// One row of the stage × outcome table: requests caught by a fault.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FateRow {
-    pub stage: Stage,
-    /// The declared fate for the stage (none when the stage is ambiguous and the
-    /// policy differs across the stages it could be).
-    pub declared: Option<Fate>,
-    pub observed: Observed,
-    /// How the stream ended, as the client saw it.
-    pub outcome: Outcome,
-    pub count: u64,
-}
-
-/// What the checkers need besides the request.
-#[derive(Debug, Clone)]
-pub struct Ctx {
-    pub policy: FatePolicy,
-    /// A gateway journal was read: attempts are known, not guessed.
-    pub journal: bool,
-    /// µs the gateway may take to cancel upstream after the client left.
-    pub cancel_grace: u64,
-}
-
-impl Ctx {
-    pub fn new(plan: &Plan) -> Ctx {
-        let s = &plan.scenario;
-        Ctx {
-            policy: s.policy.clone(),
-            journal: false,
-            cancel_grace: s.evidence.cancel_grace.0.as_micros() as u64,
-        }
-    }
-}
-
-/// What one checker says about one request.
-#[derive(Default)]
-pub struct Out {
-    pub findings: Vec<Finding>,
-    /// Questions the evidence could not decide.
-    pub unknown: Vec<String>,
-    pub fates: Vec<RequestFate>,
-}
-
-impl Out {
-    pub fn find(&mut self, kind: FindingKind, request: &str, detail: String) -> &mut Finding {
-        self.findings.push(Finding {
-            kind,
-            request: request.to_string(),
-            detail,
-            chunks: Vec::new(),
-            attempts: Vec::new(),
-            excerpt: None,
-        });
-        let last = self.findings.len() - 1;
-        &mut self.findings[last]
-    }
-}
-
-impl Finding {
-    pub fn chunks(&mut self, c: impl IntoIterator<Item = u32>) -> &mut Self {
-        self.chunks.extend(c);
-        self
-    }
-    pub fn attempts<S: Into<String>>(&mut self, a: impl IntoIterator<Item = S>) -> &mut Self {
-        self.attempts.extend(a.into_iter().map(Into::into));
-        self
-    }
-    pub fn excerpt(&mut self, e: String) -> &mut Self {
-        if !e.is_empty() {
-            self.excerpt = Some(e);
-        }
-        self
-    }
-}
-
-/// A per-request checker.
-pub type Check = fn(&Ctx, &View, &[FaultRec], &mut Out);
 
 /// Every per-request checker, by name.
 pub const CHECKS: [(&str, Check); 9] = [
@@ -380,7 +207,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// when a checker crashed or evidence was missing; else PASS when some request was
 /// caught by a fault (NOT_EVALUATED when the scenario injects none).
 pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool) -> Verdict {
-    let name = "Request-Fate";
+    let name = VerdictName::RequestFate;
     let mut evidence: Vec<String> = acc
         .table_rows()
         .iter()

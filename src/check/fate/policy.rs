@@ -2,78 +2,11 @@
 //! caught by a fault, the stage it was in when the fault hit, what became of it, and
 //! whether the policy for that stage allows it. Fills the stage × outcome table.
 
-use serde::Serialize;
-
-use super::{Ctx, FindingKind, Out, Stage, View, output};
+use super::model::{Ctx, FindingKind, Observed, Out, RequestFate, Stage};
+use super::{View, output};
 use crate::check::history::FaultRec;
-use crate::scenario::Fate;
+use crate::scenario::{FailureDomain, Fate, FaultAction};
 use crate::trace::Outcome;
-
-/// What became of a request caught by a fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Observed {
-    /// Completed with one attempt and no hand-over: the fault did not cut it.
-    Completed,
-    /// Completed on another replica; no attempt ran on the faulted one.
-    Rerouted,
-    /// Completed after another attempt started from the beginning.
-    Retried,
-    /// Completed after a token-continuous hand-over between attempts.
-    Migrated,
-    /// Completed by its one attempt on the faulted replica, which the engine preempted
-    /// and recomputed (worker journal): the fault did not cut it.
-    Recomputed,
-    /// Completed after a hand-over that is not token-continuous.
-    Stitched,
-    /// Ended as if complete, but it was cut: no finish_reason, or the journal shows
-    /// the serving attempt failed.
-    Truncated,
-    /// Ended with an explicit error: an in-band error event, an HTTP error, a rejection.
-    Failed,
-    /// Ended with no explicit error: reset, truncated, timed out, malformed.
-    Interrupted,
-    /// haq stopped it (drain timeout or interrupt): not judged against the policy.
-    ClientGone,
-}
-
-impl Observed {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Observed::Completed => "completed",
-            Observed::Rerouted => "rerouted",
-            Observed::Retried => "retried",
-            Observed::Migrated => "migrated",
-            Observed::Recomputed => "recomputed",
-            Observed::Stitched => "stitched",
-            Observed::Truncated => "truncated",
-            Observed::Failed => "failed",
-            Observed::Interrupted => "interrupted",
-            Observed::ClientGone => "client_gone",
-        }
-    }
-}
-
-/// One request caught by one fault: its history in brief (M1).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RequestFate {
-    pub request: String,
-    pub fault: String,
-    pub stage: Stage,
-    pub declared: Option<Fate>,
-    pub observed: Observed,
-    pub outcome: Outcome,
-    /// Attempt ids (journal) or the attempt header.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub workers: Vec<String>,
-    /// Deltas delivered to the client.
-    pub delivered: u32,
-    /// Why this is allowed or not, when there is something to say.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
 
 /// Per fault that caught the request: stage, observed fate, declared fate, verdict.
 pub fn against_policy(ctx: &Ctx, v: &View, faults: &[FaultRec], out: &mut Out) {
@@ -145,7 +78,7 @@ pub fn against_policy(ctx: &Ctx, v: &View, faults: &[FaultRec], out: &mut Out) {
 }
 
 fn is_planned_drain(f: &FaultRec) -> bool {
-    f.action == "drain" || f.domain == "drain"
+    f.action == FaultAction::Drain || f.domain == FailureDomain::Drain
 }
 
 /// The stage `v` was in when `f` hit, or None when `f` did not touch it.
@@ -209,7 +142,7 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
     // saw it leave by then, or when the fault killed the replica (a dead process sends
     // nothing): delivered output, stamped by the client a little after the fault.
     let left_before = client_got_output_of(v, &f.replica)
-        && (f.action == "kill" || proxy_saw_output_before(v, f, None));
+        && (f.action == FaultAction::Kill || proxy_saw_output_before(v, f, None));
     let delivered_before = delivered_before || left_before;
     match (&r.worker, delivered_before) {
         (Some(w), true) if *w == f.replica => Some(Stage::Streaming),

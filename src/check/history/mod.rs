@@ -18,7 +18,8 @@ pub use attempts::{FENCE_KINDS, Jot};
 use attempts::{attach, worker_req};
 
 use super::evidence::GwItem;
-use crate::trace::{ChunkRef, Event};
+use crate::scenario::{FailureDomain, FaultAction, FaultBackend};
+use crate::trace::{ChunkRef, Event, FaultLine};
 use crate::wire::journal::WorkerEntry;
 
 /// A chunk id: the previous chunk's when it is the same (no new allocation).
@@ -30,20 +31,20 @@ fn share(prev: Option<&Arc<str>>, cid: Option<&str>) -> Option<Arc<str>> {
     })
 }
 
-/// A fault as the trace recorded it.
+/// A fault as the trace recorded it (report.json `faults`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FaultRec {
     pub t: u64,
     pub name: String,
-    pub domain: String,
-    pub action: String,
+    pub domain: FailureDomain,
+    pub action: FaultAction,
     pub replica: String,
     pub pid: Option<u32>,
     pub verified: bool,
     pub detail: String,
-    /// `process`, `proxy` or `command` (absent in traces before it was recorded).
+    /// The backend that applied it (absent in traces before it was recorded).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub backend: Option<String>,
+    pub backend: Option<FaultBackend>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     /// What fired it (`time`, a probe point, a load condition).
@@ -51,6 +52,25 @@ pub struct FaultRec {
     pub trigger: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<String>,
+}
+
+impl From<FaultLine> for FaultRec {
+    fn from(f: FaultLine) -> Self {
+        FaultRec {
+            t: f.t,
+            name: f.name,
+            domain: f.domain,
+            action: f.action,
+            replica: f.replica,
+            pid: f.pid,
+            verified: f.verified,
+            detail: f.detail,
+            backend: f.backend,
+            node: f.node,
+            trigger: f.trigger,
+            probe: f.probe,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -249,34 +269,7 @@ impl Folder {
                     }
                 }
             }
-            Event::Fault {
-                t,
-                name,
-                domain,
-                action,
-                replica,
-                pid,
-                verified,
-                detail,
-                backend,
-                node,
-                trigger,
-                probe,
-                ..
-            } => self.faults.push(FaultRec {
-                t,
-                name,
-                domain,
-                action,
-                replica,
-                pid,
-                verified,
-                detail,
-                backend,
-                node,
-                trigger,
-                probe,
-            }),
+            Event::Fault(f) => self.faults.push(FaultRec::from(f)),
             Event::RunEnd {
                 interrupted,
                 reason,

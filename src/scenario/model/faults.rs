@@ -104,7 +104,74 @@ pub enum FaultAction {
     Command,
 }
 
+impl PhaseKind {
+    /// The name scenarios, traces and reports use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PhaseKind::Baseline => "baseline",
+            PhaseKind::Fault => "fault",
+            PhaseKind::Degraded => "degraded",
+            PhaseKind::Recovery => "recovery",
+            PhaseKind::Overload => "overload",
+            PhaseKind::Drain => "drain",
+            PhaseKind::Recovered => "recovered",
+            PhaseKind::Capacity => "capacity",
+            PhaseKind::Settle => "settle",
+        }
+    }
+}
+
+impl std::fmt::Display for PhaseKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FailureDomain {
+    /// The name scenarios and traces use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureDomain::Process => "process",
+            FailureDomain::Gpu => "gpu",
+            FailureDomain::Worker => "worker",
+            FailureDomain::Node => "node",
+            FailureDomain::Network => "network",
+            FailureDomain::Drain => "drain",
+        }
+    }
+}
+
+impl FaultBackend {
+    /// The name scenarios and traces use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultBackend::Process => "process",
+            FaultBackend::Proxy => "proxy",
+            FaultBackend::Command => "command",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for FaultAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for FaultBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl FaultAction {
+    /// The name scenarios and traces use.
     pub fn as_str(self) -> &'static str {
         match self {
             FaultAction::Kill => "kill",

@@ -173,7 +173,6 @@ pub fn classify(data: &str) -> ChunkInfo<'static> {
     classify_ref(data).into_owned()
 }
 
-
 /// As [`classify`], borrowing the text fields from `data` where the JSON allows (the
 /// client's read loop).
 pub fn classify_ref(data: &str) -> ChunkInfo<'_> {

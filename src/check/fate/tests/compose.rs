@@ -44,7 +44,7 @@ fn fold_with(h: &H, checks: Vec<(&'static str, Check)>) -> FateAcc {
     let mut sink = Sink(FateAcc::with_checks(Ctx::new(&p), checks));
     let mut folder = Folder::default();
     let mut events = h.events.clone();
-    events.sort_by_key(|e| !matches!(e, Event::Fault { .. }));
+    events.sort_by_key(|e| !matches!(e, Event::Fault(_)));
     for ev in events {
         folder.push(ev, &mut sink);
     }

@@ -17,7 +17,7 @@ use crate::check::evidence::{GwItem, GwLine, Sources, WkLine};
 use crate::check::fate::{FindingKind, Stage};
 use crate::check::{Judgement, Status, Verdict, judge_with};
 use crate::plan::Plan;
-use crate::trace::{ChunkKind, Edge, Event, Outcome};
+use crate::trace::{ChunkKind, Edge, Event, FaultLine, Outcome};
 use crate::wire::journal::{GatewayEntry, Stamped, ToolExecution, WorkerEntry};
 
 /// 1 ms in trace µs.
@@ -228,21 +228,21 @@ impl H {
 
     /// A verified fault `action` on `replica` at `t`.
     pub fn fault(&mut self, t: u64, replica: &str, action: &str) -> &mut Self {
-        self.events.push(Event::Fault {
+        self.events.push(Event::Fault(FaultLine {
             t,
             name: format!("{action}-{replica}"),
-            domain: "worker".into(),
-            action: action.into(),
+            domain: crate::scenario::FailureDomain::Worker,
+            action: serde_json::from_value(action.into()).expect("a fault action"),
             replica: replica.into(),
             pid: Some(4242),
             verified: true,
             detail: "gone".into(),
-            backend: Some("process".into()),
+            backend: Some(crate::scenario::FaultBackend::Process),
             node: None,
             trigger: Some("time".into()),
             triggered: Some(t),
             probe: None,
-        });
+        }));
         self
     }
 

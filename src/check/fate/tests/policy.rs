@@ -213,8 +213,8 @@ fn a_planned_drain_is_not_judged_as_a_request_fate_fault() {
     let mut h = H::new();
     failed_before_first_delta(&mut h, Outcome::Rejected);
     for e in &mut h.events {
-        if let Event::Fault { action, .. } = e {
-            *action = "drain".into();
+        if let Event::Fault(FaultLine { action, .. }) = e {
+            *action = crate::scenario::FaultAction::Drain;
         }
     }
     let j = h.judge(&plan(&[]));

@@ -1,0 +1,344 @@
+//! The fold of one trace into a [`Judgement`]: a first pass collects the faults and
+//! the clock base, the second folds every event (merged in time with the sim's
+//! journals) into the per-request checks, the metrics and the run-level evidence;
+//! [`super::verdicts`] then judges the eight verdicts in one place.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::history::{FaultRec, Folder, RequestRecord, RequestSink};
+use super::judgement::Judgement;
+use super::latency::{PhaseAcc, PhaseStats};
+use super::{evidence, fate, run, verdicts};
+use crate::plan::Plan;
+use crate::trace::files::SCENARIO_FILE;
+use crate::trace::{Event, Line};
+
+struct Acc {
+    phases: Vec<PhaseAcc>,
+    fate: fate::FateAcc,
+    run: run::RunAcc,
+    slo: crate::scenario::Slo,
+    series: crate::metrics::SeriesAcc,
+    slip: crate::metrics::SlipAcc,
+}
+
+impl RequestSink for Acc {
+    fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
+        let m = crate::metrics::Measured::of(r, &self.slo);
+        // Probe requests are held back at haq's proxy on purpose: their latency is the
+        // instrument's, not the service's (Q2). Request-Fate and the timeline judge them.
+        if r.probe.is_none() {
+            if let Some(p) = self.phases.iter_mut().find(|p| p.name == r.phase) {
+                p.add_measured(r, &m);
+            }
+            self.series.add(r, &m);
+            self.slip.add(m.slip);
+        }
+        self.fate.add(r, faults);
+        self.run.request(r, &m, faults);
+    }
+}
+
+/// Judges a trace (no other evidence) against the plan.
+pub fn judge<I: IntoIterator<Item = Event>>(plan: &Plan, events: impl Fn() -> I) -> Judgement {
+    judge_with(plan, events, evidence::Sources::none())
+}
+
+/// Judges a trace and the other evidence of the run against the plan. `events` is
+/// called twice: a first pass collects the faults (their lines may follow the requests
+/// they cut: a fault is written once verified) and the clock base; the second folds
+/// the requests, merged in time with the gateway journal.
+pub fn judge_with<I: IntoIterator<Item = Event>>(
+    plan: &Plan,
+    events: impl Fn() -> I,
+    src: evidence::Sources,
+) -> Judgement {
+    judge_set_up(
+        plan,
+        Setup::from(events()),
+        Trace::Events(events()),
+        src,
+        None,
+    )
+}
+
+/// What the first pass over a trace collects before requests are folded.
+struct Setup {
+    folder: Folder,
+    mono_ns: u64,
+    proxied: bool,
+    /// Wall-clock start of load: the run's start plus its first phase edge (the
+    /// interval log's base time).
+    load_start: std::time::SystemTime,
+}
+
+impl Setup {
+    /// The only kinds of event the first pass reads.
+    const TAGS: &'static [&'static str] = &["fault", "run_start", "proxy_request", "phase"];
+
+    fn from(events: impl IntoIterator<Item = Event>) -> Setup {
+        let mut s = Setup {
+            folder: Folder::default(),
+            mono_ns: 0,
+            proxied: false,
+            load_start: std::time::UNIX_EPOCH,
+        };
+        let mut wall = std::time::UNIX_EPOCH;
+        let mut first_phase = None;
+        for ev in events {
+            match ev {
+                Event::Fault(_) => s.folder.push(ev, &mut NoSink),
+                Event::RunStart {
+                    mono_ns: m,
+                    wall: w,
+                    ..
+                } => {
+                    s.mono_ns = m;
+                    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&w) {
+                        let us = t.timestamp_micros().max(0) as u64;
+                        wall = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+                    }
+                }
+                Event::Phase { t, .. } => {
+                    first_phase.get_or_insert(t);
+                }
+                Event::ProxyRequest { .. } => s.proxied = true,
+                _ => {}
+            }
+        }
+        s.load_start = wall + std::time::Duration::from_micros(first_phase.unwrap_or(0));
+        s.folder.faults.sort_by_key(|f| f.t);
+        s
+    }
+}
+
+/// The trace as the fold reads it.
+enum Trace<'b, I> {
+    /// Events built by the caller.
+    Events(I),
+    /// A trace file, read in place. The first line that does not read ends the trace
+    /// and is kept in `bad`.
+    File(crate::trace::Reader, &'b mut Option<String>),
+}
+
+impl<'b, I: IntoIterator<Item = Event> + 'b> Trace<'b, I> {
+    /// Every event, up to the first line that does not read.
+    fn events(self) -> Box<dyn Iterator<Item = Event> + 'b> {
+        match self {
+            Trace::Events(events) => Box::new(events.into_iter()),
+            Trace::File(mut r, bad) => Box::new(
+                std::iter::from_fn(move || r.next_with(|l| l.into_event())).map_while(|r| {
+                    r.map_err(|msg| {
+                        bad.get_or_insert(msg);
+                    })
+                    .ok()
+                }),
+            ),
+        }
+    }
+}
+
+fn judge_set_up<I: IntoIterator<Item = Event>>(
+    plan: &Plan,
+    setup: Setup,
+    trace: Trace<'_, I>,
+    mut src: evidence::Sources,
+    mut intervals: Option<crate::metrics::series::IntervalSink>,
+) -> Judgement {
+    let Setup {
+        mut folder,
+        mono_ns,
+        proxied,
+        ..
+    } = setup;
+    let mut ctx = fate::Ctx::new(plan);
+    ctx.journal = src.gateway.is_some();
+    if ctx.journal || proxied {
+        // Wait for late journal (or proxy) lines past the cancel grace before judging
+        // a request: the gateway learns late that a client left.
+        folder.linger = ctx.cancel_grace + 1_000_000;
+    }
+    let mut acc = Acc {
+        phases: plan
+            .phases
+            .iter()
+            .map(|p| PhaseAcc::new(&p.name, p.kind).with_duration(p.duration))
+            .collect(),
+        fate: fate::FateAcc::new(ctx),
+        run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
+        slo: plan.scenario.slo.clone(),
+        series: crate::metrics::SeriesAcc::default(),
+        slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
+    };
+    let journals = src.gateway.is_some() || !src.workers.is_empty();
+    let read_errors = match trace {
+        Trace::File(mut r, bad) if !journals => {
+            // Nothing to merge in time: each line is folded as it is read, a chunk
+            // line from the read buffer.
+            while let Some(read) = r.next_with(|line| match line {
+                Line::Chunk(c) => {
+                    acc.run.see_t(c.t);
+                    acc.series.tick(c.t, &mut intervals);
+                    folder.push_chunk(&c, &mut acc);
+                }
+                Line::Event(Event::Fault(_)) => {}
+                Line::Event(ev) => fold_event(&mut acc, &mut folder, &mut intervals, ev),
+            }) {
+                if let Err(msg) = read {
+                    bad.get_or_insert(msg);
+                    break;
+                }
+            }
+            Vec::new()
+        }
+        trace => fold_merged(
+            &mut acc,
+            &mut folder,
+            &mut intervals,
+            trace.events(),
+            &mut src,
+            mono_ns,
+        ),
+    };
+    folder.finish(&mut acc);
+    for (source, e) in read_errors {
+        src.report(source, evidence::SourceState::Unreadable, e);
+    }
+    if let Some(tools) = src.tools.take() {
+        for line in tools {
+            match line {
+                Ok(x) => acc
+                    .fate
+                    .tool(x.t_ns.saturating_sub(mono_ns) / 1000, &x.entry),
+                Err(e) => {
+                    src.report("tool log", evidence::SourceState::Unreadable, e);
+                    break;
+                }
+            }
+        }
+    }
+    let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
+    let seconds = acc.series.finish(&mut intervals);
+    let level = acc.run.finish(plan, &folder.faults, &phases, &seconds);
+    let verdicts = verdicts::judge(&verdicts::Judged {
+        plan,
+        level: &level,
+        phases: &phases,
+        fate: &acc.fate,
+        sources: &src.reports,
+        complete: folder.info.complete,
+    });
+    let unfinished = folder.unfinished();
+    let client = acc.slip.finish(&plan.scenario.client);
+    let fate_table = acc.fate.table_rows();
+    let fate = acc.fate;
+    Judgement {
+        run: folder.info,
+        verdicts,
+        phases,
+        faults: folder.faults,
+        findings: fate.findings,
+        finding_counts: fate.counts.into_iter().collect(),
+        fate_table,
+        fate_requests: fate.fates,
+        evidence: src.reports,
+        checker_crashes: fate.crashes,
+        unfinished,
+        degraded: level.degraded(),
+        timeline: level.timeline,
+        capacity: level.capacity,
+        facts: level.evidence,
+        seconds,
+        client,
+    }
+}
+
+/// Folds one trace event (every fold sees it before the request fold).
+fn fold_event(
+    acc: &mut Acc,
+    folder: &mut Folder,
+    intervals: &mut Option<crate::metrics::series::IntervalSink>,
+    ev: Event,
+) {
+    acc.run.see(&ev);
+    acc.series.observe(&ev, intervals);
+    acc.slip.observe(&ev);
+    folder.push(ev, acc)
+}
+
+/// Folds the trace merged in time with the gateway and worker journals; returns the
+/// journals' read errors.
+fn fold_merged(
+    acc: &mut Acc,
+    folder: &mut Folder,
+    intervals: &mut Option<crate::metrics::series::IntervalSink>,
+    trace: impl IntoIterator<Item = Event>,
+    src: &mut evidence::Sources,
+    mono_ns: u64,
+) -> Vec<(&'static str, String)> {
+    let mut read_errors = Vec::new();
+    let trace = trace.into_iter().filter(|e| !matches!(e, Event::Fault(_)));
+    let workers = std::mem::take(&mut src.workers);
+    let on_error = |source, e| read_errors.push((source, e));
+    for item in evidence::merge(trace, src.gateway.take(), workers, mono_ns, on_error) {
+        match item {
+            evidence::Item::Trace(ev) => fold_event(acc, folder, intervals, ev),
+            evidence::Item::Gateway(t, it) => {
+                acc.run.gateway(t, &it);
+                folder.push_gateway(t, it, acc)
+            }
+            evidence::Item::Worker(t, w, e) => folder.push_worker(t, &w, e, acc),
+            evidence::Item::GatewayEnd => folder.gateway_ended(),
+        }
+    }
+    read_errors
+}
+
+struct NoSink;
+impl RequestSink for NoSink {
+    fn request(&mut self, _: &RequestRecord, _: &[FaultRec]) {}
+}
+
+/// Re-reads a run directory's scenario and trace and judges them: no network, and
+/// nothing written (`haq check` of a read-only run directory).
+pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
+    judge_dir_with(dir, None)
+}
+
+/// As [`judge_dir`], writing the run's HdrHistogram interval log (`latency.hlog`: it is
+/// rebuilt from the trace each time the run is judged) into `hlog` as the judging goes.
+/// An unreadable trace line fails the whole judgement; the caller then drops what was
+/// written.
+pub fn judge_dir_with(
+    dir: &Path,
+    hlog: Option<&mut dyn std::io::Write>,
+) -> anyhow::Result<(Plan, Judgement)> {
+    let sc = dir.join(SCENARIO_FILE);
+    let text = std::fs::read_to_string(&sc).with_context(|| format!("reading {}", sc.display()))?;
+    let plan = crate::plan::from_recorded_json(&text).map_err(anyhow::Error::msg)?;
+    let tp = dir.join(crate::trace::TRACE_FILE);
+    let reading = |e: std::io::Error| anyhow::anyhow!("reading {}: {e}", tp.display());
+    let setup = Setup::from(
+        crate::trace::read_only(&tp, Setup::TAGS)
+            .map_err(reading)?
+            .map_while(Result::ok),
+    );
+    // One full pass reads (and checks) every line while judging.
+    let mut bad_line = None;
+    let trace = crate::trace::Reader::open(&tp, None).map_err(reading)?;
+    let sources = evidence::open(dir, &plan);
+    let trace = Trace::<Option<Event>>::File(trace, &mut bad_line);
+    let j = match hlog {
+        Some(mut out) => crate::metrics::hlog::write(&mut out, setup.load_start, |sink| {
+            judge_set_up(&plan, setup, trace, sources, Some(sink))
+        })
+        .context("writing the interval log")?,
+        None => judge_set_up(&plan, setup, trace, sources, None),
+    };
+    if let Some(msg) = bad_line.take() {
+        anyhow::bail!("{}: {msg}", tp.display());
+    }
+    Ok((plan, j))
+}

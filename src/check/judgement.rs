@@ -1,0 +1,79 @@
+//! Everything judged from one trace: the verdicts and what they were judged from, as
+//! the reports render it.
+
+use serde::Serialize;
+
+use super::history::{FaultRec, RunInfo};
+use super::latency::PhaseStats;
+use super::verdict::{Status, Verdict};
+use super::{capacity, evidence, facts, fate, timeline};
+
+/// Everything judged from one trace.
+#[derive(Debug, Clone, Serialize)]
+pub struct Judgement {
+    pub run: RunInfo,
+    pub verdicts: Vec<Verdict>,
+    pub phases: Vec<PhaseStats>,
+    pub faults: Vec<FaultRec>,
+    /// Request-Fate findings (up to `fate::KEEP_PER_KIND` of each kind).
+    pub findings: Vec<fate::Finding>,
+    /// Every finding kind with its full count.
+    pub finding_counts: Vec<(fate::FindingKind, u64)>,
+    /// Requests caught by a fault: the stage × outcome table (Q8).
+    pub fate_table: Vec<fate::FateRow>,
+    /// The requests behind the table, each with its attempts and delivered deltas (M1).
+    pub fate_requests: Vec<fate::RequestFate>,
+    /// Which evidence sources the judgement read.
+    pub evidence: Vec<evidence::SourceReport>,
+    /// Checkers that panicked (their verdict is UNKNOWN).
+    pub checker_crashes: Vec<fate::Crash>,
+    /// Requests with no end in the trace (the run was killed): indeterminate.
+    pub unfinished: usize,
+    /// The failure timeline (Q11).
+    pub timeline: timeline::Timeline,
+    /// Protected traffic of the degraded interval (Capacity), when a fault made one.
+    pub degraded: Option<capacity::Window>,
+    /// The capacity search (Q4), when the scenario has one.
+    pub capacity: Option<crate::check::capacity::search::Search>,
+    /// What the run-level verdicts read (per-request summaries for the CSV).
+    #[serde(skip)]
+    pub facts: facts::Evidence,
+    /// Per second of the run (latencies by dispatch second, from intended time).
+    pub seconds: Vec<crate::metrics::SecondStats>,
+    /// The load client's own schedule slip; `valid: false` makes the run INVALID.
+    pub client: crate::metrics::ClientHealth,
+}
+
+impl Judgement {
+    /// FAIL beats UNKNOWN beats PASS; NOT_EVALUATED is neutral.
+    pub fn overall(&self) -> Status {
+        let judged = self.verdicts.iter().map(|v| v.status);
+        if judged.clone().any(|s| s == Status::Fail) {
+            Status::Fail
+        } else if judged.clone().any(|s| s == Status::Unknown) {
+            Status::Unknown
+        } else if judged.clone().any(|s| s == Status::Pass) {
+            Status::Pass
+        } else {
+            Status::Unknown
+        }
+    }
+
+    /// The client fell behind its schedule: the measurements are not evidence and the
+    /// run qualifies nothing, whatever the verdicts say.
+    pub fn invalid(&self) -> bool {
+        !self.client.valid
+    }
+
+    /// `INVALID` for an invalid run, else the overall status.
+    pub fn result_label(&self) -> &'static str {
+        if self.run.interrupted {
+            // Exit code 3: a partial report, whatever the verdicts of the part say.
+            "INTERRUPTED"
+        } else if self.invalid() {
+            "INVALID"
+        } else {
+            self.overall().as_str()
+        }
+    }
+}
