@@ -22,4 +22,3 @@ impl PhasePlan {
         self.start + self.duration
     }
 }
-

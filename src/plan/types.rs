@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::faults::FaultPlan;
-pub use super::phase::PhasePlan;
 use super::inputs::Inputs;
+pub use super::phase::PhasePlan;
 use super::rate::RateProfile;
 use crate::scenario::{Mix, ReplicaDecl, Scenario};
 
