@@ -8,26 +8,74 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::checks::{at_least, pos_finite, positive};
+use super::rate::RateProfile;
 use super::types::{MAX_RATE, MAX_SIM_REPLICAS, MAX_TOTAL, MAX_WARM_CONNECTIONS, PhasePlan, Plan};
 use super::workload::{overlay_phase_rates, validate_arrival, validate_mix};
 use crate::scenario::{Issue, *};
 
+/// Checks a scenario in a fixed order (the first issue found is the one reported)
+/// and resolves it into its plan.
 pub fn validate(s: Scenario) -> Result<Plan, Issue> {
-    if s.name.is_empty()
-        || !s
-            .name
+    validate_name(&s.name)?;
+    validate_target(&s.target)?;
+    validate_readiness_watch(&s.evidence)?;
+    let replica_decls = super::faults::validate_replicas(&s.target)?;
+    let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
+    let mix = inline_mix(&s.workload.mix)?;
+    validate_mix(&mix)?;
+    let Load {
+        phases,
+        total,
+        rate,
+        profile,
+    } = plan_load(&s)?;
+    validate_slo(&s.slo)?;
+    validate_policy(&s.policy)?;
+    validate_evidence(&s.evidence)?;
+    if total > MAX_TOTAL {
+        return Err(Issue::new(
+            "phases",
+            crate::wire::units::format_duration(total),
+            "the run would last more than 24h",
+        ));
+    }
+    let faults = super::faults::validate_faults(&s, &phases, &replica_decls)?;
+    validate_criteria(&s.criteria)?;
+    validate_client(&s.client)?;
+    Ok(Plan {
+        seed: s.workload.seed,
+        mix,
+        rate,
+        profile,
+        inputs: Arc::default(),
+        phases,
+        faults,
+        total,
+        replicas,
+        replica_decls,
+        scenario: s,
+    })
+}
+
+/// The scenario's name names the run directory.
+fn validate_name(name: &str) -> Result<(), Issue> {
+    if name.is_empty()
+        || !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     {
         return Err(Issue::new(
             "name",
-            format!("{:?}", s.name),
+            format!("{name:?}"),
             "must be non-empty and use only letters, digits, `-`, `_` and `.` (it names the run directory)",
         ));
     }
+    Ok(())
+}
 
-    validate_target(&s.target)?;
-    if let Some(d) = s.evidence.readiness_watch
+/// The readiness watch polls every replica once per interval.
+fn validate_readiness_watch(e: &EvidenceCfg) -> Result<(), Issue> {
+    if let Some(d) = e.readiness_watch
         && d.0 < std::time::Duration::from_millis(10)
     {
         return Err(Issue::new(
@@ -36,21 +84,33 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             "must be at least 10ms (one poll per replica per interval)",
         ));
     }
-    let replica_decls = super::faults::validate_replicas(&s.target)?;
-    let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
+    Ok(())
+}
 
-    let mix = match &s.workload.mix {
-        MixRef::Inline(m) => m.clone(),
-        MixRef::File(p) => {
-            return Err(Issue::new(
-                "workload.mix",
-                p,
-                "workload file was not loaded (use scenario::load)",
-            ));
-        }
-    };
-    validate_mix(&mix)?;
+/// The request mix, inlined (a workload file is read by `scenario::load`).
+fn inline_mix(mix: &MixRef) -> Result<Mix, Issue> {
+    match mix {
+        MixRef::Inline(m) => Ok(m.clone()),
+        MixRef::File(p) => Err(Issue::new(
+            "workload.mix",
+            p,
+            "workload file was not loaded (use scenario::load)",
+        )),
+    }
+}
 
+/// The load the run offers: its phases laid end to end with their rates, how long
+/// they last, the mean rate and the rate over time.
+struct Load {
+    phases: Vec<PhasePlan>,
+    total: Duration,
+    rate: f64,
+    profile: RateProfile,
+}
+
+/// The protected load, the phases, the capacity search's ladders around them (Q4)
+/// and the arrival profile with the phases' own rates laid over it.
+fn plan_load(s: &Scenario) -> Result<Load, Issue> {
     if !pos_finite(s.protected_load.0) {
         return Err(Issue::new(
             "protected_load",
@@ -68,57 +128,50 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     let expanded = super::capacity::expand(&s.phases, search, s.protected_load.0);
     let (mut phases, explicit) = validate_phases(&expanded, s.protected_load.0)?;
     let total = phases.last().map(|p| p.end()).unwrap_or_default();
-    let (rate, profile) = validate_arrival(&s, &phases, total)?;
+    let (rate, profile) = validate_arrival(s, &phases, total)?;
     let profile = overlay_phase_rates(profile, &phases, &explicit);
     for p in &mut phases {
         let (a, b) = (p.start.as_secs_f64(), p.end().as_secs_f64());
         p.rate = profile.area(a, b) / (b - a);
     }
+    Ok(Load {
+        phases,
+        total,
+        rate,
+        profile,
+    })
+}
 
-    positive("slo.ttft_p95", s.slo.ttft_p95)?;
-    positive("slo.itl_p95", s.slo.itl_p95)?;
-    positive("slo.e2e_p95", s.slo.e2e_p95)?;
-    if s.slo.e2e_p95 < s.slo.ttft_p95 {
+/// The latency objectives: positive, and end-to-end no shorter than the first token.
+fn validate_slo(slo: &Slo) -> Result<(), Issue> {
+    positive("slo.ttft_p95", slo.ttft_p95)?;
+    positive("slo.itl_p95", slo.itl_p95)?;
+    positive("slo.e2e_p95", slo.e2e_p95)?;
+    if slo.e2e_p95 < slo.ttft_p95 {
         return Err(Issue::new(
             "slo.e2e_p95",
-            s.slo.e2e_p95,
-            format!("is shorter than slo.ttft_p95 ({})", s.slo.ttft_p95),
+            slo.e2e_p95,
+            format!("is shorter than slo.ttft_p95 ({})", slo.ttft_p95),
         ));
     }
+    Ok(())
+}
 
-    if s.policy.streaming == Fate::Retry {
-        return Err(Issue::new(
-            "policy.streaming",
-            "retry",
-            "a retry after the first delivered delta is never legal (M2/M3): the client would see two answers; use `fail` (explicit error) or `migrate` (token-continuous)",
-        ));
-    }
-
-    validate_policy(&s.policy)?;
-    validate_evidence(&s.evidence)?;
-
-    if total > MAX_TOTAL {
-        return Err(Issue::new(
-            "phases",
-            crate::wire::units::format_duration(total),
-            "the run would last more than 24h",
-        ));
-    }
-    let faults = super::faults::validate_faults(&s, &phases, &replica_decls)?;
-
-    if let Some(r) = &s.criteria.routing {
+/// The criteria's bounds: positive durations, a retry amplification of at least 1.
+fn validate_criteria(c: &Criteria) -> Result<(), Issue> {
+    if let Some(r) = &c.routing {
         positive(
             "criteria.routing.traffic_removal_max",
             r.traffic_removal_max,
         )?;
     }
-    if let Some(r) = &s.criteria.recovery {
+    if let Some(r) = &c.recovery {
         positive(
             "criteria.recovery.ready_and_serving_max",
             r.ready_and_serving_max,
         )?;
     }
-    if let Some(o) = &s.criteria.overload {
+    if let Some(o) = &c.overload {
         if !(o.retry_amplification_max.is_finite() && o.retry_amplification_max >= 1.0) {
             return Err(Issue::new(
                 "criteria.overload.retry_amplification_max",
@@ -130,34 +183,26 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
             positive("criteria.overload.rejection_p95_max", d)?;
         }
     }
-    if let Some(m) = &s.criteria.maintenance {
+    if let Some(m) = &c.maintenance {
         positive("criteria.maintenance.removal_max", m.removal_max)?;
     }
-    positive("client.connect_timeout", s.client.connect_timeout)?;
-    positive("client.first_token_timeout", s.client.first_token_timeout)?;
-    positive("client.idle_timeout", s.client.idle_timeout)?;
-    positive("client.drain_timeout", s.client.drain_timeout)?;
-    if s.client.warm_connections > MAX_WARM_CONNECTIONS {
+    Ok(())
+}
+
+/// The client's timeouts, and the warm connections it may open.
+fn validate_client(c: &ClientCfg) -> Result<(), Issue> {
+    positive("client.connect_timeout", c.connect_timeout)?;
+    positive("client.first_token_timeout", c.first_token_timeout)?;
+    positive("client.idle_timeout", c.idle_timeout)?;
+    positive("client.drain_timeout", c.drain_timeout)?;
+    if c.warm_connections > MAX_WARM_CONNECTIONS {
         return Err(Issue::new(
             "client.warm_connections",
-            s.client.warm_connections,
+            c.warm_connections,
             format!("must be at most {MAX_WARM_CONNECTIONS} (one socket each)"),
         ));
     }
-
-    Ok(Plan {
-        seed: s.workload.seed,
-        mix,
-        rate,
-        profile,
-        inputs: Arc::default(),
-        phases,
-        faults,
-        total,
-        replicas,
-        replica_decls,
-        scenario: s,
-    })
+    Ok(())
 }
 
 fn validate_target(t: &Target) -> Result<(), Issue> {
@@ -414,10 +459,15 @@ fn validate_search(c: &CapacitySearch) -> Result<(), Issue> {
     positive(&format!("{f}.step"), c.step)
 }
 
-/// The arrival profile with the phases that set their own rate replaced by it (the
-/// arrival process keeps its shape: the schedule draws on the profile).
-/// Q8: a fate must make sense for its stage.
+/// Q8: a fate must make sense for its stage (a delivered stream is never retried).
 fn validate_policy(p: &FatePolicy) -> Result<(), Issue> {
+    if p.streaming == Fate::Retry {
+        return Err(Issue::new(
+            "policy.streaming",
+            "retry",
+            "a retry after the first delivered delta is never legal (M2/M3): the client would see two answers; use `fail` (explicit error) or `migrate` (token-continuous)",
+        ));
+    }
     for (stage, fate) in [
         ("prefill", p.prefill),
         ("decode", p.decode),

@@ -9,6 +9,9 @@ use super::rate::RateProfile;
 use super::types::{MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_RATE, PhasePlan};
 use crate::scenario::{Issue, *};
 
+/// The field of the arrival process.
+const ARRIVAL: &str = "workload.arrival";
+
 fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
     let (lo, hi) = match d {
         Dist::Fixed(n) => (*n, *n),
@@ -62,13 +65,43 @@ fn validate_dist(field: &str, d: &Dist, max: u32) -> Result<(), Issue> {
     Ok(())
 }
 
+/// The arrival process and the rate it offers: the mean rate over the run and the
+/// rate over time (a replayed trace's nominal rate until the trace is read).
 pub(super) fn validate_arrival(
     s: &Scenario,
     phases: &[PhasePlan],
     total: Duration,
 ) -> Result<(f64, RateProfile), Issue> {
     let a = &s.workload.arrival;
-    let f = "workload.arrival";
+    arrival_fields(a)?;
+    let total_s = total.as_secs_f64();
+    if let Some(t) = &a.trace {
+        replay_fields(a, t)?;
+        // The real rate is known once the trace is read (scenario::load).
+        let nominal = s.protected_load.0;
+        return Ok((nominal, RateProfile::constant(nominal)));
+    }
+    let profile = RateProfile::from_arrival(a, s.protected_load.0, total_s)?;
+    rates_in_range(a, &profile)?;
+    let rate = if total_s > 0.0 {
+        profile.area(0.0, total_s) / total_s
+    } else {
+        0.0
+    };
+    if !pos_finite(rate) {
+        return Err(Issue::new(
+            format!("{ARRIVAL}.rate"),
+            format!("{rate}/s"),
+            format!("must be in (0, {MAX_RATE}] req/s"),
+        ));
+    }
+    protected_load_held(s, phases, &profile)?;
+    Ok((rate, profile))
+}
+
+/// Each field of the arrival process read with the process that reads it.
+fn arrival_fields(a: &Arrival) -> Result<(), Issue> {
+    let f = ARRIVAL;
     match (a.process, &a.trace) {
         (ArrivalProcess::Trace, None) => {
             return Err(Issue::missing(
@@ -100,27 +133,32 @@ pub(super) fn validate_arrival(
             "must be at least 1",
         ));
     }
-    let total_s = total.as_secs_f64();
-    if let Some(t) = &a.trace {
-        if !(t.time_scale.is_finite() && t.time_scale > 0.0) {
-            return Err(Issue::new(
-                format!("{f}.trace.time_scale"),
-                t.time_scale,
-                "must be greater than 0",
-            ));
-        }
-        if a.rate.is_some() || a.ramp.is_some() || !a.stages.is_empty() {
-            return Err(Issue::new(
-                f,
-                "trace",
-                "a replayed trace sets its own rate: drop `rate`, `ramp` and `stages`",
-            ));
-        }
-        // The real rate is known once the trace is read (scenario::load).
-        let nominal = s.protected_load.0;
-        return Ok((nominal, RateProfile::constant(nominal)));
+    Ok(())
+}
+
+/// A replayed trace: a positive time scale, and no rate of its own.
+fn replay_fields(a: &Arrival, t: &TraceReplay) -> Result<(), Issue> {
+    let f = ARRIVAL;
+    if !(t.time_scale.is_finite() && t.time_scale > 0.0) {
+        return Err(Issue::new(
+            format!("{f}.trace.time_scale"),
+            t.time_scale,
+            "must be greater than 0",
+        ));
     }
-    let profile = RateProfile::from_arrival(a, s.protected_load.0, total_s)?;
+    if a.rate.is_some() || a.ramp.is_some() || !a.stages.is_empty() {
+        return Err(Issue::new(
+            f,
+            "trace",
+            "a replayed trace sets its own rate: drop `rate`, `ramp` and `stages`",
+        ));
+    }
+    Ok(())
+}
+
+/// Every rate of the profile is in [0, MAX_RATE].
+fn rates_in_range(a: &Arrival, profile: &RateProfile) -> Result<(), Issue> {
+    let f = ARRIVAL;
     for (i, p) in profile.pieces.iter().enumerate() {
         for r in [p.r0, p.r1] {
             if !(r.is_finite() && (0.0..=MAX_RATE).contains(&r)) {
@@ -137,19 +175,18 @@ pub(super) fn validate_arrival(
             }
         }
     }
-    let rate = if total_s > 0.0 {
-        profile.area(0.0, total_s) / total_s
-    } else {
-        0.0
-    };
-    if !pos_finite(rate) {
-        return Err(Issue::new(
-            format!("{f}.rate"),
-            format!("{rate}/s"),
-            format!("must be in (0, {MAX_RATE}] req/s"),
-        ));
-    }
-    // Q12: the protected offered load is never lowered while the failure is in force.
+    Ok(())
+}
+
+/// Q12: the protected offered load is never lowered while the failure is in force
+/// (over the whole run for a constant rate).
+fn protected_load_held(
+    s: &Scenario,
+    phases: &[PhasePlan],
+    profile: &RateProfile,
+) -> Result<(), Issue> {
+    let a = &s.workload.arrival;
+    let f = ARRIVAL;
     let constant = a.ramp.is_none() && a.stages.is_empty();
     for p in phases {
         if !constant && !matches!(p.kind, PhaseKind::Fault | PhaseKind::Degraded) {
@@ -178,7 +215,7 @@ pub(super) fn validate_arrival(
             ));
         }
     }
-    Ok((rate, profile))
+    Ok(())
 }
 
 pub(super) fn validate_mix(m: &Mix) -> Result<(), Issue> {
@@ -252,7 +289,9 @@ pub(super) fn validate_mix(m: &Mix) -> Result<(), Issue> {
     Ok(())
 }
 
-/// The phases, and the rate each one sets explicitly (`rate` or `load`).
+/// The arrival profile with the phases that set their own rate (`explicit`: `rate`
+/// or `load`) replaced by it (the arrival process keeps its shape: the schedule
+/// draws on the profile).
 pub(super) fn overlay_phase_rates(
     profile: RateProfile,
     phases: &[PhasePlan],

@@ -1,0 +1,87 @@
+//! The fault's action: the default of its backend, one the backend can do, and a
+//! failure domain that matches what it does (Q7).
+
+use crate::scenario::{FailureDomain, Fault, FaultAction, FaultBackend, Issue};
+
+/// The fault's action (its backend's default when not given), allowed for its
+/// backend and fitting its declared domain.
+pub(super) fn action(field: &str, f: &Fault) -> Result<FaultAction, Issue> {
+    let action = match (f.action, f.backend) {
+        (Some(a), _) => a,
+        (None, FaultBackend::Process) => FaultAction::Kill,
+        (None, FaultBackend::Command) => FaultAction::Command,
+        (None, FaultBackend::Proxy) => {
+            return Err(Issue::missing(
+                format!("{field}.action"),
+                "is required with the proxy backend (reset, close, blackhole, delay or throttle)",
+            ));
+        }
+    };
+    if !allowed(f.backend).contains(&action) {
+        return Err(Issue::new(
+            format!("{field}.action"),
+            action.as_str(),
+            format!(
+                "is not a `{}` backend action (use {})",
+                serde_json::to_value(f.backend)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                allowed(f.backend)
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    domain_fits(field, f.domain, f.backend, action)?;
+    Ok(action)
+}
+
+/// The actions a backend can carry out.
+fn allowed(backend: FaultBackend) -> &'static [FaultAction] {
+    use FaultAction::*;
+    match backend {
+        FaultBackend::Process => &[Kill, Drain, Freeze],
+        FaultBackend::Proxy => &[Reset, Close, Blackhole, Delay, Throttle],
+        FaultBackend::Command => &[Command],
+    }
+}
+
+/// The declared failure domain matches what the action does to the replica.
+fn domain_fits(
+    field: &str,
+    domain: FailureDomain,
+    backend: FaultBackend,
+    action: FaultAction,
+) -> Result<(), Issue> {
+    use FailureDomain as D;
+    let why = match (domain, backend, action) {
+        (_, FaultBackend::Command, _) => None,
+        (D::Drain, _, FaultAction::Drain) => None,
+        (D::Drain, _, _) => Some("a planned drain is `action: drain` (SIGTERM) or a command"),
+        (_, _, FaultAction::Drain) => Some(
+            "SIGTERM starts a planned drain: declare `domain: drain` (Q7 keeps drain and abrupt failure apart)",
+        ),
+        (D::Network, FaultBackend::Proxy, _) => None,
+        (D::Network, _, _) => Some(
+            "a network-path fault leaves the replica alive: use the proxy backend or a command",
+        ),
+        (_, FaultBackend::Proxy, _) => Some(
+            "a proxy fault cuts the network path and leaves the process alive: declare `domain: network`",
+        ),
+        _ => None,
+    };
+    match why {
+        Some(w) => Err(Issue::new(
+            format!("{field}.domain"),
+            serde_json::to_value(domain)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            w,
+        )),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,97 @@
+//! The fault's targets (`target.replica` or `target.node`) among the declared
+//! replicas — the blast-radius guard — and whether its backend can reach them.
+
+use super::context::Ctx;
+use super::types::Trigger;
+use crate::scenario::{FailureDomain, Fault, FaultBackend, Issue};
+
+/// The replicas the fault removes and the node it hits; no replica when a probe
+/// picks the replica serving it.
+pub(super) fn targets(
+    cx: &Ctx,
+    field: &str,
+    f: &Fault,
+    trigger: &Trigger,
+) -> Result<(Vec<String>, Option<String>), Issue> {
+    let Some(t) = &f.target else {
+        if matches!(trigger, Trigger::Probe { .. }) {
+            return Ok((Vec::new(), None));
+        }
+        return Err(Issue::missing(
+            format!("{field}.target"),
+            "is required (a `replica` or a `node`), unless a probe trigger picks the replica serving the probe",
+        ));
+    };
+    match (&t.replica, &t.node) {
+        (Some(r), None) => {
+            if cx.decl(r).is_none() {
+                return Err(Issue::new(
+                    format!("{field}.target.replica"),
+                    r,
+                    format!("no such replica (the target has {})", cx.names()),
+                ));
+            }
+            if f.domain == FailureDomain::Node {
+                return Err(Issue::missing(
+                    format!("{field}.target.node"),
+                    "is required for domain `node` (a node fault removes every replica of the node)",
+                ));
+            }
+            Ok((vec![r.clone()], None))
+        }
+        (None, Some(n)) => {
+            let on: Vec<String> = cx
+                .decls
+                .iter()
+                .filter(|d| d.node.as_deref() == Some(n.as_str()))
+                .map(|d| d.name.clone())
+                .collect();
+            if on.is_empty() {
+                return Err(Issue::new(
+                    format!("{field}.target.node"),
+                    n,
+                    "no replica is declared on this node (give replicas a `node`)",
+                ));
+            }
+            if f.domain != FailureDomain::Node && f.domain != FailureDomain::Network {
+                return Err(Issue::new(
+                    format!("{field}.domain"),
+                    format!("{:?}", f.domain).to_lowercase(),
+                    "a fault on a whole node is `domain: node` (or `network` for its paths)",
+                ));
+            }
+            Ok((on, Some(n.clone())))
+        }
+        _ => Err(Issue::missing(
+            format!("{field}.target"),
+            "needs exactly one of `replica` or `node`",
+        )),
+    }
+}
+
+/// The backend can act on declared replica `r`: a process to signal, a proxy to cut.
+pub(super) fn reachable(
+    cx: &Ctx,
+    field: &str,
+    backend: FaultBackend,
+    r: &str,
+) -> Result<(), Issue> {
+    let Some(d) = cx.decl(r) else {
+        return Ok(());
+    };
+    match backend {
+        FaultBackend::Process if !cx.sim() && d.process.is_none() => Err(Issue::missing(
+            format!("{field}.backend"),
+            format!(
+                "the process backend needs replica `{r}` to declare `process: {{pid | pid_file}}`"
+            ),
+        )),
+        FaultBackend::Proxy if !cx.has_proxy(d) => Err(Issue::missing(
+            format!("{field}.backend"),
+            format!(
+                "the proxy backend needs replica `{r}` to declare `listen` (haq's proxy in front of it)"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
