@@ -67,6 +67,29 @@ fn signed_pct(x: Option<f64>) -> String {
 /// Compares B against A.
 pub fn compare(a: Side, b: Side, t: Thresholds) -> Comparison {
     let mut rows = Vec::new();
+    latency_rows(&mut rows, &a, &b, t);
+    rate_rows(&mut rows, &a, &b, t);
+    error_rows(&mut rows, &a, &b, t);
+    rows.push(Row {
+        metric: "requests".into(),
+        a: a.requests.to_string(),
+        b: b.requests.to_string(),
+        change: String::new(),
+        limit: String::new(),
+        regressed: false,
+    });
+    let regressed = rows.iter().any(|r| r.regressed);
+    Comparison {
+        a,
+        b,
+        rows,
+        regressed,
+    }
+}
+
+/// p50, p95 and p99 of TTFT, ITL and E2E; only p95 is judged (relative rise, when
+/// both sides have samples).
+fn latency_rows(rows: &mut Vec<Row>, a: &Side, b: &Side, t: Thresholds) {
     let lim = format!("{:.0}%", t.max_regression * 100.0);
     let mut lat = |what: &str, pa: &Pcts, pb: &Pcts| {
         for (q, va, vb, judged) in [
@@ -94,6 +117,11 @@ pub fn compare(a: Side, b: Side, t: Thresholds) -> Comparison {
     lat("TTFT", &a.ttft_ms, &b.ttft_ms);
     lat("ITL", &a.itl_ms, &b.itl_ms);
     lat("E2E", &a.e2e_ms, &b.e2e_ms);
+}
+
+/// Throughput and goodput (judged: relative fall) and output tokens per second.
+fn rate_rows(rows: &mut Vec<Row>, a: &Side, b: &Side, t: Thresholds) {
+    let lim = format!("{:.0}%", t.max_regression * 100.0);
     for (what, va, vb, judged) in [
         (
             "throughput (req/s)",
@@ -118,6 +146,10 @@ pub fn compare(a: Side, b: Side, t: Thresholds) -> Comparison {
             regressed: judged && r.is_some_and(|r| r < -t.max_regression),
         });
     }
+}
+
+/// The error and rejection rates (judged: absolute rise in points).
+fn error_rows(rows: &mut Vec<Row>, a: &Side, b: &Side, t: Thresholds) {
     for (what, va, vb) in [
         ("error rate", a.error_rate, b.error_rate),
         ("rejection rate", a.rejection_rate, b.rejection_rate),
@@ -131,21 +163,6 @@ pub fn compare(a: Side, b: Side, t: Thresholds) -> Comparison {
             limit: format!("+{:.2} pt", t.max_error_increase * 100.0),
             regressed: d > t.max_error_increase,
         });
-    }
-    rows.push(Row {
-        metric: "requests".into(),
-        a: a.requests.to_string(),
-        b: b.requests.to_string(),
-        change: String::new(),
-        limit: String::new(),
-        regressed: false,
-    });
-    let regressed = rows.iter().any(|r| r.regressed);
-    Comparison {
-        a,
-        b,
-        rows,
-        regressed,
     }
 }
 

@@ -137,12 +137,26 @@ fn pct_plot<'a>(
     }
 }
 
+/// Every plot over time as inline SVG, on one time axis, with the phase bands and the
+/// fault markers.
 fn plots(plan: &Plan, j: &Judgement) -> String {
-    let slo = &plan.scenario.slo;
     let sec = &j.seconds;
+    let bands = phase_bands(j);
+    let x_max = bands
+        .iter()
+        .map(|b| b.to_s)
+        .fold(sec.len() as f64, f64::max);
+    let marks = markers(j);
+    let ps = latency_plots(plan, sec)
+        .into_iter()
+        .chain(rate_plots(plan, sec));
+    ps.map(|p| svg::render(&p, x_max, &bands, &marks)).collect()
+}
+
+/// The phases as bands, in seconds since the start of load.
+fn phase_bands(j: &Judgement) -> Vec<Band> {
     let base = j.facts.load_start;
-    let bands: Vec<Band> = j
-        .facts
+    j.facts
         .phases
         .iter()
         .map(|p| Band {
@@ -150,14 +164,13 @@ fn plots(plan: &Plan, j: &Judgement) -> String {
             to_s: (p.end as f64 - base as f64) / 1e6,
             label: p.name.clone(),
         })
-        .collect();
-    let x_max = bands
-        .iter()
-        .map(|b| b.to_s)
-        .fold(sec.len() as f64, f64::max);
-    let marks = markers(j);
-    let n = |v: u64| Some(v as f64);
-    let ps = [
+        .collect()
+}
+
+/// TTFT and ITL p50/p95 per second of dispatch, against their SLO.
+fn latency_plots<'a>(plan: &Plan, sec: &[SecondStats]) -> [Plot<'a>; 2] {
+    let slo = &plan.scenario.slo;
+    [
         pct_plot(
             "ttft",
             "TTFT by second of dispatch",
@@ -172,6 +185,14 @@ fn plots(plan: &Plan, j: &Judgement) -> String {
             series(sec, |s| s.itl_p95),
             slo.itl_p95,
         ),
+    ]
+}
+
+/// Counts per second: requests (against the protected load), output tokens, errors
+/// and rejections, requests in flight.
+fn rate_plots<'a>(plan: &Plan, sec: &[SecondStats]) -> [Plot<'a>; 4] {
+    let n = |v: u64| Some(v as f64);
+    [
         Plot {
             id: "throughput",
             title: "Requests per second",
@@ -238,10 +259,7 @@ fn plots(plan: &Plan, j: &Judgement) -> String {
             }],
             limit: None,
         },
-    ];
-    ps.iter()
-        .map(|p| svg::render(p, x_max, &bands, &marks))
-        .collect()
+    ]
 }
 
 fn section(o: &mut String, s: &Section) {
@@ -256,10 +274,33 @@ fn section(o: &mut String, s: &Section) {
     );
 }
 
+/// report.html: the head, the summary, then each section in reading order.
 pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
+    let mut o = String::new();
+    summary(&mut o, plan, j);
+    verdicts(&mut o, j);
+    o.push_str("<h2>Over time</h2><p class=\"muted\">Shaded: phases. Dashed verticals: <span class=\"FAIL\">fault</span>, <span class=\"UNKNOWN\">detection</span>, <span style=\"color:#7c3aed\">traffic removed</span>, <span class=\"PASS\">recovery</span>. Dashed red horizontal: the objective.</p>");
+    o.push_str(&plots(plan, j));
+    timeline_and_phases(&mut o, j);
+    findings(&mut o, j);
+    o.push_str("<h2>HA worksheet (Q14)</h2>");
+    for s in worksheet {
+        section(&mut o, s);
+    }
+    let _ = writeln!(
+        o,
+        "<p class=\"muted\">haq {} · overall {}</p><script>{CHECK}</script></body></html>",
+        env!("CARGO_PKG_VERSION"),
+        status(Status::as_str(j.overall()))
+    );
+    o
+}
+
+/// The document head (title, CSS), the heading with the result badge, the run line,
+/// the description and, for an INVALID run, why.
+fn summary(o: &mut String, plan: &Plan, j: &Judgement) {
     let sc = &plan.scenario;
     let label = j.result_label();
-    let mut o = String::new();
     let _ = write!(
         o,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>haq · {} · {}</title><style>{CSS}</style></head><body>",
@@ -290,9 +331,13 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
             esc(&j.client.invalid_reasons.join("; "))
         );
     }
+}
+
+/// The verdict table, each verdict's evidence folded under its reason.
+fn verdicts(o: &mut String, j: &Judgement) {
     o.push_str("<h2>Verdicts (Q13)</h2>");
     table(
-        &mut o,
+        o,
         &["Verdict", "Result", "Why"],
         j.verdicts.iter().map(|v| {
             let ev = if v.evidence.is_empty() {
@@ -313,8 +358,10 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
             ]
         }),
     );
-    o.push_str("<h2>Over time</h2><p class=\"muted\">Shaded: phases. Dashed verticals: <span class=\"FAIL\">fault</span>, <span class=\"UNKNOWN\">detection</span>, <span style=\"color:#7c3aed\">traffic removed</span>, <span class=\"PASS\">recovery</span>. Dashed red horizontal: the objective.</p>");
-    o.push_str(&plots(plan, j));
+}
+
+/// The failure timeline (Q11) and the per-phase latency table.
+fn timeline_and_phases(o: &mut String, j: &Judgement) {
     let escaped = |rows: Vec<Vec<String>>| {
         rows.into_iter()
             .map(|r| r.iter().map(|c| esc(c)).collect::<Vec<_>>())
@@ -322,41 +369,30 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
     };
     o.push_str("<h2>Timeline (Q11)</h2>");
     table(
-        &mut o,
+        o,
         &super::rows::TIMELINE_HEAD,
         escaped(super::rows::timeline(j)),
     );
     o.push_str("<h2>Latency per phase</h2>");
-    table(
-        &mut o,
-        &super::rows::PHASE_HEAD,
-        escaped(super::rows::phases(j)),
-    );
+    table(o, &super::rows::PHASE_HEAD, escaped(super::rows::phases(j)));
+}
+
+/// The first 50 findings.
+fn findings(o: &mut String, j: &Judgement) {
     o.push_str("<h2>Findings</h2>");
     if j.findings.is_empty() {
         o.push_str("<p>None.</p>");
-    } else {
-        table(
-            &mut o,
-            &["kind", "request", "detail"],
-            j.findings.iter().take(50).map(|f| {
-                vec![
-                    esc(f.kind.as_str()),
-                    format!("<code>{}</code>", esc(&f.request)),
-                    esc(&f.detail),
-                ]
-            }),
-        );
+        return;
     }
-    o.push_str("<h2>HA worksheet (Q14)</h2>");
-    for s in worksheet {
-        section(&mut o, s);
-    }
-    let _ = writeln!(
+    table(
         o,
-        "<p class=\"muted\">haq {} · overall {}</p><script>{CHECK}</script></body></html>",
-        env!("CARGO_PKG_VERSION"),
-        status(Status::as_str(j.overall()))
+        &["kind", "request", "detail"],
+        j.findings.iter().take(50).map(|f| {
+            vec![
+                esc(f.kind.as_str()),
+                format!("<code>{}</code>", esc(&f.request)),
+                esc(&f.detail),
+            ]
+        }),
     );
-    o
 }

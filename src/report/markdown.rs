@@ -43,8 +43,26 @@ fn section(out: &mut String, s: &Section) {
     table(out, &head, s.rows.iter().cloned());
 }
 
+/// report.md: the summary, then each section in reading order.
 pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
     let mut out = String::new();
+    summary(&mut out, plan, j);
+    verdicts(&mut out, j);
+    timeline(&mut out, j);
+    out.push_str("## Latency per phase\n\n");
+    table(&mut out, &super::rows::PHASE_HEAD, super::rows::phases(j));
+    findings(&mut out, j);
+    out.push_str("## HA worksheet (Q14)\n\n");
+    for s in worksheet {
+        section(&mut out, s);
+    }
+    evidence(&mut out, j);
+    out
+}
+
+/// The title, the description, the summary table (result and tally, run, load,
+/// client) and a notice when the run did not complete.
+fn summary(out: &mut String, plan: &Plan, j: &Judgement) {
     let sc = &plan.scenario;
     let _ = writeln!(out, "# haq · {} · {}\n", sc.name, j.result_label());
     if !sc.description.is_empty() {
@@ -65,7 +83,7 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
         .collect();
     let c = &j.client;
     table(
-        &mut out,
+        out,
         &["", ""],
         [
             vec![
@@ -106,62 +124,67 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
             j.run.reason.as_deref().unwrap_or("no run_end in the trace")
         );
     }
+}
 
+/// The verdict table: name, result, why.
+fn verdicts(out: &mut String, j: &Judgement) {
     out.push_str("## Verdicts (Q13)\n\n");
     table(
-        &mut out,
+        out,
         &["Verdict", "Result", "Why"],
         j.verdicts
             .iter()
             .map(|v| vec![v.name.to_string(), mark(v.status).into(), v.summary.clone()]),
     );
+}
 
+/// The failure timeline (Q11).
+fn timeline(out: &mut String, j: &Judgement) {
     out.push_str("## Timeline (Q11)\n\n");
     let entries = super::rows::timeline(j);
     if entries.is_empty() {
         out.push_str("No phase ran.\n\n");
     } else {
-        table(&mut out, &super::rows::TIMELINE_HEAD, entries);
+        table(out, &super::rows::TIMELINE_HEAD, entries);
     }
+}
 
-    out.push_str("## Latency per phase\n\n");
-    table(&mut out, &super::rows::PHASE_HEAD, super::rows::phases(j));
-
+/// The first [`FINDINGS_SHOWN`] findings, then the full count of each kind when some
+/// were left out.
+fn findings(out: &mut String, j: &Judgement) {
     out.push_str("## Findings\n\n");
     if j.findings.is_empty() {
         out.push_str("None: no request showed a duplicate, stitched, truncated or otherwise wrong answer.\n\n");
-    } else {
-        table(
-            &mut out,
-            &["kind", "request", "detail"],
-            j.findings.iter().take(FINDINGS_SHOWN).map(|f| {
-                vec![
-                    f.kind.as_str().into(),
-                    format!("`{}`", f.request),
-                    f.detail.clone(),
-                ]
-            }),
+        return;
+    }
+    table(
+        out,
+        &["kind", "request", "detail"],
+        j.findings.iter().take(FINDINGS_SHOWN).map(|f| {
+            vec![
+                f.kind.as_str().into(),
+                format!("`{}`", f.request),
+                f.detail.clone(),
+            ]
+        }),
+    );
+    let total: u64 = j.finding_counts.iter().map(|(_, n)| n).sum();
+    if total as usize > FINDINGS_SHOWN.min(j.findings.len()) {
+        let _ = writeln!(
+            out,
+            "… {} findings in all ({}); report.json keeps them.\n",
+            total,
+            j.finding_counts
+                .iter()
+                .map(|(k, n)| format!("{} ×{n}", k.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
-        let total: u64 = j.finding_counts.iter().map(|(_, n)| n).sum();
-        if total as usize > FINDINGS_SHOWN.min(j.findings.len()) {
-            let _ = writeln!(
-                out,
-                "… {} findings in all ({}); report.json keeps them.\n",
-                total,
-                j.finding_counts
-                    .iter()
-                    .map(|(k, n)| format!("{} ×{n}", k.as_str()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
     }
+}
 
-    out.push_str("## HA worksheet (Q14)\n\n");
-    for s in worksheet {
-        section(&mut out, s);
-    }
-
+/// The evidence lines of each verdict, folded in a `<details>` block.
+fn evidence(out: &mut String, j: &Judgement) {
     out.push_str("<details><summary>Evidence behind each verdict</summary>\n\n");
     for v in &j.verdicts {
         let _ = writeln!(out, "**{}** — {}\n", v.name, mark(v.status));
@@ -174,5 +197,4 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
         out.push('\n');
     }
     out.push_str("</details>\n");
-    out
 }

@@ -88,18 +88,64 @@ fn fmt_tick(v: f64) -> String {
     }
 }
 
+/// The plot area of one chart: data coordinates to SVG coordinates.
+struct Frame {
+    x_max: f64,
+    y_max: f64,
+    /// Plot width and height (inside the margins).
+    pw: f64,
+    ph: f64,
+}
+
+impl Frame {
+    /// Scales the x axis to `x_max` seconds (at least 1) and the y axis to a nice top
+    /// above the data and the limit line.
+    fn new(p: &Plot, x_max: f64) -> Frame {
+        let x_max = x_max.max(1.0);
+        let data_max = p
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().filter_map(|q| q.1))
+            .fold(0.0f64, f64::max);
+        let y_max = nice(data_max.max(p.limit.as_ref().map(|l| l.0).unwrap_or(0.0)) * 1.05);
+        Frame {
+            x_max,
+            y_max,
+            pw: W - LEFT - RIGHT,
+            ph: H - TOP - BOTTOM,
+        }
+    }
+
+    fn x(&self, s: f64) -> f64 {
+        LEFT + s.clamp(0.0, self.x_max) / self.x_max * self.pw
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        TOP + self.ph - v.clamp(0.0, self.y_max) / self.y_max * self.ph
+    }
+}
+
+/// One plot as an `<svg>` element: title, phase bands, axes, the limit line, the
+/// series, the markers and the legend, in that order.
 pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> String {
-    let x_max = x_max.max(1.0);
-    let data_max = p
-        .lines
-        .iter()
-        .flat_map(|l| l.points.iter().filter_map(|q| q.1))
-        .fold(0.0f64, f64::max);
-    let y_max = nice(data_max.max(p.limit.as_ref().map(|l| l.0).unwrap_or(0.0)) * 1.05);
-    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-    let x = |s: f64| LEFT + s.clamp(0.0, x_max) / x_max * pw;
-    let y = |v: f64| TOP + ph - v.clamp(0.0, y_max) / y_max * ph;
+    let fr = Frame::new(p, x_max);
     let mut o = String::new();
+    open(&mut o, p);
+    phase_bands(&mut o, &fr, bands);
+    y_axis(&mut o, &fr);
+    x_axis(&mut o, &fr);
+    limit_line(&mut o, &fr, p);
+    for l in &p.lines {
+        series(&mut o, &fr, l);
+    }
+    vertical_markers(&mut o, &fr, markers);
+    legend(&mut o, &fr, p);
+    o.push_str("</svg>");
+    o
+}
+
+/// The opening `<svg>` tag and the plot's title.
+fn open(o: &mut String, p: &Plot) {
     let _ = write!(
         o,
         r##"<svg class="plot" data-plot="{id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{t}">"##,
@@ -112,8 +158,13 @@ pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> Strin
         esc(p.title),
         esc(p.unit)
     );
+}
+
+/// The phases as shaded bands, alternately lighter and darker, each with its name.
+fn phase_bands(o: &mut String, fr: &Frame, bands: &[Band]) {
+    let ph = fr.ph;
     for (i, b) in bands.iter().enumerate() {
-        let (x0, x1) = (x(b.from_s), x(b.to_s));
+        let (x0, x1) = (fr.x(b.from_s), fr.x(b.to_s));
         let fill = if i % 2 == 0 { "#f4f6f8" } else { "#e9edf1" };
         let _ = write!(
             o,
@@ -124,27 +175,34 @@ pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> Strin
             esc(&b.label)
         );
     }
-    // Axes and ticks.
+}
+
+/// Five horizontal grid lines with their values.
+fn y_axis(o: &mut String, fr: &Frame) {
     for k in 0..=4 {
-        let v = y_max * k as f64 / 4.0;
-        let yy = y(v);
+        let v = fr.y_max * k as f64 / 4.0;
+        let yy = fr.y(v);
         let _ = write!(
             o,
             r##"<line class="grid" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + pw,
+            LEFT + fr.pw,
             LEFT - 6.0,
             yy + 4.0,
             fmt_tick(v)
         );
     }
-    let step = nice(x_max / 8.0);
+}
+
+/// Ticks in seconds at a nice step (about eight of them) and the axis caption.
+fn x_axis(o: &mut String, fr: &Frame) {
+    let step = nice(fr.x_max / 8.0);
     let mut t = 0.0;
-    while t <= x_max + 1e-9 {
+    while t <= fr.x_max + 1e-9 {
         let _ = write!(
             o,
             r##"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-            x(t),
-            TOP + ph + 16.0,
+            fr.x(t),
+            TOP + fr.ph + 16.0,
             fmt_tick(t)
         );
         t += step;
@@ -152,52 +210,62 @@ pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> Strin
     let _ = write!(
         o,
         r##"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">s since start of load</text>"##,
-        LEFT + pw,
+        LEFT + fr.pw,
         H - 2.0
     );
+}
+
+/// The objective as a horizontal line with its label, when the plot has one.
+fn limit_line(o: &mut String, fr: &Frame, p: &Plot) {
     if let Some((v, label)) = &p.limit {
-        let yy = y(*v);
+        let yy = fr.y(*v);
         let _ = write!(
             o,
             r##"<line class="limit" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text class="limit-label" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + pw,
-            LEFT + pw - 2.0,
+            LEFT + fr.pw,
+            LEFT + fr.pw - 2.0,
             yy - 3.0,
             esc(label)
         );
     }
-    for l in &p.lines {
-        let mut d = String::new();
-        let mut pen_up = true;
-        for (s, v) in &l.points {
-            match v {
-                Some(v) => {
-                    let _ = write!(
-                        d,
-                        "{}{:.1},{:.1} ",
-                        if pen_up { "M" } else { "L" },
-                        x(*s),
-                        y(*v)
-                    );
-                    pen_up = false;
-                }
-                None => pen_up = true,
+}
+
+/// One line as a path; a missing value lifts the pen (a gap).
+fn series(o: &mut String, fr: &Frame, l: &Line) {
+    let mut d = String::new();
+    let mut pen_up = true;
+    for (s, v) in &l.points {
+        match v {
+            Some(v) => {
+                let _ = write!(
+                    d,
+                    "{}{:.1},{:.1} ",
+                    if pen_up { "M" } else { "L" },
+                    fr.x(*s),
+                    fr.y(*v)
+                );
+                pen_up = false;
             }
+            None => pen_up = true,
         }
-        let _ = write!(
-            o,
-            r##"<path class="series" data-series="{}" d="{}" fill="none" stroke="{}" stroke-width="1.6"/>"##,
-            esc(l.label),
-            d.trim_end(),
-            l.color
-        );
     }
+    let _ = write!(
+        o,
+        r##"<path class="series" data-series="{}" d="{}" fill="none" stroke="{}" stroke-width="1.6"/>"##,
+        esc(l.label),
+        d.trim_end(),
+        l.color
+    );
+}
+
+/// Dashed vertical markers with labels staggered over four rows, and a tooltip.
+fn vertical_markers(o: &mut String, fr: &Frame, markers: &[Marker]) {
     for (i, m) in markers.iter().enumerate() {
-        let xx = x(m.at_s);
+        let xx = fr.x(m.at_s);
         let _ = write!(
             o,
             r##"<g class="marker" data-marker="{kind}"><line x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{:.1}" stroke="{c}" stroke-width="1.4" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" fill="{c}" class="marker-label">{}</text><title>{}</title></g>"##,
-            TOP + ph,
+            TOP + fr.ph,
             xx + 3.0,
             TOP + 24.0 + (i % 4) as f64 * 11.0,
             esc(&m.label),
@@ -206,8 +274,11 @@ pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> Strin
             c = m.color
         );
     }
-    // Legend.
-    let mut lx = LEFT + pw;
+}
+
+/// The legend, right-aligned at the top: a colour swatch and the label of each line.
+fn legend(o: &mut String, fr: &Frame, p: &Plot) {
+    let mut lx = LEFT + fr.pw;
     for l in p.lines.iter().rev() {
         lx -= 14.0 + 7.0 * l.label.len() as f64;
         let _ = write!(
@@ -218,7 +289,21 @@ pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> Strin
             esc(l.label)
         );
     }
-    o.push_str("</svg>");
+}
+
+/// Escapes text for HTML (element content and quoted attribute values).
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
     o
 }
 

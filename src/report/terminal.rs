@@ -29,6 +29,28 @@ fn table() -> Table {
 /// The terminal summary: verdicts, per-phase latency, faults, top findings.
 pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
     let mut out = String::new();
+    out.push_str(&format!(
+        "haq · scenario {} · seed {} · {}\n",
+        plan.scenario.name, plan.seed, j.run.wall
+    ));
+    out.push_str(&phase_table(j).to_string());
+    out.push('\n');
+    faults(&mut out, j);
+    timeline(&mut out, j);
+    findings(&mut out, j);
+    out.push_str(&verdict_table(j).to_string());
+    out.push('\n');
+    client(&mut out, j);
+    out.push_str(&format!(
+        "result: {} · {}\n",
+        j.result_label(),
+        run_dir.display()
+    ));
+    out
+}
+
+/// One row per verdict: name, coloured result, why.
+fn verdict_table(j: &Judgement) -> Table {
     let mut v = table();
     v.set_header(vec!["Verdict", "Result", "Why"]);
     for x in &j.verdicts {
@@ -38,6 +60,11 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
             Cell::new(&x.summary),
         ]);
     }
+    v
+}
+
+/// One row per phase: request counts and the p50/p95 latencies.
+fn phase_table(j: &Judgement) -> Table {
     let mut p = table();
     p.set_header(vec![
         "Phase",
@@ -61,12 +88,11 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
             format!("{:.0} / {:.0}", s.e2e_ms.p50, s.e2e_ms.p95),
         ]);
     }
-    out.push_str(&format!(
-        "haq · scenario {} · seed {} · {}\n",
-        plan.scenario.name, plan.seed, j.run.wall
-    ));
-    out.push_str(&p.to_string());
-    out.push('\n');
+    p
+}
+
+/// One line per recorded fault: when, what, on which replica, verified.
+fn faults(out: &mut String, j: &Judgement) {
     for f in &j.faults {
         out.push_str(&format!(
             "fault {} at +{:.1}s: {} {} (pid {}), verified: {} — {}\n",
@@ -82,27 +108,36 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
             f.detail
         ));
     }
+}
+
+/// The timeline entries relative to a fault (Q11).
+fn timeline(out: &mut String, j: &Judgement) {
     let tl: Vec<_> = j
         .timeline
         .entries
         .iter()
         .filter(|e| e.after_fault_ms.is_some())
         .collect();
-    if !tl.is_empty() {
-        out.push_str("timeline (Q11):\n");
-        for e in tl {
-            out.push_str(&format!(
-                "  +{:>8.3}s {:>10}  {} — {}: {}\n",
-                e.at_s,
-                e.after_fault_ms
-                    .map(|m| format!("(+{m:.0} ms)"))
-                    .unwrap_or_default(),
-                e.event,
-                e.source,
-                e.detail
-            ));
-        }
+    if tl.is_empty() {
+        return;
     }
+    out.push_str("timeline (Q11):\n");
+    for e in tl {
+        out.push_str(&format!(
+            "  +{:>8.3}s {:>10}  {} — {}: {}\n",
+            e.at_s,
+            e.after_fault_ms
+                .map(|m| format!("(+{m:.0} ms)"))
+                .unwrap_or_default(),
+            e.event,
+            e.source,
+            e.detail
+        ));
+    }
+}
+
+/// The first five findings and how many more report.json has.
+fn findings(out: &mut String, j: &Judgement) {
     for f in j.findings.iter().take(5) {
         out.push_str(&format!(
             "finding {:?} {}: {}\n",
@@ -115,8 +150,10 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
             j.findings.len() - 5
         ));
     }
-    out.push_str(&v.to_string());
-    out.push('\n');
+}
+
+/// The load client's schedule slip, and why the run is INVALID when it is.
+fn client(out: &mut String, j: &Judgement) {
     let c = &j.client;
     out.push_str(&format!(
         "client: schedule slip p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
@@ -129,10 +166,4 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
             j.overall().as_str()
         ));
     }
-    out.push_str(&format!(
-        "result: {} · {}\n",
-        j.result_label(),
-        run_dir.display()
-    ));
-    out
 }

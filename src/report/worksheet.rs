@@ -8,7 +8,7 @@ use crate::check::Judgement;
 use crate::check::timeline::{FaultTimeline, Mark, ms};
 use crate::metrics::PhaseStats;
 use crate::plan::Plan;
-use crate::scenario::{Fate, PhaseKind, TargetKind};
+use crate::scenario::{Criteria, Fate, PhaseKind, TargetKind};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Section {
@@ -185,8 +185,9 @@ fn first_of<'a>(j: &'a Judgement, plan: &Plan, kinds: &[PhaseKind]) -> Option<&'
     })
 }
 
+/// The first baseline phase against the first degraded (or else fault) phase, each
+/// measure beside its objective, then the capacity rows.
 fn healthy_vs_degraded(plan: &Plan, j: &Judgement) -> Section {
-    let slo = &plan.scenario.slo;
     let healthy = first_of(j, plan, &[PhaseKind::Baseline]);
     let degraded = first_of(j, plan, &[PhaseKind::Degraded, PhaseKind::Fault]);
     let name = |p: Option<&PhaseStats>| p.map(|p| p.name.clone()).unwrap_or_else(|| "—".into());
@@ -199,6 +200,20 @@ fn healthy_vs_degraded(plan: &Plan, j: &Judgement) -> Section {
             "SLO",
         ],
     );
+    phase_measures(&mut o, plan, healthy, degraded);
+    capacity_rows(&mut o, plan, j);
+    o
+}
+
+/// Latency, rates and error shares of the two phases ("—" for a phase that is not
+/// there).
+fn phase_measures(
+    o: &mut Section,
+    plan: &Plan,
+    healthy: Option<&PhaseStats>,
+    degraded: Option<&PhaseStats>,
+) {
+    let slo = &plan.scenario.slo;
     let cell = |p: Option<&PhaseStats>, f: &dyn Fn(&PhaseStats) -> String| {
         p.map(f).unwrap_or_else(|| "—".into())
     };
@@ -248,6 +263,11 @@ fn healthy_vs_degraded(plan: &Plan, j: &Judgement) -> Section {
     for (m, f, s) in rows {
         o.row([m.into(), cell(healthy, f), cell(degraded, f), s]);
     }
+}
+
+/// The Capacity verdict (C_degraded ≥ L_protected) and the measured capacities of the
+/// search, when there is one (with the (N−k)/N hypothesis beside it).
+fn capacity_rows(o: &mut Section, plan: &Plan, j: &Judgement) {
     let cap = j
         .verdicts
         .iter()
@@ -288,7 +308,6 @@ fn healthy_vs_degraded(plan: &Plan, j: &Judgement) -> Section {
             String::new(),
         ]),
     }
-    o
 }
 
 fn since(f: &FaultTimeline, m: &Option<Mark>) -> (String, String) {
@@ -298,6 +317,14 @@ fn since(f: &FaultTimeline, m: &Option<Mark>) -> (String, String) {
     }
 }
 
+/// One row of the recovery section: the fault, what was measured, `v` (the time after
+/// the fault and its source) and the objective.
+fn put(o: &mut Section, f: &FaultTimeline, what: &str, v: (String, String), obj: String) {
+    o.rows
+        .push(vec![f.fault.clone(), what.into(), v.0, obj, v.1]);
+}
+
+/// Per fault, the response then the replacement; last the full recovery of all.
 fn recovery(plan: &Plan, j: &Judgement) -> Section {
     let mut o = Section::new(
         "Recovery (Q11)",
@@ -311,80 +338,8 @@ fn recovery(plan: &Plan, j: &Judgement) -> Section {
     );
     let c = &plan.scenario.criteria;
     for f in &j.timeline.faults {
-        let mut put = |what: &str, v: (String, String), obj: String| {
-            o.rows
-                .push(vec![f.fault.clone(), what.into(), v.0, obj, v.1]);
-        };
-        put("detection", since(f, &f.detected), String::new());
-        let removal = f.removal.as_ref().map(|r| {
-            (
-                format!("+{:.0} ms", ms(f.injected, r.t)),
-                r.last
-                    .as_ref()
-                    .map(|l| l.source.clone())
-                    .unwrap_or_else(|| r.sources.join(", ")),
-            )
-        });
-        put(
-            "traffic removal",
-            removal.unwrap_or(("—".into(), "no routing evidence".into())),
-            c.routing
-                .as_ref()
-                .map(|r| format!("≤ {}", dur(r.traffic_removal_max)))
-                .unwrap_or_default(),
-        );
-        let req = f.in_flight.settled.map(|s| {
-            (
-                format!(
-                    "+{:.0} ms ({} caught: {} recovered, {} terminated)",
-                    ms(f.injected, s),
-                    f.in_flight.caught,
-                    f.in_flight.recovered,
-                    f.in_flight.terminated
-                ),
-                "client trace".to_string(),
-            )
-        });
-        put(
-            "request recovery",
-            req.unwrap_or(("—".into(), "no request was in flight".into())),
-            String::new(),
-        );
-        put(
-            "degraded interval",
-            (
-                format!("{:.1} s", ms(f.injected, f.degraded_until) / 1000.0),
-                "phases".into(),
-            ),
-            String::new(),
-        );
-        let r = &f.replacement;
-        // A healed fault's endpoint comes back by itself: no replacement to wait for.
-        let healed_back = f.healed.is_some() && r.requested.is_none();
-        if healed_back {
-            put("healed", since(f, &f.healed), String::new());
-        } else {
-            put(
-                "replacement requested",
-                since(f, &r.requested),
-                String::new(),
-            );
-            put("replacement started", since(f, &r.started), String::new());
-        }
-        let (ready, serving) = if healed_back {
-            ("ready again", "receiving traffic again")
-        } else {
-            ("replacement ready", "replacement receiving traffic")
-        };
-        put(ready, since(f, &r.ready), String::new());
-        put(
-            serving,
-            since(f, &r.serving),
-            c.recovery
-                .as_ref()
-                .map(|r| format!("≤ {}", dur(r.ready_and_serving_max)))
-                .unwrap_or_default(),
-        );
+        response_rows(&mut o, c, f);
+        replacement_rows(&mut o, c, f);
     }
     let full = j.timeline.full_recovery.as_ref();
     let first = j.timeline.faults.first().map(|f| f.injected);
@@ -400,6 +355,103 @@ fn recovery(plan: &Plan, j: &Judgement) -> Section {
             .unwrap_or_else(|| "not observed".into()),
     ]);
     o
+}
+
+/// How the cluster answered one fault: detection, traffic removal, the requests in
+/// flight and the degraded interval.
+fn response_rows(o: &mut Section, c: &Criteria, f: &FaultTimeline) {
+    put(o, f, "detection", since(f, &f.detected), String::new());
+    let removal = f.removal.as_ref().map(|r| {
+        (
+            format!("+{:.0} ms", ms(f.injected, r.t)),
+            r.last
+                .as_ref()
+                .map(|l| l.source.clone())
+                .unwrap_or_else(|| r.sources.join(", ")),
+        )
+    });
+    put(
+        o,
+        f,
+        "traffic removal",
+        removal.unwrap_or(("—".into(), "no routing evidence".into())),
+        c.routing
+            .as_ref()
+            .map(|r| format!("≤ {}", dur(r.traffic_removal_max)))
+            .unwrap_or_default(),
+    );
+    let req = f.in_flight.settled.map(|s| {
+        (
+            format!(
+                "+{:.0} ms ({} caught: {} recovered, {} terminated)",
+                ms(f.injected, s),
+                f.in_flight.caught,
+                f.in_flight.recovered,
+                f.in_flight.terminated
+            ),
+            "client trace".to_string(),
+        )
+    });
+    put(
+        o,
+        f,
+        "request recovery",
+        req.unwrap_or(("—".into(), "no request was in flight".into())),
+        String::new(),
+    );
+    put(
+        o,
+        f,
+        "degraded interval",
+        (
+            format!("{:.1} s", ms(f.injected, f.degraded_until) / 1000.0),
+            "phases".into(),
+        ),
+        String::new(),
+    );
+}
+
+/// The way back from one fault: the replacement requested, started, ready and
+/// receiving traffic — or, for a healed fault with no replacement, the endpoint
+/// healed, ready again and receiving traffic again.
+fn replacement_rows(o: &mut Section, c: &Criteria, f: &FaultTimeline) {
+    let r = &f.replacement;
+    // A healed fault's endpoint comes back by itself: no replacement to wait for.
+    let healed_back = f.healed.is_some() && r.requested.is_none();
+    if healed_back {
+        put(o, f, "healed", since(f, &f.healed), String::new());
+    } else {
+        put(
+            o,
+            f,
+            "replacement requested",
+            since(f, &r.requested),
+            String::new(),
+        );
+        put(
+            o,
+            f,
+            "replacement started",
+            since(f, &r.started),
+            String::new(),
+        );
+    }
+    let (ready, serving) = if healed_back {
+        ("ready again", "receiving traffic again")
+    } else {
+        ("replacement ready", "replacement receiving traffic")
+    };
+    put(o, f, ready, since(f, &r.ready), String::new());
+    put(
+        o,
+        f,
+        serving,
+        since(f, &r.serving),
+        c.recovery
+            .as_ref()
+            .map(|r| format!("≤ {}", dur(r.ready_and_serving_max)))
+            .unwrap_or_default(),
+    );
 }
 
 fn fate_matrix(plan: &Plan, j: &Judgement) -> Section {
