@@ -307,22 +307,6 @@ pub fn esc(s: &str) -> String {
     o
 }
 
-/// Escapes text for HTML (element content and quoted attribute values).
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
