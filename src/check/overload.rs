@@ -17,15 +17,6 @@ use crate::wire::journal::GatewayEntry;
 
 pub const NAME: VerdictName = VerdictName::Overload;
 
-fn p95(mut v: Vec<u64>) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable();
-    let i = ((v.len() as f64 * 0.95).ceil() as usize).clamp(1, v.len()) - 1;
-    Some(v[i])
-}
-
 fn pct(a: u64, b: u64) -> f64 {
     if b == 0 {
         0.0
@@ -106,7 +97,7 @@ fn judge_phase(
         })
         .count();
     let with_retry_after = rejected.iter().filter(|r| r.retry_after.is_some()).count();
-    let rej_p95 = p95(rejected.iter().map(|r| r.e2e()).collect());
+    let rej_p95 = crate::metrics::p95_us(rejected.iter().map(|r| r.e2e()));
     let rej_max_ms = crit.rejection_p95_max.unwrap_or(slo.ttft_p95).as_secs_f64() * 1000.0;
     let prot: Vec<&&Req> = reqs.iter().filter(|r| r.protected).collect();
     let prot_rej = prot

@@ -27,6 +27,16 @@ pub fn rec(h: &mut Histogram<u64>, v: u64) {
     let _ = h.record(v.clamp(1, MAX_US));
 }
 
+/// The p95 of `values` (µs), through the same histogram as every other figure;
+/// `None` when there are none.
+pub fn p95_us(values: impl IntoIterator<Item = u64>) -> Option<u64> {
+    let mut h = hist();
+    for v in values {
+        rec(&mut h, v);
+    }
+    (!h.is_empty()).then(|| h.value_at_quantile(0.95))
+}
+
 #[inline]
 pub fn rec_n(h: &mut Histogram<u64>, v: u64, n: u64) {
     let _ = h.record_n(v.clamp(1, MAX_US), n);

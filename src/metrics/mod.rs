@@ -9,7 +9,7 @@ pub mod request;
 pub mod series;
 pub mod slip;
 
-pub use hist::{EaPcts, Ms, Pcts, ea_pcts, pcts};
+pub use hist::{EaPcts, Ms, Pcts, ea_pcts, p95_us, pcts};
 pub use phase::{PhaseAcc, PhaseStats};
 pub use request::Measured;
 pub use series::{SecondStats, SeriesAcc};

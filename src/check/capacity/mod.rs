@@ -7,17 +7,15 @@
 
 pub mod search;
 
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::history::{FaultRec, RequestRecord};
 use super::latency::{MIN_SAMPLES, Pcts, pcts};
 use super::timeline::{Timeline, ms};
 use super::{Status, Verdict, VerdictName};
-use crate::metrics::Measured;
+use crate::metrics::{Measured, PhaseAcc};
 use crate::plan::Plan;
 use crate::scenario::PhaseKind;
-use crate::trace::Outcome;
 use search::Search;
 
 pub const NAME: VerdictName = VerdictName::Capacity;
@@ -26,18 +24,9 @@ pub const NAME: VerdictName = VerdictName::Capacity;
 pub struct WindowAcc {
     from: Option<u64>,
     phases: Vec<String>,
-    n: u64,
-    completed: u64,
-    failed: u64,
-    rejected: u64,
-    ttft: Histogram<u64>,
-    itl: Histogram<u64>,
-    e2e: Histogram<u64>,
-}
-
-fn hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3)
-        .unwrap_or_else(|_| Histogram::new(3).expect("hdr"))
+    /// The phase table's accumulator (one definition of every figure), over the
+    /// window's requests.
+    acc: PhaseAcc,
 }
 
 /// The phases of the degraded interval that starts in `phase`: it and the fault,
@@ -74,56 +63,31 @@ impl WindowAcc {
         WindowAcc {
             from: first.map(|f| f.t),
             phases,
-            n: 0,
-            completed: 0,
-            failed: 0,
-            rejected: 0,
-            ttft: hist(),
-            itl: hist(),
-            e2e: hist(),
+            acc: PhaseAcc::new("degraded interval", PhaseKind::Degraded),
         }
     }
 
     /// `m`: the request's figures as the phase table has them (metrics::Measured).
     pub fn add(&mut self, r: &RequestRecord, m: &Measured) {
         let Some(from) = self.from else { return };
-        let Some(end) = &r.end else { return };
-        if !r.protected || r.intended < from || !self.phases.contains(&r.phase) {
+        if r.end.is_none() || !r.protected || r.intended < from || !self.phases.contains(&r.phase) {
             return;
         }
-        self.n += 1;
-        match end.outcome {
-            Outcome::Completed => self.completed += 1,
-            Outcome::Rejected => self.rejected += 1,
-            // Stopped by haq at the drain timeout: not served either.
-            _ => self.failed += 1,
-        }
-        if end.outcome != Outcome::Completed {
-            return;
-        }
-        // The same definitions as the phase figures: TTFT of streamed requests only (a
-        // non-streamed answer arrives whole: its time counts in E2E).
-        if let Some(t) = m.ttft {
-            let _ = self.ttft.record(t.max(1));
-        }
-        if let Some(t) = m.e2e {
-            let _ = self.e2e.record(t.max(1));
-        }
-        for gap in &m.itl {
-            let _ = self.itl.record((*gap).max(1));
-        }
+        self.acc.add_measured(r, m);
     }
 
     pub fn finish(&self) -> Window {
+        let a = &self.acc;
         Window {
             phases: self.phases.clone(),
-            requests: self.n,
-            completed: self.completed,
-            failed: self.failed,
-            rejected: self.rejected,
-            ttft_ms: pcts(&self.ttft),
-            itl_ms: pcts(&self.itl),
-            e2e_ms: pcts(&self.e2e),
+            requests: a.requests,
+            completed: a.completed,
+            // Stopped by haq at the drain timeout: not served either.
+            failed: a.failed + a.cancelled,
+            rejected: a.rejected,
+            ttft_ms: pcts(&a.ttft),
+            itl_ms: pcts(&a.itl),
+            e2e_ms: pcts(&a.e2e),
         }
     }
 }
