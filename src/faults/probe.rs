@@ -74,6 +74,31 @@ struct Reached {
     release: Option<oneshot::Sender<Release>>,
 }
 
+/// The probe request on its way: the task that sends it and what its read loop tells.
+struct Probe {
+    request: tokio::task::JoinHandle<Option<client::CallResult>>,
+    done: bool,
+    /// (deltas delivered, the serving worker when the head arrived).
+    deltas: mpsc::UnboundedReceiver<(u32, Option<String>)>,
+}
+
+/// The point a probe is sent to reach, how it is held there, and for how long.
+#[derive(Clone, Copy)]
+struct Aim {
+    point: ProbePoint,
+    via: Via,
+    within: std::time::Duration,
+}
+
+/// What the proxy and the client said of where the probe went.
+#[derive(Default)]
+struct Serving {
+    /// The replica haq's proxy saw the probe routed to.
+    proxy: Option<String>,
+    /// The replica the response head named (`x-haq-worker`).
+    head: Option<String>,
+}
+
 /// Sends the probe, waits for its point, fires the fault, lets the probe finish.
 pub async fn run(f: &FaultPlan, env: &Env) {
     let Trigger::Probe {
@@ -97,7 +122,27 @@ pub async fn run(f: &FaultPlan, env: &Env) {
         );
     };
     let mut seen = board.watch(&id, proxy_point(point, via));
-    let (ctx, mut crx) = mpsc::unbounded_channel::<(u32, Option<String>)>();
+    let mut probe = send(f, env, &id, prompt_tokens, max_tokens, point);
+    let mut serving = Serving::default();
+    let aim = Aim { point, via, within };
+    let outcome = follow(&mut probe, &mut seen, &mut serving, env, &id, aim).await;
+    board.unwatch(&id);
+    fire_on(f, env, outcome, serving.proxy, id, aim).await;
+    if !probe.done {
+        let _ = probe.request.await;
+    }
+}
+
+/// Records the probe request and sends it in its own task.
+fn send(
+    f: &FaultPlan,
+    env: &Env,
+    id: &str,
+    prompt_tokens: u32,
+    max_tokens: u32,
+    point: ProbePoint,
+) -> Probe {
+    let (ctx, deltas) = mpsc::unbounded_channel::<(u32, Option<String>)>();
     let observe = Observe(Arc::new(move |s: Seen<'_>| {
         let _ = match s {
             Seen::Head { worker, .. } => ctx.send((0, worker.map(str::to_string))),
@@ -105,14 +150,14 @@ pub async fn run(f: &FaultPlan, env: &Env) {
         };
     }));
     let mut call = Call::new(
-        id.clone(),
+        id.to_string(),
         env.probes.url.clone(),
         body(env, f, point, prompt_tokens, max_tokens),
     );
     call.observe = Some(observe);
     env.trace.emit(Event::Request {
         t: env.clock.now_us(),
-        id: id.clone(),
+        id: id.to_string(),
         class: "probe".into(),
         phase: f.phase.clone(),
         intended: env.clock.now_us(),
@@ -132,7 +177,7 @@ pub async fn run(f: &FaultPlan, env: &Env) {
         env.trace.clone(),
         env.stop.clone(),
     );
-    let mut request = tokio::spawn(async move {
+    let request = tokio::spawn(async move {
         client::execute_until(
             &http,
             &call,
@@ -143,74 +188,115 @@ pub async fn run(f: &FaultPlan, env: &Env) {
         )
         .await
     });
+    Probe {
+        request,
+        done: false,
+        deltas,
+    }
+}
+
+/// Follows the probe until it reaches its point (at haq's proxy, or in the client for
+/// the client-side points), ends, runs out of time, or the load ends.
+async fn follow(
+    probe: &mut Probe,
+    seen: &mut mpsc::UnboundedReceiver<ProxySeen>,
+    serving: &mut Serving,
+    env: &Env,
+    id: &str,
+    aim: Aim,
+) -> Result<Reached, String> {
+    let Aim { point, via, within } = aim;
     let deadline = Instant::now() + within;
-    let mut serving: Option<String> = None;
-    let mut head_worker: Option<String> = None;
-    let mut request_done = false;
-    let outcome: Result<Reached, String> = loop {
+    loop {
         tokio::select! {
             Some(s) = seen.recv() => match s {
-                ProxySeen::Routed { replica, .. } => serving = Some(replica),
+                ProxySeen::Routed { replica, .. } => serving.proxy = Some(replica),
                 ProxySeen::Reached { replica, attempt, t, release } => {
                     let at = if via == Via::Hook { "routed to".to_string() } else { format!("reached {} on", point.describe()) };
-                    break Ok(Reached {
+                    return Ok(Reached {
                         fired: Fired {
                             trigger: format!(
                                 "probe {id} {at} {replica}{} (held at haq's proxy)",
                                 attempt.map(|a| format!(" attempt {a}")).unwrap_or_default()
                             ),
                             t,
-                            probe: Some(id.clone()),
+                            probe: Some(id.to_string()),
                         },
                         replica,
                         release: Some(release),
                     });
                 }
             },
-            Some((n, worker)) = crx.recv() => {
+            Some((n, worker)) = probe.deltas.recv() => {
                 if worker.is_some() {
-                    head_worker = worker;
+                    serving.head = worker;
                 }
                 if let Some(k) = client_k(point)
                     && n >= k
                 {
-                    while let Ok(s) = seen.try_recv() {
-                        if let ProxySeen::Routed { replica, .. } = s {
-                            serving = Some(replica);
-                        }
-                    }
-                    let Some(r) = serving.clone().or(head_worker.clone()) else {
-                        break Err(format!("{n} deltas delivered but no replica is known to serve the probe"));
-                    };
-                    break Ok(Reached {
-                        fired: Fired {
-                            trigger: format!("probe {id}: {n} deltas delivered to the client, served by {r}"),
-                            t: env.clock.now_us(),
-                            probe: Some(id.clone()),
-                        },
-                        replica: r,
-                        release: None,
-                    });
+                    return delivered(seen, serving, env, id, n);
                 }
             }
-            r = &mut request, if !request_done => {
-                request_done = true;
+            r = &mut probe.request, if !probe.done => {
+                probe.done = true;
                 let how = match r {
                     Ok(Some(c)) => c.outcome.as_str(),
                     Ok(None) => "cancelled",
                     Err(_) => "lost",
                 };
-                break Err(format!("the probe ended ({how}) before reaching {}", point.describe()));
+                return Err(format!("the probe ended ({how}) before reaching {}", point.describe()));
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
-                break Err(format!("the probe did not reach {} within {within:?}", point.describe()));
+                return Err(format!("the probe did not reach {} within {within:?}", point.describe()));
             }
             _ = env.load_done.cancelled() => {
-                break Err(format!("the load ended before the probe reached {}", point.describe()));
+                return Err(format!("the load ended before the probe reached {}", point.describe()));
             }
         }
+    }
+}
+
+/// A client-side point reached: `n` deltas delivered; the serving replica is the one
+/// the proxy saw (its pending news read first), else the response head's.
+fn delivered(
+    seen: &mut mpsc::UnboundedReceiver<ProxySeen>,
+    serving: &mut Serving,
+    env: &Env,
+    id: &str,
+    n: u32,
+) -> Result<Reached, String> {
+    while let Ok(s) = seen.try_recv() {
+        if let ProxySeen::Routed { replica, .. } = s {
+            serving.proxy = Some(replica);
+        }
+    }
+    let Some(r) = serving.proxy.clone().or(serving.head.clone()) else {
+        return Err(format!(
+            "{n} deltas delivered but no replica is known to serve the probe"
+        ));
     };
-    board.unwatch(&id);
+    Ok(Reached {
+        fired: Fired {
+            trigger: format!("probe {id}: {n} deltas delivered to the client, served by {r}"),
+            t: env.clock.now_us(),
+            probe: Some(id.to_string()),
+        },
+        replica: r,
+        release: None,
+    })
+}
+
+/// Fires the fault where the probe got to (the sim's own hook, or the injector while
+/// the proxy holds the probe), or records why it was not applied.
+async fn fire_on(
+    f: &FaultPlan,
+    env: &Env,
+    outcome: Result<Reached, String>,
+    serving: Option<String>,
+    id: String,
+    aim: Aim,
+) {
+    let Aim { point, via, within } = aim;
     match outcome {
         Err(why) => fire::missed(f, env, serving.unwrap_or_default(), Some(id), why),
         Ok(reached) if via == Via::Hook => {
@@ -244,8 +330,5 @@ pub async fn run(f: &FaultPlan, env: &Env) {
                 fire::after(f, env, &targets, ids).await;
             }
         },
-    }
-    if !request_done {
-        let _ = request.await;
     }
 }
