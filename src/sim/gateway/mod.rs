@@ -192,7 +192,7 @@ async fn forward(
         route,
         priority: priority_of(&headers),
         stream,
-        prompt_tokens: super::worker::api::prompt_tokens_of(&body),
+        prompt_tokens: super::worker::request::prompt_tokens_of(&body),
         f: Forward {
             rid: rid.clone(),
             path: uri.path().to_string(),
