@@ -9,9 +9,7 @@ pub mod text;
 pub mod tools;
 pub mod worker;
 
-
 pub use crate::wire::{LISTEN_PREFIX, announce};
-
 
 /// Serves `app` on `listener` with TCP_NODELAY on every accepted connection: an SSE
 /// event is one small write, and without it Nagle's algorithm holds each write after
