@@ -279,18 +279,16 @@ impl<P: Publisher> Engine<P> {
         }
     }
 
+    /// The scheduler loop: take submissions, drop dead sequences, schedule a step, wait
+    /// out its modelled duration, publish its tokens; idle (or hung) while there is no
+    /// work. Ends when the HTTP side is gone.
     async fn run(mut self, mut rx: UnboundedReceiver<Submit<P::Job>>, timer: Timer) {
         let mut next_start: Option<Instant> = None;
         loop {
             while let Ok(s) = rx.try_recv() {
                 self.accept(s);
             }
-            let publisher = &mut self.publisher;
-            for seq in self.sched.retain(|s| publisher.live(&s.job)) {
-                self.arrivals.remove(&seq.id);
-                self.stats.c.finished_abort.fetch_add(1, Ordering::Relaxed);
-                publisher.dropped(seq);
-            }
+            self.drop_dead();
             if self.controls.hang.load(Ordering::Relaxed) {
                 self.publish_gauges();
                 next_start = None;
@@ -306,24 +304,7 @@ impl<P: Publisher> Engine<P> {
                 }
                 continue;
             }
-            let now = Instant::now();
-            let (publisher, arrivals, stats) =
-                (&mut self.publisher, &mut self.arrivals, &self.stats);
-            let work = self.sched.schedule(|n| match n {
-                Note::Scheduled {
-                    seq,
-                    cached,
-                    recompute,
-                } => {
-                    if let (false, Some((at, _))) = (recompute, arrivals.get(&seq.id)) {
-                        stats
-                            .queue
-                            .record_us(now.duration_since(*at).as_micros() as u64);
-                    }
-                    publisher.scheduled(seq, cached, recompute);
-                }
-                Note::Preempted { seq } => publisher.preempted(seq),
-            });
+            let work = self.schedule();
             self.publish_gauges();
             if work.is_empty() {
                 next_start = None;
@@ -337,51 +318,95 @@ impl<P: Publisher> Engine<P> {
                 }
                 continue;
             }
-            let dur = self
-                .model
-                .duration(&work)
-                .mul_f64(self.controls.slow().max(0.0));
-            let now = Instant::now();
-            let start = match next_start {
-                Some(t) if now.saturating_duration_since(t) < RESYNC => t,
-                _ => now,
-            };
-            let deadline = start + dur;
+            let deadline = self.step_deadline(&work, next_start);
             if !self.wait(&mut rx, &timer, Some(deadline)).await {
                 return;
             }
-            let at = Instant::now();
-            self.stats
-                .step_lateness
-                .record_us(at.saturating_duration_since(deadline).as_micros() as u64);
-            self.stats.c.steps.fetch_add(1, Ordering::Relaxed);
             next_start = Some(deadline);
-            let (publisher, arrivals, stats) =
-                (&mut self.publisher, &mut self.arrivals, &self.stats);
-            let done = self.sched.complete(|seq, i| {
-                if let Some((arrived, last)) = arrivals.get_mut(&seq.id) {
-                    match last {
-                        None => stats
-                            .ttft
-                            .record_us(at.duration_since(*arrived).as_micros() as u64),
-                        Some(l) => stats
-                            .itl
-                            .record_us(at.duration_since(*l).as_micros() as u64),
-                    }
-                    *last = Some(at);
-                }
-                stats.c.generation_tokens.fetch_add(1, Ordering::Relaxed);
-                publisher.token(seq, i, at, deadline)
-            });
-            for seq in done {
-                if let Some((arrived, _)) = self.arrivals.remove(&seq.id) {
-                    self.stats
-                        .e2e
-                        .record_us(at.duration_since(arrived).as_micros() as u64);
-                }
-                self.publisher.finished(seq);
-            }
+            self.complete(deadline);
             self.publish_gauges();
+        }
+    }
+
+    /// Drops the sequences whose responses are gone (counted as aborted).
+    fn drop_dead(&mut self) {
+        let publisher = &mut self.publisher;
+        for seq in self.sched.retain(|s| publisher.live(&s.job)) {
+            self.arrivals.remove(&seq.id);
+            self.stats.c.finished_abort.fetch_add(1, Ordering::Relaxed);
+            publisher.dropped(seq);
+        }
+    }
+
+    /// Schedules the next step, recording the queue time of sequences scheduled for the
+    /// first time and telling the publisher.
+    fn schedule(&mut self) -> Work {
+        let now = Instant::now();
+        let (publisher, arrivals, stats) = (&mut self.publisher, &mut self.arrivals, &self.stats);
+        self.sched.schedule(|n| match n {
+            Note::Scheduled {
+                seq,
+                cached,
+                recompute,
+            } => {
+                if let (false, Some((at, _))) = (recompute, arrivals.get(&seq.id)) {
+                    stats
+                        .queue
+                        .record_us(now.duration_since(*at).as_micros() as u64);
+                }
+                publisher.scheduled(seq, cached, recompute);
+            }
+            Note::Preempted { seq } => publisher.preempted(seq),
+        })
+    }
+
+    /// When the step computing `work` ends: its modelled duration (times the `slow`
+    /// factor) after the previous step's deadline, or after now when that is more than
+    /// [`RESYNC`] ago.
+    fn step_deadline(&self, work: &Work, next_start: Option<Instant>) -> Instant {
+        let dur = self
+            .model
+            .duration(work)
+            .mul_f64(self.controls.slow().max(0.0));
+        let now = Instant::now();
+        let start = match next_start {
+            Some(t) if now.saturating_duration_since(t) < RESYNC => t,
+            _ => now,
+        };
+        start + dur
+    }
+
+    /// Publishes the tokens of the step that ended at `deadline`: step lateness, TTFT,
+    /// inter-token and end-to-end latency; finished sequences go to the publisher.
+    fn complete(&mut self, deadline: Instant) {
+        let at = Instant::now();
+        self.stats
+            .step_lateness
+            .record_us(at.saturating_duration_since(deadline).as_micros() as u64);
+        self.stats.c.steps.fetch_add(1, Ordering::Relaxed);
+        let (publisher, arrivals, stats) = (&mut self.publisher, &mut self.arrivals, &self.stats);
+        let done = self.sched.complete(|seq, i| {
+            if let Some((arrived, last)) = arrivals.get_mut(&seq.id) {
+                match last {
+                    None => stats
+                        .ttft
+                        .record_us(at.duration_since(*arrived).as_micros() as u64),
+                    Some(l) => stats
+                        .itl
+                        .record_us(at.duration_since(*l).as_micros() as u64),
+                }
+                *last = Some(at);
+            }
+            stats.c.generation_tokens.fetch_add(1, Ordering::Relaxed);
+            publisher.token(seq, i, at, deadline)
+        });
+        for seq in done {
+            if let Some((arrived, _)) = self.arrivals.remove(&seq.id) {
+                self.stats
+                    .e2e
+                    .record_us(at.duration_since(arrived).as_micros() as u64);
+            }
+            self.publisher.finished(seq);
         }
     }
 }

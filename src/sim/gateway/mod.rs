@@ -9,10 +9,15 @@
 //! attempt; for streams they go out with the first delta (the commit point).
 
 mod admission;
+mod fence;
+mod health;
 mod lease;
+mod net;
+mod peek;
 mod query;
 mod relay;
 mod request;
+mod state;
 mod upstream;
 
 use std::convert::Infallible;
@@ -38,6 +43,7 @@ use crate::wire::headers::{ATTEMPT_HEADER, WORKER_HEADER};
 use crate::wire::journal::Priority;
 use admission::Admission;
 use relay::{Client, Forward, Head};
+use state::Gateway;
 use upstream::Upstream;
 
 /// Request header marking a request's priority (`x-haq-priority`, sent by haq's client
@@ -54,24 +60,6 @@ pub struct GatewayConfig {
     pub upstreams: Vec<(String, String)>,
     pub cfg: GatewayCfg,
     pub journal: Option<PathBuf>,
-}
-
-pub struct Gateway {
-    ups: Vec<Upstream>,
-    cfg: GatewayCfg,
-    /// Attempts (pooled connections).
-    http: reqwest::Client,
-    /// Health checks, lease renewals and revocations: a fresh connection each time, so
-    /// a refused connection really means nothing listens (a pooled connection to a dead
-    /// process would only say "reset").
-    control: reqwest::Client,
-    journal: Journal,
-    /// Where `journal` writes (for `GET /haq/requests/{id}`).
-    journal_path: Option<PathBuf>,
-    admission: Arc<Admission>,
-    retry_tokens: Mutex<f64>,
-    rr: AtomicUsize,
-    seq: AtomicU64,
 }
 
 pub async fn serve(c: GatewayConfig) -> anyhow::Result<()> {
@@ -116,9 +104,9 @@ pub async fn serve(c: GatewayConfig) -> anyhow::Result<()> {
     for i in 0..gw.ups.len() {
         if !blind {
             // FLAW no-health-check: no active health checks at all.
-            tokio::spawn(upstream::health_loop(gw.clone(), i));
+            tokio::spawn(health::health_loop(gw.clone(), i));
         }
-        tokio::spawn(lease::renew_loop(gw.clone(), i));
+        tokio::spawn(fence::renew_loop(gw.clone(), i));
     }
     super::announce(addr);
     let app = Router::new()
@@ -204,7 +192,7 @@ async fn forward(
         route,
         priority: priority_of(&headers),
         stream,
-        prompt_tokens: super::worker::api::prompt_tokens_of(&body),
+        prompt_tokens: super::worker::request::prompt_tokens_of(&body),
         f: Forward {
             rid: rid.clone(),
             path: uri.path().to_string(),

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::Gateway;
+use super::state::Gateway;
 use crate::sim::worker::openai_error;
 use crate::wire::journal::{GatewayEntry, Stamped, read_lines};
 

@@ -11,14 +11,14 @@ use axum::body::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::Gateway;
-use super::upstream::Busy;
+use super::net::{error_text, refused};
+use super::peek::{peek, sse};
+use super::state::Gateway;
+use super::upstream::{Busy, Upstream};
 use crate::sim::config::GatewayPolicy;
 use crate::sim::worker::{LEASE_HEADER, REVISION_HEADER, TOOL_KEY_HEADER};
-use crate::wire::chunk;
 use crate::wire::headers::{ATTEMPT_HEADER, WORKER_HEADER};
 use crate::wire::journal::{GatewayEntry, RemovalCause};
-use crate::wire::kinds::ChunkKind;
 use crate::wire::sse::{SseItem, SseParser};
 
 /// What the request task tells the HTTP handler before any body byte.
@@ -121,60 +121,6 @@ pub struct Forward {
     pub body: Bytes,
 }
 
-/// True when `e` is a refused connection (nothing listens).
-pub fn refused(e: &reqwest::Error) -> bool {
-    crate::wire::io::io_kind(e) == Some(std::io::ErrorKind::ConnectionRefused)
-}
-
-/// The error and its sources, on one line.
-pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    crate::wire::io::chain_text(e)
-}
-
-/// What the gateway needs to know of one SSE payload, found without parsing the JSON
-/// (the gateway relays ~10^5 events/s in `haq sim bench`): whether it is an output delta
-/// (non-empty content or text, reasoning, a tool call) and whether it ends the answer
-/// (`[DONE]` or a finish_reason). Agrees with `client::chunk::classify` on every event
-/// the sim worker writes (tested).
-pub struct Peek {
-    pub delta: bool,
-    pub finished: bool,
-}
-
-pub fn peek(data: &str) -> Peek {
-    let d = data.trim();
-    if d == "[DONE]" {
-        return Peek {
-            delta: false,
-            finished: true,
-        };
-    }
-    let non_empty = |key: &str| {
-        d.match_indices(key)
-            .any(|(i, _)| !d[i + key.len()..].starts_with('"'))
-    };
-    let compact = !d.contains("\": ");
-    if !compact || d.starts_with("{\"error\"") {
-        // Not the sim's compact format, or an error: ask the full classifier.
-        let info = chunk::classify(d);
-        return Peek {
-            delta: info.kind.unwrap_or(ChunkKind::Other).is_delta(),
-            finished: info.kind == Some(ChunkKind::Done) || info.finish.is_some(),
-        };
-    }
-    Peek {
-        delta: non_empty("\"content\":\"")
-            || non_empty("\"text\":\"")
-            || non_empty("\"reasoning_content\":\"")
-            || d.contains("\"tool_calls\":["),
-        finished: d.contains("\"finish_reason\":\""),
-    }
-}
-
-pub fn sse(data: &str) -> Bytes {
-    Bytes::from(format!("data: {data}\n\n"))
-}
-
 /// A spare attempt the flawed `soft-timeout` policy wants started.
 pub type Spare = Box<dyn FnOnce(u64) + Send>;
 
@@ -237,6 +183,9 @@ impl Watch {
     }
 }
 
+/// Why an attempt cut by the flawed `hard-drain` policy ended.
+const HARD_DRAIN: &str = "upstream draining (hard-drain)";
+
 /// Runs attempt `attempt` of `f` on worker `i`.
 pub async fn run(
     gw: &Gateway,
@@ -244,7 +193,7 @@ pub async fn run(
     attempt: &str,
     f: &Forward,
     client: &Client,
-    mut spare: Option<Spare>,
+    spare: Option<Spare>,
 ) -> End {
     let up = &gw.ups[i];
     let _busy = Busy::new(up);
@@ -276,98 +225,180 @@ pub async fn run(
         (gw.cfg.lease_ttl.0 / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
     let mut tick = tokio::time::interval(tick_every.min(gw.cfg.soft_timeout.0));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut watch = Watch {
-        last: Instant::now(),
-        slow_noted: false,
+    let mut a = Attempt {
+        gw,
+        i,
+        id: attempt,
+        f,
+        client,
+        spare,
+        abort,
+        tick,
+        watch: Watch {
+            last: Instant::now(),
+            slow_noted: false,
+        },
     };
-    tokio::pin!(send);
-    let sent = loop {
-        tokio::select! {
-            r = &mut send => break r,
-            _ = client.body.closed() => return End::ClientGone,
-            _ = abort.cancelled() => return End::Aborted("upstream draining (hard-drain)".into()),
-            _ = tick.tick() => {
-                if let Some(end) = watch.check(gw, i, attempt, &f.rid, &mut spare) {
-                    return end;
-                }
-            }
-        }
-    };
-    let mut resp = match sent {
-        Ok(r) => r,
-        Err(e) if refused(&e) => {
-            gw.mark_down(i, RemovalCause::ConnectFailed, "connection refused");
-            return End::Refused(format!("connect: {}", error_text(&e)));
-        }
-        Err(e) => {
-            gw.mark_down(i, RemovalCause::ConnectFailed, "connection failed");
-            return End::Broken(format!("send: {}", error_text(&e)));
-        }
-    };
-    let status = resp.status().as_u16();
-    let header = |name: &str| {
-        resp.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let revision = header(REVISION_HEADER);
-    let ctype = header("content-type").unwrap_or_else(|| "application/json".into());
-    if status >= 500 || status == 409 {
-        let body = resp.bytes().await.unwrap_or_default();
-        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-        return End::NotStarted(format!("upstream HTTP {status}: {text}"));
+    match a.send(send).await {
+        Ok(resp) => a.answer(resp).await,
+        Err(end) => end,
     }
-    if status != 200 || !ctype.starts_with("text/event-stream") {
-        return match resp.bytes().await {
-            Ok(b) => {
-                client.send_head(Head::Whole {
-                    status,
-                    headers: vec![
-                        ("content-type".into(), ctype),
-                        (WORKER_HEADER.into(), up.name.clone()),
-                        (ATTEMPT_HEADER.into(), attempt.into()),
-                    ],
-                    body: b,
-                });
-                End::Relayed
-            }
-            Err(e) => End::Broken(format!("body: {}", error_text(&e))),
-        };
+}
+
+/// One attempt in flight: where it runs, for which client, and what watches it.
+struct Attempt<'a> {
+    gw: &'a Gateway,
+    i: usize,
+    id: &'a str,
+    f: &'a Forward,
+    client: &'a Client,
+    spare: Option<Spare>,
+    /// Cancelled to cut the attempt from the gateway side (flawed `hard-drain`).
+    abort: CancellationToken,
+    /// When the watch is checked.
+    tick: tokio::time::Interval,
+    watch: Watch,
+}
+
+impl<'a> Attempt<'a> {
+    fn up(&self) -> &'a Upstream {
+        &self.gw.ups[self.i]
     }
 
-    let mut parser = SseParser::new();
-    let mut items = Vec::new();
-    // Events held back until the first delta commits the attempt (role-only chunks).
-    let mut held: Vec<Bytes> = Vec::new();
-    let mut finished = false;
-    loop {
-        let next = tokio::select! {
-            biased;
-            _ = client.body.closed() => return End::ClientGone,
-            _ = abort.cancelled() => return End::Aborted("upstream draining (hard-drain)".into()),
-            c = resp.chunk() => c,
-            _ = tick.tick() => {
-                if let Some(end) = watch.check(gw, i, attempt, &f.rid, &mut spare) {
-                    return end;
+    /// The head that commits the request to this attempt.
+    fn stream_head(&self) -> Head {
+        Head::Stream {
+            worker: self.up().name.clone(),
+            attempt: self.id.to_string(),
+        }
+    }
+
+    /// Waits for the worker's response head while watching the client, the drain and
+    /// the silence; a connection failure takes the worker out of rotation.
+    async fn send(
+        &mut self,
+        send: impl Future<Output = reqwest::Result<reqwest::Response>>,
+    ) -> Result<reqwest::Response, End> {
+        tokio::pin!(send);
+        let sent = loop {
+            tokio::select! {
+                r = &mut send => break r,
+                _ = self.client.body.closed() => return Err(End::ClientGone),
+                _ = self.abort.cancelled() => return Err(End::Aborted(HARD_DRAIN.into())),
+                _ = self.tick.tick() => {
+                    let (gw, i, id, rid) = (self.gw, self.i, self.id, &self.f.rid);
+                    if let Some(end) = self.watch.check(gw, i, id, rid, &mut self.spare) {
+                        return Err(end);
+                    }
                 }
-                continue;
             }
         };
-        let eof = matches!(next, Ok(None));
-        match next {
-            Ok(Some(b)) => {
-                watch.last = Instant::now();
-                watch.slow_noted = false;
-                parser.push(&b, &mut items);
+        match sent {
+            Ok(r) => Ok(r),
+            Err(e) if refused(&e) => {
+                self.gw
+                    .mark_down(self.i, RemovalCause::ConnectFailed, "connection refused");
+                Err(End::Refused(format!("connect: {}", error_text(&e))))
             }
-            Ok(None) => parser.finish(&mut items),
             Err(e) => {
-                gw.mark_down(i, RemovalCause::StreamBroken, "stream broken");
-                return End::Broken(format!("stream: {}", error_text(&e)));
+                self.gw
+                    .mark_down(self.i, RemovalCause::ConnectFailed, "connection failed");
+                Err(End::Broken(format!("send: {}", error_text(&e))))
             }
         }
-        // Everything this read brought, forwarded in one write.
+    }
+
+    /// Relays the worker's answer: a refusal to start (5xx, 409), a whole answer
+    /// (anything but a 200 event stream), or the stream.
+    async fn answer(&mut self, resp: reqwest::Response) -> End {
+        let status = resp.status().as_u16();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let revision = header(REVISION_HEADER);
+        let ctype = header("content-type").unwrap_or_else(|| "application/json".into());
+        if status >= 500 || status == 409 {
+            let body = resp.bytes().await.unwrap_or_default();
+            let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+            return End::NotStarted(format!("upstream HTTP {status}: {text}"));
+        }
+        if status != 200 || !ctype.starts_with("text/event-stream") {
+            return match resp.bytes().await {
+                Ok(b) => {
+                    self.client.send_head(Head::Whole {
+                        status,
+                        headers: vec![
+                            ("content-type".into(), ctype),
+                            (WORKER_HEADER.into(), self.up().name.clone()),
+                            (ATTEMPT_HEADER.into(), self.id.into()),
+                        ],
+                        body: b,
+                    });
+                    End::Relayed
+                }
+                Err(e) => End::Broken(format!("body: {}", error_text(&e))),
+            };
+        }
+        self.stream(resp, revision).await
+    }
+
+    /// Relays the event stream read by read until it ends, the client leaves, the
+    /// attempt is cut or its watch ends it.
+    async fn stream(&mut self, mut resp: reqwest::Response, revision: Option<String>) -> End {
+        let mut parser = SseParser::new();
+        let mut items = Vec::new();
+        let mut commit = Commit {
+            held: Vec::new(),
+            finished: false,
+            revision,
+        };
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = self.client.body.closed() => return End::ClientGone,
+                _ = self.abort.cancelled() => return End::Aborted(HARD_DRAIN.into()),
+                c = resp.chunk() => c,
+                _ = self.tick.tick() => {
+                    let (gw, i, id, rid) = (self.gw, self.i, self.id, &self.f.rid);
+                    if let Some(end) = self.watch.check(gw, i, id, rid, &mut self.spare) {
+                        return end;
+                    }
+                    continue;
+                }
+            };
+            let eof = matches!(next, Ok(None));
+            match next {
+                Ok(Some(b)) => {
+                    self.watch.last = Instant::now();
+                    self.watch.slow_noted = false;
+                    parser.push(&b, &mut items);
+                }
+                Ok(None) => parser.finish(&mut items),
+                Err(e) => {
+                    self.gw
+                        .mark_down(self.i, RemovalCause::StreamBroken, "stream broken");
+                    return End::Broken(format!("stream: {}", error_text(&e)));
+                }
+            }
+            // Everything this read brought, forwarded in one write.
+            let out = self.forward(&mut items, &mut commit);
+            if !out.is_empty() && self.client.body.send(out.freeze()).await.is_err() {
+                return End::ClientGone;
+            }
+            if eof {
+                break;
+            }
+        }
+        self.end(commit).await
+    }
+
+    /// The events of one read, as one write to the client. Events before the first
+    /// delta are held back; the first delta commits the attempt (the head goes out,
+    /// `first_delta` is journaled) and carries what was held.
+    fn forward(&self, items: &mut Vec<SseItem>, commit: &mut Commit) -> bytes::BytesMut {
         let mut out = bytes::BytesMut::new();
         for it in items.drain(..) {
             let SseItem::Event(ev) = it else { continue };
@@ -375,100 +406,58 @@ pub async fn run(
                 continue;
             }
             let p = peek(&ev.data);
-            finished |= p.finished;
-            if !client.committed() {
+            commit.finished |= p.finished;
+            if !self.client.committed() {
                 if !p.delta {
-                    held.push(sse(&ev.data));
+                    commit.held.push(sse(&ev.data));
                     continue;
                 }
                 // First delta: commit this attempt and send the head with it.
-                if client.send_head(Head::Stream {
-                    worker: up.name.clone(),
-                    attempt: attempt.to_string(),
-                }) {
-                    gw.journal.write(GatewayEntry::FirstDelta {
-                        req: f.rid.clone(),
-                        attempt: attempt.into(),
-                        worker: up.name.clone(),
-                        revision: revision.clone(),
+                if self.client.send_head(self.stream_head()) {
+                    self.gw.journal.write(GatewayEntry::FirstDelta {
+                        req: self.f.rid.clone(),
+                        attempt: self.id.into(),
+                        worker: self.up().name.clone(),
+                        revision: commit.revision.clone(),
                     });
                 }
             }
-            for hb in held.drain(..) {
+            for hb in commit.held.drain(..) {
                 out.extend_from_slice(&hb);
             }
             if p.delta {
-                client.delivered.fetch_add(1, Ordering::SeqCst);
+                self.client.delivered.fetch_add(1, Ordering::SeqCst);
             }
             out.extend_from_slice(b"data: ");
             out.extend_from_slice(ev.data.as_bytes());
             out.extend_from_slice(b"\n\n");
         }
-        if !out.is_empty() && client.body.send(out.freeze()).await.is_err() {
-            return End::ClientGone;
+        out
+    }
+
+    /// The end of the worker's body: finished only after `[DONE]` or a finish_reason.
+    /// (`&mut`: the attempt holds its spare, which is `Send` but not `Sync`.)
+    async fn end(&mut self, mut commit: Commit) -> End {
+        if !commit.finished {
+            return End::Broken("upstream stream ended without [DONE] or finish_reason".into());
         }
-        if eof {
-            break;
+        if !self.client.committed() {
+            // A stream with no delta at all: commit now, flush what was held.
+            self.client.send_head(self.stream_head());
         }
+        for hb in commit.held.drain(..) {
+            let _ = self.client.body.send(hb).await;
+        }
+        End::Finished
     }
-    if !finished {
-        return End::Broken("upstream stream ended without [DONE] or finish_reason".into());
-    }
-    if !client.committed() {
-        // A stream with no delta at all: commit now, flush what was held.
-        client.send_head(Head::Stream {
-            worker: up.name.clone(),
-            attempt: attempt.to_string(),
-        });
-    }
-    for hb in held.drain(..) {
-        let _ = client.body.send(hb).await;
-    }
-    End::Finished
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sim::worker::api::Fmt;
-
-    #[test]
-    fn peek_agrees_with_the_full_classifier_on_every_sim_event() {
-        let mut events = Vec::new();
-        for chat in [true, false] {
-            let f = Fmt::new(chat, "c1".into(), "m".into(), true, 3);
-            events.push(f.token(" ba", true));
-            events.push(f.token(" ba", false));
-            events.push(f.token("", false));
-            events.extend(f.tail("length", 2));
-            events.extend(f.tail("stop", 2));
-            if chat {
-                events.extend(f.tool_events("call_1", "lookup", "{\"q\": \"x\"}", 4));
-                events.extend(f.tail("tool_calls", 2));
-            }
-        }
-        let mut payloads: Vec<String> = events
-            .iter()
-            .map(|b| {
-                let s = std::str::from_utf8(b).expect("utf8");
-                s.trim_start_matches("data: ").trim_end().to_string()
-            })
-            .collect();
-        payloads.push(r#"{"error": {"code": "upstream_decode_interrupted"}}"#.into());
-        payloads.push(
-            r#"{"choices": [{"delta": {"content": "spaced"}, "finish_reason": null}]}"#.into(),
-        );
-        for d in payloads {
-            let info = chunk::classify(&d);
-            let p = peek(&d);
-            assert_eq!(
-                (p.delta, p.finished),
-                (
-                    info.kind.unwrap_or(ChunkKind::Other).is_delta(),
-                    info.kind == Some(ChunkKind::Done) || info.finish.is_some()
-                ),
-                "{d}"
-            );
-        }
-    }
+/// What the stream relay keeps between reads until the attempt commits.
+struct Commit {
+    /// Events held back until the first delta commits the attempt (role-only chunks).
+    held: Vec<Bytes>,
+    /// `[DONE]` or a finish_reason was seen.
+    finished: bool,
+    /// The weights revision the worker answered with (journaled with `first_delta`).
+    revision: Option<String>,
 }

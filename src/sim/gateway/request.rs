@@ -9,14 +9,17 @@
 //!
 //! Each flawed policy deviates at one point, marked `FLAW` below.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use serde_json::json;
+use tokio::sync::oneshot;
 
-use super::Gateway;
-use super::lease::{self, Failure};
+use super::fence::{self, Failure};
+use super::peek;
 use super::relay::{self, Client, End, Forward, Head};
+use super::state::Gateway;
 use crate::sim::config::GatewayPolicy;
 use crate::wire::journal::{GatewayEntry, Priority};
 
@@ -65,10 +68,15 @@ async fn explicit_error(gw: &Gateway, client: &Client, rid: &str, why: &str) {
         delivered,
         why: why.to_string(),
     });
-    let _ = client.body.send(relay::sse(&ev.to_string())).await;
+    let _ = client.body.send(peek::sse(&ev.to_string())).await;
 }
 
 impl Gateway {
+    /// `Retry-After` of the gateway's refusals, in whole seconds (at least 1).
+    fn retry_after_s(&self) -> u32 {
+        self.cfg.retry_after.0.as_secs().max(1) as u32
+    }
+
     /// Takes one token from the global retry budget.
     fn take_retry_token(&self) -> bool {
         let mut t = self.retry_tokens.lock().unwrap_or_else(|p| p.into_inner());
@@ -130,7 +138,7 @@ pub async fn run(gw: Arc<Gateway>, r: Incoming, client: Arc<Client>) {
         stream: r.stream,
         retry_budget: gw.cfg.retry_budget,
     });
-    let retry_after = gw.cfg.retry_after.0.as_secs().max(1) as u32;
+    let retry_after = gw.retry_after_s();
     let journal = gw.journal.clone();
     let queued_rid = rid.clone();
     let admitted = gw
@@ -180,8 +188,8 @@ fn end(gw: &Gateway, rid: &str, outcome: &str, attempts: u32, delivered: u32) {
 
 /// Runs attempts until one settles the request; returns (outcome, attempts).
 async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'static str, u32) {
+    let req = Attempts { gw, r, client };
     let rid = &r.f.rid;
-    let retry_after = gw.cfg.retry_after.0.as_secs().max(1) as u32;
     let mut n: u32 = 0;
     let mut tried: Vec<usize> = Vec::new();
     let mut spares = Vec::new();
@@ -191,23 +199,7 @@ async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'s
             n == 1 && (gw.ups[i].routable() || gw.cfg.policy == GatewayPolicy::NoHealthCheck)
         });
         let Some(i) = pinned.or_else(|| gw.pick(&tried)) else {
-            gw.journal.write(GatewayEntry::NoUpstream {
-                req: rid.clone(),
-                attempts: n - 1,
-            });
-            if client.committed() {
-                explicit_error(gw, client, rid, "no ready upstream left").await;
-                break "explicit_error";
-            }
-            reject(
-                client,
-                503,
-                retry_after,
-                "service_unavailable",
-                "no_upstream",
-                "no ready upstream",
-            );
-            break "rejected";
+            break req.no_upstream(n).await;
         };
         tried.push(i);
         let attempt = format!("{rid}/a{n}");
@@ -220,92 +212,158 @@ async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'s
         });
         // FLAW soft-timeout: on `soft_timeout` of silence, a spare attempt on another
         // worker starts while this one keeps running, unfenced; both publish.
-        let spare: Option<relay::Spare> =
-            (gw.cfg.policy == GatewayPolicy::SoftTimeout).then(|| {
-                let (gw2, c2, tried2) = (gw.clone(), client.clone(), tried.clone());
-                let f2 = Forward {
-                    rid: rid.clone(),
-                    path: r.f.path.clone(),
-                    body: r.f.body.clone(),
-                };
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                spares.push(rx);
-                let start: relay::Spare = Box::new(move |_silent_ms| {
-                    tokio::spawn(async move {
-                        if let Some(j) = gw2.pick(&tried2) {
-                            let a = format!("{}/a{}s", f2.rid, tried2.len() + 1);
-                            gw2.journal.write(GatewayEntry::AttemptStart {
-                                req: f2.rid.clone(),
-                                attempt: a.clone(),
-                                worker: gw2.ups[j].name.clone(),
-                                delivered: c2.delivered(),
-                            });
-                            let end = relay::run(&gw2, j, &a, &f2, &c2, None).await;
-                            attempt_end(&gw2, &f2.rid, &a, &gw2.ups[j].name, &end, c2.delivered());
-                            gw2.ups[j].leases.remove(&a);
-                        }
-                        let _ = tx.send(());
-                    });
-                });
-                start
-            });
+        let spare = (gw.cfg.policy == GatewayPolicy::SoftTimeout)
+            .then(|| req.spare(tried.clone(), &mut spares));
         let end = relay::run(gw, i, &attempt, &r.f, client, spare).await;
         attempt_end(gw, rid, &attempt, &worker, &end, client.delivered());
-        match &end {
+        if let Some(outcome) = req.settled(i, &attempt, &end).await {
+            break outcome;
+        }
+        let why = end.result().1.unwrap_or_default();
+        fence::fence(gw, i, rid, &attempt, failure_of(&end)).await;
+        let next = if client.committed() {
+            req.after_commit(n, &why).await
+        } else {
+            req.retry(n, &attempt, why)
+        };
+        if let ControlFlow::Break(outcome) = next {
+            break outcome;
+        }
+    };
+    for rx in spares {
+        let _ = rx.await;
+    }
+    (outcome, n)
+}
+
+/// One request's attempts: what settles it, what the policy does after a failure.
+struct Attempts<'a> {
+    gw: &'a Arc<Gateway>,
+    r: &'a Incoming,
+    client: &'a Arc<Client>,
+}
+
+impl Attempts<'_> {
+    /// No worker left to try after `n - 1` attempts: the explicit error on a committed
+    /// stream, a 503 otherwise.
+    async fn no_upstream(&self, n: u32) -> &'static str {
+        let (gw, client, rid) = (self.gw, self.client, &self.r.f.rid);
+        gw.journal.write(GatewayEntry::NoUpstream {
+            req: rid.clone(),
+            attempts: n - 1,
+        });
+        if client.committed() {
+            explicit_error(gw, client, rid, "no ready upstream left").await;
+            return "explicit_error";
+        }
+        reject(
+            client,
+            503,
+            gw.retry_after_s(),
+            "service_unavailable",
+            "no_upstream",
+            "no ready upstream",
+        );
+        "rejected"
+    }
+
+    /// The spare attempt of the flawed `soft-timeout` policy: started on a worker not
+    /// in `tried`, it reports its end on a channel kept in `spares`.
+    fn spare(&self, tried: Vec<usize>, spares: &mut Vec<oneshot::Receiver<()>>) -> relay::Spare {
+        let (gw2, c2, tried2) = (self.gw.clone(), self.client.clone(), tried);
+        let f = &self.r.f;
+        let f2 = Forward {
+            rid: f.rid.clone(),
+            path: f.path.clone(),
+            body: f.body.clone(),
+        };
+        let (tx, rx) = oneshot::channel();
+        spares.push(rx);
+        Box::new(move |_silent_ms| {
+            tokio::spawn(async move {
+                if let Some(j) = gw2.pick(&tried2) {
+                    let a = format!("{}/a{}s", f2.rid, tried2.len() + 1);
+                    gw2.journal.write(GatewayEntry::AttemptStart {
+                        req: f2.rid.clone(),
+                        attempt: a.clone(),
+                        worker: gw2.ups[j].name.clone(),
+                        delivered: c2.delivered(),
+                    });
+                    let end = relay::run(&gw2, j, &a, &f2, &c2, None).await;
+                    attempt_end(&gw2, &f2.rid, &a, &gw2.ups[j].name, &end, c2.delivered());
+                    gw2.ups[j].leases.remove(&a);
+                }
+                let _ = tx.send(());
+            });
+        })
+    }
+
+    /// The outcome when attempt `attempt` on worker `i` settled the request (answered,
+    /// or the client left: M4, cancel upstream and free its slot, no spare attempt).
+    async fn settled(&self, i: usize, attempt: &str, end: &End) -> Option<&'static str> {
+        let (gw, client, rid) = (self.gw, self.client, &self.r.f.rid);
+        match end {
             End::Finished | End::Relayed => {
-                gw.ups[i].leases.remove(&attempt);
-                break "completed";
+                gw.ups[i].leases.remove(attempt);
+                Some("completed")
             }
             End::ClientGone => {
                 gw.journal.write(GatewayEntry::ClientGone {
                     req: rid.clone(),
-                    attempt: attempt.clone(),
-                    worker: worker.clone(),
+                    attempt: attempt.to_string(),
+                    worker: gw.ups[i].name.clone(),
                     delivered: client.delivered(),
                 });
                 // M4: cancel upstream and free its slot; no spare attempt.
-                lease::cancel(gw, i, rid, &attempt, "client disconnected").await;
-                gw.ups[i].leases.remove(&attempt);
-                break "client_gone";
+                fence::cancel(gw, i, rid, attempt, "client disconnected").await;
+                gw.ups[i].leases.remove(attempt);
+                Some("client_gone")
             }
-            _ => {}
+            _ => None,
         }
-        let why = end.result().1.unwrap_or_default();
-        lease::fence(gw, i, rid, &attempt, failure_of(&end)).await;
-        if client.committed() {
-            match gw.cfg.policy {
-                // FLAW naive-retry: retries after the first delta and stitches the new
-                // attempt's text onto what the client already has.
-                GatewayPolicy::NaiveRetry if n <= gw.cfg.retry_budget => {
-                    gw.journal.write(GatewayEntry::RetryAfterDelta {
-                        req: rid.clone(),
-                        delivered: client.delivered(),
-                    });
-                    continue;
-                }
-                // FLAW silent-truncate: a clean end for an interrupted stream.
-                GatewayPolicy::SilentTruncate => {
-                    let _ = client
-                        .body
-                        .send(Bytes::from_static(b"data: [DONE]\n\n"))
-                        .await;
-                    break "truncated";
-                }
-                _ => {
-                    explicit_error(gw, client, rid, &why).await;
-                    break "explicit_error";
-                }
+    }
+
+    /// Attempt `n` failed after the first delta reached the client (`why`).
+    async fn after_commit(&self, n: u32, why: &str) -> ControlFlow<&'static str> {
+        let (gw, client, rid) = (self.gw, self.client, &self.r.f.rid);
+        match gw.cfg.policy {
+            // FLAW naive-retry: retries after the first delta and stitches the new
+            // attempt's text onto what the client already has.
+            GatewayPolicy::NaiveRetry if n <= gw.cfg.retry_budget => {
+                gw.journal.write(GatewayEntry::RetryAfterDelta {
+                    req: rid.clone(),
+                    delivered: client.delivered(),
+                });
+                ControlFlow::Continue(())
+            }
+            // FLAW silent-truncate: a clean end for an interrupted stream.
+            GatewayPolicy::SilentTruncate => {
+                let _ = client
+                    .body
+                    .send(Bytes::from_static(b"data: [DONE]\n\n"))
+                    .await;
+                ControlFlow::Break("truncated")
+            }
+            _ => {
+                explicit_error(gw, client, rid, why).await;
+                ControlFlow::Break("explicit_error")
             }
         }
-        // Nothing reached the client: a retry costs only latency (M2), within budget (M8).
-        match gw.retry_refused(n, r.prompt_tokens) {
+    }
+
+    /// Attempt `n` (`attempt`) failed and nothing reached the client: a retry costs
+    /// only latency (M2), within budget (M8).
+    fn retry(&self, n: u32, attempt: &str, why: String) -> ControlFlow<&'static str> {
+        let (gw, client, rid) = (self.gw, self.client, &self.r.f.rid);
+        match gw.retry_refused(n, self.r.prompt_tokens) {
             None => {
                 gw.journal.write(GatewayEntry::Retry {
                     req: rid.clone(),
-                    after: attempt.clone(),
+                    after: attempt.to_string(),
                     delivered: client.delivered(),
                     why,
                 });
+                ControlFlow::Continue(())
             }
             Some((code, msg)) => {
                 gw.journal.write(GatewayEntry::RetryDenied {
@@ -315,19 +373,15 @@ async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'s
                 reject(
                     client,
                     503,
-                    retry_after,
+                    gw.retry_after_s(),
                     "upstream_unavailable",
                     code,
                     &format!("attempt {attempt} failed ({why}); {msg}"),
                 );
-                break "failed";
+                ControlFlow::Break("failed")
             }
         }
-    };
-    for rx in spares {
-        let _ = rx.await;
     }
-    (outcome, n)
 }
 
 fn attempt_end(gw: &Gateway, rid: &str, attempt: &str, worker: &str, end: &End, delivered: u32) {

@@ -13,9 +13,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::Worker;
 use super::api::ApiError;
 use super::faults::ArmRequest;
+use super::state::Worker;
+use crate::sim::engine::stats::Stats;
 use crate::wire::journal::WorkerEntry;
 
 fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Box<Response>> {
@@ -242,16 +243,15 @@ fn histogram(
     );
 }
 
-/// `GET /metrics`.
-pub async fn metrics(State(w): State<Arc<Worker>>) -> Response {
-    let s = &w.engine.stats;
+/// One Prometheus sample without extra labels: name, type, help, value.
+type Row = (&'static str, &'static str, &'static str, String);
+
+/// The engine's gauges and counters, under vLLM's names.
+fn engine_rows(s: &Stats) -> [Row; 9] {
     let c = &s.c;
-    let labels = format!("model_name=\"{}\",worker=\"{}\"", w.model, w.name);
-    let mut o = String::with_capacity(8192);
     let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
     let l32 = |a: &std::sync::atomic::AtomicU32| a.load(Ordering::Relaxed).to_string();
-    let state = w.state_name();
-    let rows: [(&str, &str, &str, String); 13] = [
+    [
         (
             "vllm:num_requests_running",
             "gauge",
@@ -306,6 +306,15 @@ pub async fn metrics(State(w): State<Arc<Worker>>) -> Response {
             "Tokens generated.",
             ld(&c.generation_tokens),
         ),
+    ]
+}
+
+/// The sim's own gauges and counters (`haq_sim_*`).
+fn sim_rows(w: &Worker) -> [Row; 4] {
+    let c = &w.engine.stats.c;
+    let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
+    let state = w.state_name();
+    [
         (
             "haq_sim_ready",
             "gauge",
@@ -330,13 +339,12 @@ pub async fn metrics(State(w): State<Arc<Worker>>) -> Response {
             "Engine steps run.",
             ld(&c.steps),
         ),
-    ];
-    for (name, kind, help, v) in rows {
-        let _ = writeln!(
-            o,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {v}"
-        );
-    }
+    ]
+}
+
+/// `vllm:request_success_total` by finish reason.
+fn finish_reasons(o: &mut String, labels: &str, s: &Stats) {
+    let c = &s.c;
     let _ = writeln!(
         o,
         "# HELP vllm:request_success_total Finished requests by reason.\n# TYPE vllm:request_success_total counter"
@@ -353,41 +361,60 @@ pub async fn metrics(State(w): State<Arc<Worker>>) -> Response {
             a.load(Ordering::Relaxed)
         );
     }
+}
+
+/// The latency histograms: vLLM's, and the sim's step lateness.
+fn latency_histograms(o: &mut String, labels: &str, s: &Stats) {
     histogram(
-        &mut o,
+        o,
         "vllm:time_to_first_token_seconds",
         "Time to first token (engine side).",
-        &labels,
+        labels,
         &s.ttft.snapshot(),
     );
     histogram(
-        &mut o,
+        o,
         "vllm:inter_token_latency_seconds",
         "Time between tokens of one request.",
-        &labels,
+        labels,
         &s.itl.snapshot(),
     );
     histogram(
-        &mut o,
+        o,
         "vllm:e2e_request_latency_seconds",
         "Arrival to finish.",
-        &labels,
+        labels,
         &s.e2e.snapshot(),
     );
     histogram(
-        &mut o,
+        o,
         "vllm:request_queue_time_seconds",
         "Time in the waiting queue.",
-        &labels,
+        labels,
         &s.queue.snapshot(),
     );
     histogram(
-        &mut o,
+        o,
         "haq_sim_step_lateness_seconds",
         "How late each engine step published against the model (sim timing error).",
-        &labels,
+        labels,
         &s.step_lateness.snapshot(),
     );
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(w): State<Arc<Worker>>) -> Response {
+    let s = &w.engine.stats;
+    let labels = format!("model_name=\"{}\",worker=\"{}\"", w.model, w.name);
+    let mut o = String::with_capacity(8192);
+    for (name, kind, help, v) in engine_rows(s).into_iter().chain(sim_rows(&w)) {
+        let _ = writeln!(
+            o,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {v}"
+        );
+    }
+    finish_reasons(&mut o, &labels, s);
+    latency_histograms(&mut o, &labels, s);
     (
         StatusCode::OK,
         [("content-type", "text/plain; version=0.0.4")],

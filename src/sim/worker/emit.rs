@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bytes::Bytes;
-
-use super::api::{Fmt, GenRequest};
+use super::api::Fmt;
 use super::faults::{Faults, Point};
 use super::out::{Ended, Out};
+use super::publish::publish_event;
+use super::request::GenRequest;
 use super::tool_call::ToolWork;
 use crate::sim::engine::Publisher;
 use crate::sim::engine::sched::{Seq, Verdict};
@@ -43,26 +43,6 @@ impl Job {
     pub fn attempt(&self) -> Option<&str> {
         self.out.attempt.as_deref()
     }
-}
-
-/// Publishes output event `k` of `out` through the event hooks: `before_event` fires
-/// instead of writing it, `after_event` right after the connection flushed it.
-pub fn publish_event(
-    faults: &Arc<Faults>,
-    out: &Out,
-    k: u32,
-    bytes: Bytes,
-    due: Option<Instant>,
-) -> Result<(), Ended> {
-    if let Some(a) = faults.take(Point::BeforeEvent, k, &out.rid) {
-        faults.fire(&a, &out.rid, out.attempt.as_deref());
-    }
-    let after = faults.take(Point::AfterEvent, k, &out.rid).map(|a| {
-        let (f, rid, attempt) = (faults.clone(), out.rid.clone(), out.attempt.clone());
-        let cb: super::out::AfterWrite = Box::new(move || f.fire(&a, &rid, attempt.as_deref()));
-        cb
-    });
-    out.push_due(bytes, after, due)
 }
 
 pub struct WorkerPublisher {

@@ -12,12 +12,15 @@ pub mod api;
 pub mod emit;
 pub mod faults;
 pub mod out;
+mod publish;
+pub mod request;
+mod state;
 pub mod tool_call;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -28,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use futures_util::StreamExt;
 
-use super::engine::{self, EngineHandle, Submit};
+use super::engine::{self, Submit};
 use super::journal::Journal;
 use crate::sim::config::EngineCfg;
 use crate::wire::headers::{ATTEMPT_HEADER, WORKER_HEADER};
@@ -39,6 +42,7 @@ use api::{ApiError, Fmt};
 use emit::{Job, WorkerPublisher};
 use faults::Faults;
 use out::{OpenGuard, Out, OutBody};
+use state::{DRAINING, Leases, READY, STARTING, Worker};
 
 /// Request header: CLOCK_MONOTONIC deadline (ns) of the attempt's publication lease.
 pub const LEASE_HEADER: &str = "x-haq-lease-deadline-ns";
@@ -57,77 +61,6 @@ pub struct WorkerConfig {
     pub tools_url: Option<String>,
     /// `worker-<name>.jsonl`.
     pub journal: Option<PathBuf>,
-}
-
-const STARTING: u8 = 0;
-const READY: u8 = 1;
-const DRAINING: u8 = 2;
-
-/// Attempts with a lease, and attempts revoked before (or after) they arrived.
-#[derive(Default)]
-struct Leases {
-    live: Mutex<std::collections::HashMap<String, Weak<Out>>>,
-    revoked: Mutex<(
-        std::collections::VecDeque<String>,
-        std::collections::HashSet<String>,
-    )>,
-}
-
-impl Leases {
-    fn register(&self, out: &Arc<Out>) {
-        if let Some(a) = &out.attempt {
-            let mut g = self.live.lock().unwrap_or_else(|p| p.into_inner());
-            if g.len() > 4096 {
-                g.retain(|_, w| w.strong_count() > 0);
-            }
-            g.insert(a.clone(), Arc::downgrade(out));
-        }
-    }
-
-    fn get(&self, attempt: &str) -> Option<Arc<Out>> {
-        let g = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        g.get(attempt).and_then(Weak::upgrade)
-    }
-
-    fn mark_revoked(&self, attempt: &str) {
-        let mut g = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
-        if g.1.insert(attempt.to_string()) {
-            g.0.push_back(attempt.to_string());
-            if g.0.len() > 8192
-                && let Some(old) = g.0.pop_front()
-            {
-                g.1.remove(&old);
-            }
-        }
-    }
-
-    fn is_revoked(&self, attempt: &str) -> bool {
-        let g = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
-        g.1.contains(attempt)
-    }
-}
-
-pub struct Worker {
-    name: String,
-    model: String,
-    cfg: EngineCfg,
-    state: AtomicU8,
-    engine: EngineHandle<Job>,
-    faults: Arc<Faults>,
-    leases: Leases,
-    journal: Journal,
-    open: Arc<AtomicU32>,
-    seq: AtomicU64,
-}
-
-impl Worker {
-    fn state_name(&self) -> &'static str {
-        match self.state.load(Ordering::SeqCst) {
-            STARTING => "starting",
-            READY => "ready",
-            _ => "draining",
-        }
-    }
 }
 
 pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
@@ -297,24 +230,10 @@ fn lease_refused(w: &Worker, attempt: &str, why: &str) -> Response {
 }
 
 async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -> Response {
-    match w.state.load(Ordering::SeqCst) {
-        STARTING => {
-            return openai_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "service_unavailable",
-                "worker is starting (model loading)",
-            );
-        }
-        DRAINING => {
-            return openai_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "service_unavailable",
-                "worker is draining",
-            );
-        }
-        _ => {}
+    if let Some(refusal) = not_serving(&w) {
+        return refusal;
     }
-    let mut req = match api::parse(&body, chat, &w.model, w.cfg.max_model_len) {
+    let req = match request::parse(&body, chat, &w.model, w.cfg.max_model_len) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -333,39 +252,9 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
     let out = Out::new(rid.clone(), attempt.clone(), lease);
     w.leases.register(&out);
     let guard = OpenGuard::new(w.open.clone());
-    let hashes = if w.cfg.prefix_caching {
-        super::text::block_hashes(&req.prompt, w.cfg.block_size)
-    } else {
-        Vec::new()
-    };
-    req.prompt = String::new();
-    let prompt_tokens = req.prompt_tokens;
-    let cid = format!("{}-{}-{n}", if chat { "chatcmpl" } else { "cmpl" }, w.name);
-    let fmt = Fmt::new(
-        chat,
-        cid,
-        req.model.clone(),
-        req.include_usage,
-        prompt_tokens,
-    );
     let stream = req.stream;
-    let job = Job {
-        out: out.clone(),
-        fmt,
-        req,
-        tool_key: header(&headers, TOOL_KEY_HEADER),
-        tool_tokens: w.cfg.tool_call_tokens,
-        events: 0,
-        text: String::new(),
-        cached_tokens: 0,
-    };
-    let submitted = w.engine.submit(Submit {
-        job,
-        prompt_tokens,
-        hashes,
-        arrived: Instant::now(),
-    });
-    if !submitted {
+    let submit = submission(&w, req, out.clone(), header(&headers, TOOL_KEY_HEADER), n);
+    if !w.engine.submit(submit) {
         return openai_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal_error",
@@ -379,20 +268,16 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
             .body(Body::from_stream(OutBody::new(out, Some(guard))))
             .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
     } else {
-        let mut body = OutBody::new(out.clone(), Some(guard));
-        let mut buf = Vec::new();
-        while let Some(Ok(b)) = body.next().await {
-            buf.extend_from_slice(&b);
+        match whole_body(out, guard).await {
+            Ok(buf) => ([("content-type", "application/json")], buf).into_response(),
+            Err(why) => {
+                return openai_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "service_unavailable",
+                    &format!("the request was aborted: {why}"),
+                );
+            }
         }
-        if buf.is_empty() {
-            let why = out.ended().map(|e| e.as_str()).unwrap_or("no answer");
-            return openai_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "service_unavailable",
-                &format!("the request was aborted: {why}"),
-            );
-        }
-        ([("content-type", "application/json")], buf).into_response()
     };
     let h = resp.headers_mut();
     for (k, v) in [
@@ -406,4 +291,75 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
         }
     }
     resp
+}
+
+/// The 503 of a worker that is starting or draining; `None` when it is ready.
+fn not_serving(w: &Worker) -> Option<Response> {
+    let why = match w.state.load(Ordering::SeqCst) {
+        STARTING => "worker is starting (model loading)",
+        DRAINING => "worker is draining",
+        _ => return None,
+    };
+    Some(openai_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+        why,
+    ))
+}
+
+/// The engine's job for request `n` (`req`, answering on `out`): its prompt's block
+/// hashes for the prefix cache (the prompt text itself is dropped) and its formatter.
+fn submission(
+    w: &Worker,
+    mut req: request::GenRequest,
+    out: Arc<Out>,
+    tool_key: Option<String>,
+    n: u64,
+) -> Submit<Job> {
+    let hashes = if w.cfg.prefix_caching {
+        super::text::block_hashes(&req.prompt, w.cfg.block_size)
+    } else {
+        Vec::new()
+    };
+    req.prompt = String::new();
+    let prompt_tokens = req.prompt_tokens;
+    let chat = req.chat;
+    let cid = format!("{}-{}-{n}", if chat { "chatcmpl" } else { "cmpl" }, w.name);
+    let fmt = Fmt::new(
+        chat,
+        cid,
+        req.model.clone(),
+        req.include_usage,
+        prompt_tokens,
+    );
+    let job = Job {
+        out,
+        fmt,
+        req,
+        tool_key,
+        tool_tokens: w.cfg.tool_call_tokens,
+        events: 0,
+        text: String::new(),
+        cached_tokens: 0,
+    };
+    Submit {
+        job,
+        prompt_tokens,
+        hashes,
+        arrived: Instant::now(),
+    }
+}
+
+/// A non-streaming answer's whole body once the engine has written it; why not when
+/// the request was aborted before any byte.
+async fn whole_body(out: Arc<Out>, guard: OpenGuard) -> Result<Vec<u8>, &'static str> {
+    let mut body = OutBody::new(out.clone(), Some(guard));
+    let mut buf = Vec::new();
+    while let Some(Ok(b)) = body.next().await {
+        buf.extend_from_slice(&b);
+    }
+    if buf.is_empty() {
+        return Err(out.ended().map(|e| e.as_str()).unwrap_or("no answer"));
+    }
+    Ok(buf)
 }

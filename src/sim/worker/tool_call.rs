@@ -10,9 +10,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::api::Fmt;
-use super::emit::publish_event;
 use super::faults::{Faults, Point};
 use super::out::Out;
+use super::publish::publish_event;
 
 /// A decoded tool call waiting for execution.
 pub struct ToolWork {
