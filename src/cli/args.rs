@@ -167,31 +167,7 @@ pub enum SimCommand {
     },
     /// Measure the sim's timing error under load: replicas × streams concurrent
     /// streams, token events' lateness against the engine model (docs/performance.md).
-    Bench {
-        #[arg(long, default_value_t = 16)]
-        replicas: u32,
-        /// Concurrent streams per replica.
-        #[arg(long, default_value_t = 64)]
-        streams: u32,
-        #[arg(long, default_value = "20s", value_parser = wire::units::parse_duration)]
-        duration: std::time::Duration,
-        #[arg(long, default_value = "5s", value_parser = wire::units::parse_duration)]
-        warmup: std::time::Duration,
-        /// Output tokens per request (each stream re-sends when done).
-        #[arg(long, default_value_t = 512)]
-        max_tokens: u32,
-        #[arg(long, default_value_t = 200)]
-        prompt_tokens: u32,
-        /// Connect straight to the workers instead of through the gateway.
-        #[arg(long)]
-        direct: bool,
-        /// Directory for logs and journals (default: a new temp dir).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Exit 1 when the event-lateness p99 exceeds this.
-        #[arg(long, value_parser = wire::units::parse_duration)]
-        max_p99: Option<std::time::Duration>,
-    },
+    Bench(SimBenchArgs),
     /// One simulated engine replica (started by haq).
     #[command(hide = true)]
     Worker {
@@ -284,4 +260,32 @@ pub enum BenchCommand {
         #[command(flatten)]
         shape: crate::bench::server::StreamShape,
     },
+}
+
+/// `haq sim bench`.
+#[derive(Debug, Args)]
+pub struct SimBenchArgs {
+    #[arg(long, default_value_t = 16)]
+    pub replicas: u32,
+    /// Concurrent streams per replica.
+    #[arg(long, default_value_t = 64)]
+    pub streams: u32,
+    #[arg(long, default_value = "20s", value_parser = wire::units::parse_duration)]
+    pub duration: std::time::Duration,
+    #[arg(long, default_value = "5s", value_parser = wire::units::parse_duration)]
+    pub warmup: std::time::Duration,
+    /// Output tokens per request (each stream re-sends when done).
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: u32,
+    #[arg(long, default_value_t = 200)]
+    pub prompt_tokens: u32,
+    /// Connect straight to the workers instead of through the gateway.
+    #[arg(long)]
+    pub direct: bool,
+    /// Directory for logs and journals (default: a new temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Exit 1 when the event-lateness p99 exceeds this.
+    #[arg(long, value_parser = wire::units::parse_duration)]
+    pub max_p99: Option<std::time::Duration>,
 }

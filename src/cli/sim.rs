@@ -1,12 +1,13 @@
 //! `haq sim …`: the embedded cluster's processes (started by haq) and `sim up` /
 //! `sim bench` for people.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use tokio_util::sync::CancellationToken;
 
-use super::SimCommand;
 use super::exit::Exit;
+use super::{SimBenchArgs, SimCommand};
 use crate::scenario::{self, GatewayPolicy};
 
 fn json_arg<T: for<'de> serde::Deserialize<'de>>(flag: &str, v: &str) -> anyhow::Result<T> {
@@ -23,122 +24,115 @@ pub async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             tools_url,
             journal,
         } => match json_arg("--engine", &engine) {
-            Ok(engine) => {
-                crate::sim::worker::serve(crate::sim::worker::WorkerConfig {
-                    name,
-                    listen,
-                    engine,
-                    model,
-                    tools_url,
-                    journal,
-                })
-                .await
-            }
+            Ok(engine) => crate::sim::worker::serve(crate::sim::worker::WorkerConfig {
+                name,
+                listen,
+                engine,
+                model,
+                tools_url,
+                journal,
+            })
+            .await
+            .map(|()| Exit::Pass),
             Err(e) => Err(e),
         },
         SimCommand::Tools {
             listen,
             log,
             config,
-        } => match json_arg::<scenario::ToolsCfg>("--config", &config) {
-            Ok(c) => {
-                crate::sim::tools::serve(crate::sim::tools::ToolsConfig {
-                    listen,
-                    log,
-                    dedup: c.dedup,
-                    exec_time: c.exec_time.0,
-                })
-                .await
-            }
-            Err(e) => Err(e),
-        },
+        } => tools(listen, log, &config).await,
         SimCommand::Gateway {
             listen,
             upstreams,
             config,
             journal,
-        } => {
-            let mut ups = Vec::new();
-            for u in upstreams {
-                match u.split_once('=') {
-                    Some((n, url)) => {
-                        ups.push((n.to_string(), url.trim_end_matches('/').to_string()))
-                    }
-                    None => {
-                        eprintln!("error: --upstream {u:?} is not NAME=URL");
-                        return Exit::Unusable;
-                    }
-                }
-            }
-            match json_arg("--config", &config) {
-                Ok(cfg) => {
-                    crate::sim::gateway::serve(crate::sim::gateway::GatewayConfig {
-                        listen,
-                        upstreams: ups,
-                        cfg,
-                        journal,
-                    })
-                    .await
-                }
-                Err(e) => Err(e),
-            }
-        }
+        } => gateway(listen, upstreams, &config, journal).await,
         SimCommand::Up {
             replicas,
             policy,
             dir,
             scenario,
-        } => sim_up(replicas, policy, dir, scenario, cancel).await,
-        SimCommand::Bench {
-            replicas,
-            streams,
-            duration,
-            warmup,
-            max_tokens,
-            prompt_tokens,
-            direct,
-            dir,
-            max_p99,
-        } => {
-            if replicas == 0 || replicas > crate::plan::MAX_SIM_REPLICAS || streams == 0 {
-                eprintln!(
-                    "error: --replicas must be 1..={} and --streams at least 1",
-                    crate::plan::MAX_SIM_REPLICAS
-                );
-                return Exit::Unusable;
-            }
-            let opts = crate::bench::sim::BenchOpts {
-                replicas,
-                streams,
-                warmup,
-                duration,
-                max_tokens,
-                prompt_tokens,
-                via_gateway: !direct,
-                dir: dir.unwrap_or_else(|| {
-                    std::env::temp_dir().join(format!("haq-bench-{}", std::process::id()))
-                }),
-            };
-            match crate::bench::sim::run(opts).await {
-                Ok(r) => {
-                    print!("{}", r.render());
-                    if max_p99.is_some_and(|m| r.event_lateness.p99_us > m.as_micros() as u64) {
-                        eprintln!("event lateness p99 above --max-p99");
-                        return Exit::Fail;
-                    }
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            }
-        }
+        } => sim_up(replicas, policy, dir, scenario, cancel)
+            .await
+            .map(|()| Exit::Pass),
+        SimCommand::Bench(a) => bench(a).await,
     };
     match result {
-        Ok(()) => Exit::Pass,
+        Ok(exit) => exit,
         Err(e) => {
             eprintln!("error: {e:#}");
             Exit::Unusable
         }
     }
+}
+
+/// `haq sim tools`: the tool service.
+async fn tools(listen: SocketAddr, log: Option<PathBuf>, config: &str) -> anyhow::Result<Exit> {
+    let c = json_arg::<scenario::ToolsCfg>("--config", config)?;
+    crate::sim::tools::serve(crate::sim::tools::ToolsConfig {
+        listen,
+        log,
+        dedup: c.dedup,
+        exec_time: c.exec_time.0,
+    })
+    .await?;
+    Ok(Exit::Pass)
+}
+
+/// `haq sim gateway`: the gateway in front of `NAME=URL` upstreams.
+async fn gateway(
+    listen: SocketAddr,
+    upstreams: Vec<String>,
+    config: &str,
+    journal: Option<PathBuf>,
+) -> anyhow::Result<Exit> {
+    let mut ups = Vec::new();
+    for u in upstreams {
+        match u.split_once('=') {
+            Some((n, url)) => ups.push((n.to_string(), url.trim_end_matches('/').to_string())),
+            None => anyhow::bail!("--upstream {u:?} is not NAME=URL"),
+        }
+    }
+    let cfg = json_arg("--config", config)?;
+    crate::sim::gateway::serve(crate::sim::gateway::GatewayConfig {
+        listen,
+        upstreams: ups,
+        cfg,
+        journal,
+    })
+    .await?;
+    Ok(Exit::Pass)
+}
+
+/// `haq sim bench`: exit 1 when the event-lateness p99 exceeds `--max-p99`.
+async fn bench(a: SimBenchArgs) -> anyhow::Result<Exit> {
+    if a.replicas == 0 || a.replicas > crate::plan::MAX_SIM_REPLICAS || a.streams == 0 {
+        anyhow::bail!(
+            "--replicas must be 1..={} and --streams at least 1",
+            crate::plan::MAX_SIM_REPLICAS
+        );
+    }
+    let opts = crate::bench::sim::BenchOpts {
+        replicas: a.replicas,
+        streams: a.streams,
+        warmup: a.warmup,
+        duration: a.duration,
+        max_tokens: a.max_tokens,
+        prompt_tokens: a.prompt_tokens,
+        via_gateway: !a.direct,
+        dir: a.dir.unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("haq-bench-{}", std::process::id()))
+        }),
+    };
+    let r = crate::bench::sim::run(opts).await?;
+    print!("{}", r.render());
+    if a.max_p99
+        .is_some_and(|m| r.event_lateness.p99_us > m.as_micros() as u64)
+    {
+        eprintln!("event lateness p99 above --max-p99");
+        return Ok(Exit::Fail);
+    }
+    Ok(Exit::Pass)
 }
 
 async fn sim_up(

@@ -71,40 +71,8 @@ pub(super) async fn drive(
     )?;
     // Fail before any load if the schedule cannot be built (input data missing).
     Schedule::new(plan).map_err(anyhow::Error::msg)?;
-    let ev = &plan.scenario.evidence;
-    let attribution = (ev.worker_header != client::WORKER_HEADER
-        || ev.attempt_header != client::ATTEMPT_HEADER)
-        .then(|| {
-            Arc::new(client::Attribution {
-                worker: ev.worker_header.to_ascii_lowercase(),
-                attempt: ev.attempt_header.to_ascii_lowercase(),
-            })
-        });
     if c.warm_connections > 0 {
-        let w = http
-            .warm(
-                &target.api_url,
-                c.warm_connections,
-                c.connect_timeout.0,
-                cancel,
-            )
-            .await;
-        progress.line(&format!(
-            "warmed {} of {} connections to the target{}",
-            w.conns.len(),
-            c.warm_connections,
-            if w.failed > 0 {
-                format!(" ({} failed)", w.failed)
-            } else {
-                String::new()
-            }
-        ));
-        tw.emit(Event::Warmed {
-            t: clock.now_us(),
-            wanted: c.warm_connections,
-            conns: w.conns,
-            failed: w.failed,
-        });
+        warm(plan, &http, &target.api_url, clock, tw, cancel, progress).await;
     }
     // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
     let stop = Arc::new(client::stop::Stop::default());
@@ -141,15 +109,72 @@ pub(super) async fn drive(
             .max_concurrency
             .map(|n| Arc::new(Semaphore::new(n as usize))),
         load_start,
-        attribution,
+        attribution: attribution(plan),
     };
+    let dispatched = dispatch(d, cancel).await;
+    drain(plan, &tracker, cancel, progress).await;
+    stop.stop();
+    tracker.wait().await;
+    progress.finish();
+    dispatched.map_err(anyhow::Error::msg)
+}
+
+/// The response headers that name the serving replica and attempt, when the scenario
+/// names others than the sim's.
+fn attribution(plan: &Plan) -> Option<Arc<client::Attribution>> {
+    let ev = &plan.scenario.evidence;
+    (ev.worker_header != client::WORKER_HEADER || ev.attempt_header != client::ATTEMPT_HEADER).then(
+        || {
+            Arc::new(client::Attribution {
+                worker: ev.worker_header.to_ascii_lowercase(),
+                attempt: ev.attempt_header.to_ascii_lowercase(),
+            })
+        },
+    )
+}
+
+/// Opens `client.warm_connections` connections before load and records them.
+async fn warm(
+    plan: &Plan,
+    http: &client::Http,
+    api_url: &str,
+    clock: &Clock,
+    tw: &TraceWriter,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let c = &plan.scenario.client;
+    let w = http
+        .warm(api_url, c.warm_connections, c.connect_timeout.0, cancel)
+        .await;
+    progress.line(&format!(
+        "warmed {} of {} connections to the target{}",
+        w.conns.len(),
+        c.warm_connections,
+        if w.failed > 0 {
+            format!(" ({} failed)", w.failed)
+        } else {
+            String::new()
+        }
+    ));
+    tw.emit(Event::Warmed {
+        t: clock.now_us(),
+        wanted: c.warm_connections,
+        conns: w.conns,
+        failed: w.failed,
+    });
+}
+
+/// Runs the dispatcher on its own thread until the schedule ends (or a cancel).
+async fn dispatch(d: Dispatcher, cancel: &CancellationToken) -> Result<(), String> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("haq-dispatch".into())
         .spawn(move || {
             let r = d.run();
             let _ = done_tx.send(r);
-        })?;
+        })
+        .map_err(|e| e.to_string())?;
     // The dispatcher sleeps parked until its next deadline; a cancel wakes it at once.
     let waker = {
         let (cancel, thread) = (cancel.clone(), thread.thread().clone());
@@ -162,8 +187,17 @@ pub(super) async fn drive(
         .await
         .unwrap_or_else(|_| Err("the dispatcher thread panicked".into()));
     waker.abort();
+    dispatched
+}
 
-    // Drain: let in-flight requests finish, within the drain timeout.
+/// Lets in-flight requests finish, within the drain timeout.
+async fn drain(
+    plan: &Plan,
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let c = &plan.scenario.client;
     tracker.close();
     if !cancel.is_cancelled() && !tracker.is_empty() {
         progress.line(&format!(
@@ -183,10 +217,6 @@ pub(super) async fn drive(
             ));
         }
     }
-    stop.stop();
-    tracker.wait().await;
-    progress.finish();
-    dispatched.map_err(anyhow::Error::msg)
 }
 
 /// Sleeps on the OS timer until `deadline`; false when cancelled first (the cancel

@@ -3,16 +3,17 @@
 //! stop and clean up whatever happens — and stop there: judging the trace is the next
 //! stage's job (`crate::run` goes on to `check` and `report`).
 
+mod dir;
 mod evidence;
 mod headers;
 mod load;
 mod progress;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use crate::client;
@@ -51,80 +52,31 @@ impl std::fmt::Display for EnvironmentError {
 }
 impl std::error::Error for EnvironmentError {}
 
-fn utc_stamp() -> String {
-    chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string()
+/// What every step of a run shares.
+struct Run<'a> {
+    plan: &'a Plan,
+    dir: PathBuf,
+    clock: Clock,
+    tw: TraceWriter,
+    progress: Progress,
+    cancel: &'a CancellationToken,
 }
 
-fn make_run_dir(plan: &Plan, opts: &RunOptions) -> anyhow::Result<PathBuf> {
-    let dir = match &opts.out {
-        Some(d) => d.clone(),
-        None => {
-            let base = opts
-                .reports_dir
-                .join(format!("{}-{}", plan.scenario.name, utc_stamp()));
-            let mut d = base.clone();
-            let mut k = 1;
-            while d.exists() {
-                k += 1;
-                d = PathBuf::from(format!("{}-{k}", base.display()));
-            }
-            d
-        }
-    };
-    if dir.join(trace::TRACE_FILE).exists() {
-        anyhow::bail!(
-            "{} already holds a run; choose another --out",
-            dir.display()
-        );
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
-}
-
-fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
-    let json = serde_json::to_string_pretty(&plan.scenario)?;
-    std::fs::write(dir.join(trace::files::SCENARIO_FILE), json + "\n")?;
-    let yaml = serde_saphyr::to_string(&plan.scenario).map_err(|e| anyhow!("{e}"))?;
-    std::fs::write(
-        dir.join(trace::files::SCENARIO_YAML),
-        format!("# effective scenario of this run (overrides applied, workload inlined)\n{yaml}"),
-    )?;
-    // The files the workload read (empirical lengths, replayed traces), kept with the
-    // run so it can be replayed (M10).
-    if !plan.inputs.files.is_empty() {
-        let inputs = dir.join("inputs");
-        std::fs::create_dir_all(&inputs)?;
-        for f in &plan.inputs.files {
-            let src = Path::new(f);
-            if let Some(name) = src.file_name() {
-                std::fs::copy(src, inputs.join(name))
-                    .with_context(|| format!("keeping a copy of {f}"))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
 fn fault_env(
-    plan: &Plan,
+    r: &Run,
     target: &Running,
-    dir: &Path,
-    tw: &TraceWriter,
-    clock: &Clock,
     guard: &HealGuard,
-    progress: &Progress,
     load_done: &CancellationToken,
     stop: &CancellationToken,
 ) -> anyhow::Result<crate::faults::schedule::Env> {
-    let c = &plan.scenario.client;
-    let progress = progress.clone();
+    let (plan, c) = (r.plan, &r.plan.scenario.client);
+    let progress = r.progress.clone();
     Ok(crate::faults::schedule::Env {
         registry: target.registry.clone(),
         heals: guard.heals(),
-        trace: tw.clone(),
-        clock: *clock,
-        run_dir: dir.to_path_buf(),
+        trace: r.tw.clone(),
+        clock: r.clock,
+        run_dir: r.dir.clone(),
         seed: plan.seed,
         board: target.proxies.as_ref().map(|p| p.board().clone()),
         probes: crate::faults::ProbeClient {
@@ -188,74 +140,103 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<Recorded> {
     let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
-    let dir = make_run_dir(&plan, &opts).map_err(env)?;
-    record_scenario(&dir, &plan).map_err(env)?;
+    let dir = dir::make_run_dir(&plan, &opts).map_err(env)?;
+    dir::record_scenario(&dir, &plan).map_err(env)?;
     let clock = Clock::start();
     let (tw, th) = TraceWriter::create(&dir.join(trace::TRACE_FILE))
         .context("creating the trace")
         .map_err(env)?;
-    tw.emit(Event::RunStart {
-        t: 0,
-        name: plan.scenario.name.clone(),
-        seed: plan.seed,
-        wall: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        mono_ns: clock.base_mono_ns(),
-        version: env!("CARGO_PKG_VERSION").into(),
-    });
-    let progress = Progress::new(opts.quiet);
-    progress.line(&format!(
-        "haq: starting target ({:?}) · run dir {}",
-        plan.scenario.target.kind,
-        dir.display()
-    ));
-    let headers = headers::request_headers(&plan).map_err(env)?;
-    let target = tokio::select! {
-        t = target::start(&plan, opts.haq_bin.as_deref(), &headers, &dir, &tw, &clock) => t,
-        _ = cancel.cancelled() => Err(anyhow!("interrupted while starting the target")),
+    let r = Run {
+        plan: &plan,
+        dir,
+        clock,
+        tw,
+        progress: Progress::new(opts.quiet),
+        cancel: &cancel,
     };
-    let mut target = match target {
+    let target = match start_target(&r, &opts).await {
         Ok(t) => t,
         Err(e) => {
-            tw.emit(Event::RunEnd {
-                t: clock.now_us(),
+            r.tw.emit(Event::RunEnd {
+                t: r.clock.now_us(),
                 interrupted: cancel.is_cancelled(),
                 reason: Some(format!("{e:#}")),
             });
-            drop(tw);
+            drop(r);
             let _ = th.finish();
             return Err(env(e));
         }
     };
-    tw.emit(Event::Target {
-        t: clock.now_us(),
+    let driven = drive(&r, target).await?;
+    let interrupted = cancel.is_cancelled();
+    emit_trace_stats(&r.tw, &r.clock);
+    r.tw.emit(Event::RunEnd {
+        t: r.clock.now_us(),
+        interrupted,
+        reason: match (&driven, interrupted) {
+            (Err(e), _) => Some(format!("{e:#}")),
+            (Ok(()), true) => Some("interrupted (SIGINT/SIGTERM)".into()),
+            _ => None,
+        },
+    });
+    let run_dir = r.dir.clone();
+    drop(r);
+    th.finish().context("writing the trace")?;
+    driven?;
+    Ok(Recorded {
+        run_dir,
+        interrupted,
+    })
+}
+
+/// The run's first lines, then the target started (sim) or reached (url) and recorded.
+async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running> {
+    let plan = r.plan;
+    r.tw.emit(Event::RunStart {
+        t: 0,
+        name: plan.scenario.name.clone(),
+        seed: plan.seed,
+        wall: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        mono_ns: r.clock.base_mono_ns(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    });
+    r.progress.line(&format!(
+        "haq: starting target ({:?}) · run dir {}",
+        plan.scenario.target.kind,
+        r.dir.display()
+    ));
+    let headers = headers::request_headers(plan)?;
+    let target = tokio::select! {
+        t = target::start(plan, opts.haq_bin.as_deref(), &headers, &r.dir, &r.tw, &r.clock) => t?,
+        _ = r.cancel.cancelled() => anyhow::bail!("interrupted while starting the target"),
+    };
+    r.tw.emit(Event::Target {
+        t: r.clock.now_us(),
         url: target.api_url.clone(),
         replicas: target.replicas.clone(),
     });
+    Ok(target)
+}
 
+/// The load through every phase with the faults on its clock; then every fault
+/// healed, the evidence collected and the target stopped. The outer error is a setup
+/// failure of the faults' environment; the inner one is the load's.
+async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Result<()>> {
+    let plan = r.plan;
     // Faults fire in their own task on the load's clock; the guard heals whatever is
     // still applied if this function unwinds or returns early.
-    let guard = HealGuard::new(tw.clone(), clock);
+    let guard = HealGuard::new(r.tw.clone(), r.clock);
     let load_done = CancellationToken::new();
-    let stop_faults = cancel.child_token();
-    let mut env = fault_env(
-        &plan,
-        &target,
-        &dir,
-        &tw,
-        &clock,
-        &guard,
-        &progress,
-        &load_done,
-        &stop_faults,
-    )?;
+    let stop_faults = r.cancel.child_token();
+    let mut env = fault_env(r, &target, &guard, &load_done, &stop_faults)?;
     // The replicas' own readiness, polled while the load runs (Q11), when asked for.
     let watch = match plan.scenario.evidence.readiness_watch {
         Some(every) => Some(tokio::spawn(crate::target::readiness::readiness(
             target.registry.clone(),
             every.0,
             crate::faults::admin_client()?,
-            clock,
-            tw.clone(),
+            r.clock,
+            r.tw.clone(),
             load_done.clone(),
         ))),
         None => None,
@@ -268,43 +249,39 @@ pub async fn run(
             crate::faults::schedule::run(fault_plans, Arc::new(env)).await;
         }
     });
-    let driven = load::drive(&plan, &target, started, &clock, &tw, &cancel, &progress).await;
+    let driven = load::drive(
+        plan,
+        &target,
+        started,
+        &r.clock,
+        &r.tw,
+        r.cancel,
+        &r.progress,
+    )
+    .await;
     load_done.cancel();
     if let Some(w) = watch {
         let _ = w.await;
     }
-    finish_faults(faults, &plan, &stop_faults).await;
+    finish_faults(faults, plan, &stop_faults).await;
     guard.heals().heal_all("the run ended").await;
     target.stop_proxies();
-    // Evidence kept outside the run directory (a tool log) is copied in (M10).
-    if let Err(e) = evidence::collect(&plan, &dir).await {
-        progress.line(&format!("evidence: {e}"));
-        tw.emit(Event::Observation {
-            t: clock.now_us(),
+    collect_evidence(r).await;
+    target.stop().await;
+    drop(guard);
+    Ok(driven)
+}
+
+/// Evidence kept outside the run directory (a tool log) is copied in (M10).
+async fn collect_evidence(r: &Run<'_>) {
+    if let Err(e) = evidence::collect(r.plan, &r.dir).await {
+        r.progress.line(&format!("evidence: {e}"));
+        r.tw.emit(Event::Observation {
+            t: r.clock.now_us(),
             source: "evidence".into(),
             replica: None,
             what: "tool_log_unavailable".into(),
             detail: Some(e),
         });
     }
-    target.stop().await;
-    drop(guard);
-    let interrupted = cancel.is_cancelled();
-    emit_trace_stats(&tw, &clock);
-    tw.emit(Event::RunEnd {
-        t: clock.now_us(),
-        interrupted,
-        reason: match (&driven, interrupted) {
-            (Err(e), _) => Some(format!("{e:#}")),
-            (Ok(()), true) => Some("interrupted (SIGINT/SIGTERM)".into()),
-            _ => None,
-        },
-    });
-    drop(tw);
-    th.finish().context("writing the trace")?;
-    driven?;
-    Ok(Recorded {
-        run_dir: dir,
-        interrupted,
-    })
 }

@@ -1,0 +1,64 @@
+//! The run directory: made new for each run (never over another run), with the
+//! effective scenario and the workload's input files kept in it (M10).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, anyhow};
+
+use super::RunOptions;
+use crate::plan::Plan;
+use crate::trace;
+
+fn utc_stamp() -> String {
+    chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string()
+}
+
+pub fn make_run_dir(plan: &Plan, opts: &RunOptions) -> anyhow::Result<PathBuf> {
+    let dir = match &opts.out {
+        Some(d) => d.clone(),
+        None => {
+            let base = opts
+                .reports_dir
+                .join(format!("{}-{}", plan.scenario.name, utc_stamp()));
+            let mut d = base.clone();
+            let mut k = 1;
+            while d.exists() {
+                k += 1;
+                d = PathBuf::from(format!("{}-{k}", base.display()));
+            }
+            d
+        }
+    };
+    if dir.join(trace::TRACE_FILE).exists() {
+        anyhow::bail!(
+            "{} already holds a run; choose another --out",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+pub fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(&plan.scenario)?;
+    std::fs::write(dir.join(trace::files::SCENARIO_FILE), json + "\n")?;
+    let yaml = serde_saphyr::to_string(&plan.scenario).map_err(|e| anyhow!("{e}"))?;
+    std::fs::write(
+        dir.join(trace::files::SCENARIO_YAML),
+        format!("# effective scenario of this run (overrides applied, workload inlined)\n{yaml}"),
+    )?;
+    // The files the workload read (empirical lengths, replayed traces), kept with the
+    // run so it can be replayed (M10).
+    if !plan.inputs.files.is_empty() {
+        let inputs = dir.join("inputs");
+        std::fs::create_dir_all(&inputs)?;
+        for f in &plan.inputs.files {
+            let src = Path::new(f);
+            if let Some(name) = src.file_name() {
+                std::fs::copy(src, inputs.join(name))
+                    .with_context(|| format!("keeping a copy of {f}"))?;
+            }
+        }
+    }
+    Ok(())
+}
