@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use self::hold::released;
+use self::hold::{Hold, released};
 use self::state::{Close, Conn, ReqState, RespState, acked};
 use super::http;
 use super::probe::{Release, lock};
@@ -246,20 +246,15 @@ impl Conn {
         } else {
             Release::Forward
         };
-        if self
-            .up_hold
-            .as_ref()
-            .and_then(|h| h.auto_until)
-            .is_some_and(|u| up_eof || now >= u)
-        {
+        let due = |h: &Option<Hold>| {
+            h.as_ref()
+                .and_then(|h| h.auto_until)
+                .is_some_and(|u| up_eof || now >= u)
+        };
+        if due(&self.up_hold) {
             self.release_up(r, up_eof);
         }
-        if self
-            .down_hold
-            .as_ref()
-            .and_then(|h| h.auto_until)
-            .is_some_and(|u| up_eof || now >= u)
-        {
+        if due(&self.down_hold) {
             self.release_down(r, up_eof);
         }
     }
