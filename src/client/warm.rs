@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Http;
+use super::transport::Http;
 
 /// Rounds of warm-up requests at most: each round sends `n` at once, so every one
 /// that finds no idle connection opens one.

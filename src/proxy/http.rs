@@ -3,6 +3,8 @@
 //! The proxy forwards the original bytes; this module only tells it where the
 //! boundaries are (raw offsets), so nothing is re-encoded.
 
+use crate::wire::headers::{ATTEMPT_HEADER, WORKER_HEADER};
+
 /// Longest request or response head the proxy accepts.
 pub const MAX_HEAD: usize = 64 * 1024;
 
@@ -94,7 +96,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, String> {
                 method: req.method.unwrap_or("").to_string(),
                 path: req.path.unwrap_or("").to_string(),
                 request_id: header(req.headers, "x-request-id").map(str::to_string),
-                attempt: header(req.headers, crate::client::ATTEMPT_HEADER).map(str::to_string),
+                attempt: header(req.headers, ATTEMPT_HEADER).map(str::to_string),
                 framing,
             }))
         }
@@ -129,7 +131,7 @@ pub fn parse_response(buf: &[u8], method: &str) -> Result<Option<ResponseHead>, 
                 sse: header(resp.headers, "content-type")
                     .is_some_and(|c| c.starts_with("text/event-stream")),
                 framing,
-                worker: header(resp.headers, crate::client::WORKER_HEADER).map(str::to_string),
+                worker: header(resp.headers, WORKER_HEADER).map(str::to_string),
             }))
         }
         Ok(httparse::Status::Partial) => partial(buf),

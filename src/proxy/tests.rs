@@ -1,12 +1,15 @@
 //! The proxy against a scripted upstream that streams SSE events one chunk at a time,
 //! with raw TCP clients: exact bytes, exact boundaries, real RST/FIN.
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
+use super::probe::lock;
 use super::*;
 use crate::trace::{Event, ProxyEndKind};
 

@@ -207,19 +207,8 @@ fn classify_with(data: &str, fast: bool) -> ChunkInfo<'_> {
         ..Default::default()
     };
     if w.error.is_some() || w.object.as_deref() == Some("error") {
-        let err = match &w.error {
-            Some(e @ serde_json::Value::Object(_)) => read_error(e),
-            Some(other) => InBandError {
-                message: Some(other.to_string()),
-                ..Default::default()
-            },
-            // `{"object": "error", "message": ..., "code": ...}` (vLLM's shape)
-            None => serde_json::from_str::<serde_json::Value>(data)
-                .map(|v| read_error(&v))
-                .unwrap_or_default(),
-        };
         info.kind = Some(ChunkKind::Error);
-        info.error = Some(err);
+        info.error = Some(in_band_error(w.error.as_ref(), data));
         info.keep_raw = true;
         return info;
     }
@@ -232,9 +221,41 @@ fn classify_with(data: &str, fast: bool) -> ChunkInfo<'_> {
             .and_then(|d| d.cached_tokens),
     });
     let has_choices = w.choices.is_some();
+    let kind = read_choices(w.choices, &mut info);
+    info.kind = Some(match kind {
+        Some(k) => k,
+        None if info.finish.is_some() => ChunkKind::Finish,
+        None if w.usage.is_some() => ChunkKind::Usage,
+        None if has_choices => ChunkKind::Role,
+        None => ChunkKind::Other,
+    });
+    info.keep_raw = matches!(info.kind, Some(ChunkKind::Usage | ChunkKind::Other));
+    info
+}
+
+/// The in-band error of an error payload: its `error` value, or the payload itself
+/// when it is `{"object": "error", ...}`.
+fn in_band_error(error: Option<&serde_json::Value>, data: &str) -> InBandError {
+    match error {
+        Some(e @ serde_json::Value::Object(_)) => read_error(e),
+        Some(other) => InBandError {
+            message: Some(other.to_string()),
+            ..Default::default()
+        },
+        // `{"object": "error", "message": ..., "code": ...}` (vLLM's shape)
+        None => serde_json::from_str::<serde_json::Value>(data)
+            .map(|v| read_error(&v))
+            .unwrap_or_default(),
+    }
+}
+
+/// Reads the choices into `info` (finish reason, text, tool fragments); returns the
+/// kind their deltas make the chunk, if any: content over reasoning over tool call.
+#[inline]
+fn read_choices<'a>(choices: Option<Choices<'a>>, info: &mut ChunkInfo<'a>) -> Option<ChunkKind> {
     let mut kind = None;
     let mut text = None;
-    for c in w.choices.into_iter().flatten() {
+    for c in choices.into_iter().flatten() {
         if let Some(f) = c.finish_reason {
             info.finish = Some(f);
         }
@@ -254,43 +275,41 @@ fn classify_with(data: &str, fast: bool) -> ChunkInfo<'_> {
             kind.get_or_insert(ChunkKind::Reasoning);
         }
         for (i, tc) in d.tool_calls.into_iter().flatten().enumerate() {
-            let (name, arguments) = match tc.function {
-                Some(f) => (nonempty(f.name), nonempty(f.arguments)),
-                None => (None, None),
-            };
-            if let Some(n) = &name {
-                add(&mut text, n.clone());
-            }
-            if let Some(a) = &arguments {
-                add(&mut text, a.clone());
-            }
-            info.tools.push(ToolFragment {
-                index: tc.index.unwrap_or(i as u32),
-                id: tc.id.map(Cow::into_owned),
-                name: name.map(Cow::into_owned),
-                arguments: arguments.map(Cow::into_owned),
-            });
+            read_tool_call(i, tc, &mut text, info);
             kind.get_or_insert(ChunkKind::ToolCall);
         }
     }
     info.text = text;
-    info.kind = Some(match kind {
-        Some(k) => k,
-        None if info.finish.is_some() => ChunkKind::Finish,
-        None if w.usage.is_some() => ChunkKind::Usage,
-        None if has_choices => ChunkKind::Role,
-        None => ChunkKind::Other,
-    });
-    info.keep_raw = matches!(info.kind, Some(ChunkKind::Usage | ChunkKind::Other));
-    info
+    kind
 }
 
-/// The plain delta nearly every chunk of a stream is — one choice whose delta holds
-/// at most `role` and `content` (other delta fields null), an optional
-/// `finish_reason`, strings without escapes, no nested values outside `choices` — read
-/// by a small scanner instead of serde (the client's hot path). Anything else, or
-/// anything it is not sure of, gives `None` and goes through serde: the scanner accepts
-/// only what serde's path reads to the same [`ChunkInfo`].
+/// Reads the `i`-th tool call of a delta: its name and arguments join the text, its
+/// fragment goes to `info`.
+#[inline]
+fn read_tool_call<'a>(
+    i: usize,
+    tc: WireToolCall<'a>,
+    text: &mut Option<Cow<'a, str>>,
+    info: &mut ChunkInfo<'a>,
+) {
+    let (name, arguments) = match tc.function {
+        Some(f) => (nonempty(f.name), nonempty(f.arguments)),
+        None => (None, None),
+    };
+    if let Some(n) = &name {
+        add(text, n.clone());
+    }
+    if let Some(a) = &arguments {
+        add(text, a.clone());
+    }
+    info.tools.push(ToolFragment {
+        index: tc.index.unwrap_or(i as u32),
+        id: tc.id.map(Cow::into_owned),
+        name: name.map(Cow::into_owned),
+        arguments: arguments.map(Cow::into_owned),
+    });
+}
+
 mod info;
 mod plain;
 

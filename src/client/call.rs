@@ -1,0 +1,95 @@
+//! One request to send ([`Call`]), the client's timeouts, what a per-request observer
+//! is told, and what the engine learns live of a finished request ([`CallResult`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderName, HeaderValue};
+
+use crate::trace::Outcome;
+
+/// Client timeouts. The first-token deadline runs from dispatch until the first
+/// output delta (or an error or terminator); keep-alive comments do not extend it.
+/// The idle timeout is the longest silence between data events after that.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub first_token: Duration,
+    pub idle: Duration,
+}
+
+/// One request to send.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub id: String,
+    pub url: String,
+    pub body: Bytes,
+    /// Extra request headers (priority class).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Structured-output request: check the answer parses as JSON.
+    pub expect_json: bool,
+    /// Response headers naming the serving replica and attempt, when a gateway uses
+    /// others than [`WORKER_HEADER`](crate::wire::headers::WORKER_HEADER) and
+    /// [`ATTEMPT_HEADER`](crate::wire::headers::ATTEMPT_HEADER) (`evidence.*_header`).
+    pub attribution: Option<Arc<Attribution>>,
+    /// Told of the response head and of delivered deltas (probe requests only).
+    pub observe: Option<Observe>,
+}
+
+/// What a per-request observer is told, inline from the read loop.
+#[derive(Debug, Clone, Copy)]
+pub enum Seen<'a> {
+    /// Status and the serving worker (`x-haq-worker`), when the head arrives.
+    Head {
+        status: u16,
+        worker: Option<&'a str>,
+    },
+    /// The number of deltas delivered so far, after each read that brought some.
+    Deltas(u32),
+}
+
+/// A per-request observer (the fault triggers of probe requests). It runs on the
+/// request's read loop: it must be cheap and never block.
+#[derive(Clone)]
+pub struct Observe(pub Arc<dyn Fn(Seen<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for Observe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observe")
+    }
+}
+
+/// Names of the attribution headers a gateway sends (Request-Fate and Routing evidence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attribution {
+    pub worker: String,
+    pub attempt: String,
+}
+
+impl Call {
+    pub fn new(id: impl Into<String>, url: impl Into<String>, body: Bytes) -> Self {
+        Call {
+            id: id.into(),
+            url: url.into(),
+            body,
+            headers: Vec::new(),
+            expect_json: false,
+            attribution: None,
+            observe: None,
+        }
+    }
+}
+
+/// What the engine needs to know live (the trace has everything else).
+#[derive(Debug, Clone, Copy)]
+pub struct CallResult {
+    pub outcome: Outcome,
+    /// When the request was sent (trace µs).
+    pub dispatch_us: u64,
+    /// When the first output delta arrived (trace µs).
+    pub first_delta_us: Option<u64>,
+    /// Time to first output delta, µs from dispatch.
+    pub ttft_us: Option<u64>,
+    pub e2e_us: u64,
+    pub tokens: u32,
+}

@@ -1,0 +1,358 @@
+//! One proxied connection: a single task, one event loop over both directions. Bytes
+//! are forwarded as read (no re-encoding); the HTTP/SSE framing in
+//! [`crate::proxy::http`] tells where requests, responses and events end, so rules and
+//! holds act on exact boundaries. Every await point is a cancel-safe `select!` branch,
+//! so a rule change (blackhole, cut) takes effect at once whatever the connection is
+//! doing.
+//!
+//! This file owns the connection's life (registration, the first request head, the
+//! upstream connect) and the loop; [`state`] holds what the loop works on,
+//! [`request`] and [`response`] read each direction's bytes (the response side counts
+//! the events), [`queue`] paces the writes, [`hold`] keeps what a probe point held.
+
+mod hold;
+mod queue;
+mod request;
+mod response;
+mod state;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use self::hold::{Hold, released};
+use self::state::{Close, Conn, ReqState, RespState, acked};
+use super::http;
+use super::probe::{Release, lock};
+use super::replica::ReplicaProxy;
+use super::rules::{Cut, PathRules};
+use crate::trace::ProxyEndKind;
+
+/// Bytes queued or held per direction before reading from that side pauses.
+const QUEUE_CAP: usize = 1 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Removes the connection from the live set when it ends, however it ends.
+struct Registered(Arc<ReplicaProxy>, u64);
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.0.conns).remove(&self.1);
+    }
+}
+
+pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: CancellationToken) {
+    let id = p.next_conn.fetch_add(1, Ordering::Relaxed);
+    let mut rules_rx = p.rules_tx.subscribe();
+    let rules = rules_rx.borrow_and_update().clone();
+    let ack = Arc::new(AtomicU64::new(acked(&rules)));
+    lock(&p.conns).insert(id, ack.clone());
+    let _reg = Registered(p.clone(), id);
+    let mut c = Conn::new(p, id, rules, ack);
+    // Until the first request head is in, there is no upstream connection: a request
+    // to a dead replica is still seen (and attributed) before it fails.
+    let raw = loop {
+        if let Some(cut) = c.rules.cut {
+            return close_one(&down, cut);
+        }
+        match http::parse_request(&c.dbuf) {
+            Ok(Some(_)) => break false,
+            Err(_) => break true,
+            Ok(None) => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = rules_rx.changed() => {
+                if r.is_err() { return; }
+                c.apply(rules_rx.borrow_and_update().clone());
+            }
+            r = down.read_buf(&mut c.dbuf), if !c.rules.blackhole => match r {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    if raw {
+        c.req = ReqState::Raw;
+        c.resp = RespState::Raw;
+    }
+    let up = match c.connect(&stop).await {
+        Some(u) => u,
+        None => {
+            c.on_down(Instant::now());
+            c.end_all(ProxyEndKind::UpstreamRefused);
+            // The next connection is refused by the kernel, as without haq.
+            c.p.check_dead().await;
+            return close_one(&down, Cut::Reset);
+        }
+    };
+    c.run(down, up, rules_rx, stop).await;
+}
+
+fn close_one(s: &TcpStream, cut: Cut) {
+    if cut == Cut::Reset {
+        let _ = s.set_zero_linger();
+    }
+}
+
+impl Conn {
+    async fn connect(&self, stop: &CancellationToken) -> Option<TcpStream> {
+        let addr = self.p.upstream()?;
+        let s = tokio::select! {
+            r = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)) => r.ok()?.ok()?,
+            _ = stop.cancelled() => return None,
+        };
+        let _ = s.set_nodelay(true);
+        Some(s)
+    }
+
+    /// The loop: each turn ends the connection if it is done, applies automatic
+    /// releases, then waits on whichever of the rules, the releases, the writes each
+    /// way, the reads each way and the next timer comes first.
+    async fn run(
+        &mut self,
+        mut down: TcpStream,
+        mut up: TcpStream,
+        mut rules_rx: watch::Receiver<PathRules>,
+        stop: CancellationToken,
+    ) {
+        // Bytes read before the upstream existed.
+        if !self.dbuf.is_empty() {
+            self.on_down(Instant::now());
+        }
+        let mut down_eof = false;
+        let mut up_eof = false;
+        let close = {
+            let (mut dr, mut dw) = down.split();
+            let (mut ur, mut uw) = up.split();
+            loop {
+                if let Some(close) = self.cut_by_rule() {
+                    break close;
+                }
+                let now = Instant::now();
+                let up_ready = self.to_up.ready(now, &self.rules);
+                let down_ready = self.to_down.ready(now, &self.rules);
+                if let Some(close) = self.finished(now, up_eof, down_eof) {
+                    break close;
+                }
+                self.auto_release(now, up_eof);
+                let wake = self.wake(&up_ready, &down_ready);
+                let can_read_down = self.can_read_down(down_eof);
+                let can_read_up = self.can_read_up(up_eof);
+                let up_n = up_ready.unwrap_or(0);
+                let down_n = down_ready.unwrap_or(0);
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break self.reset_all(ProxyEndKind::Stopped),
+                    r = rules_rx.changed() => {
+                        if r.is_err() {
+                            break self.reset_all(ProxyEndKind::Stopped);
+                        }
+                        self.apply(rules_rx.borrow_and_update().clone());
+                    }
+                    r = released(&mut self.up_hold) => self.release_up(r, up_eof),
+                    r = released(&mut self.down_hold) => self.release_down(r, up_eof),
+                    r = uw.write(self.to_up.front(up_n)), if up_n > 0 => match r {
+                        Ok(n) => self.to_up.advance(n),
+                        Err(_) => break self.end_upstream(ProxyEndKind::UpstreamReset),
+                    },
+                    r = dw.write(self.to_down.front(down_n)), if down_n > 0 => match r {
+                        Ok(n) => self.to_down.advance(n),
+                        Err(_) => break self.reset_all(ProxyEndKind::DownstreamReset),
+                    },
+                    r = ur.read_buf(&mut self.ubuf), if can_read_up => match r {
+                        Ok(0) => {
+                            up_eof = true;
+                            self.upstream_eof().await;
+                        }
+                        Ok(_) => self.on_up(Instant::now()),
+                        Err(_) => {
+                            // Deliver what the replica sent before it failed, then reset.
+                            self.p.check_dead().await;
+                            self.end_upstream(ProxyEndKind::UpstreamReset);
+                            self.flush_then_rst(&mut dw).await;
+                            break Close::Rst;
+                        }
+                    },
+                    r = dr.read_buf(&mut self.dbuf), if can_read_down => match r {
+                        Ok(0) => {
+                            down_eof = true;
+                            self.up_hold = None;
+                            self.end_all(ProxyEndKind::DownstreamClosed);
+                            let _ = uw.shutdown().await;
+                        }
+                        Ok(_) => self.on_down(Instant::now()),
+                        Err(_) => break self.reset_all(ProxyEndKind::DownstreamReset),
+                    },
+                    _ = sleep_until(wake), if wake.is_some() => {}
+                }
+            }
+        };
+        match close {
+            Close::Rst => {
+                let _ = down.set_zero_linger();
+                let _ = up.set_zero_linger();
+            }
+            Close::Fin => {
+                let _ = down.shutdown().await;
+                let _ = up.shutdown().await;
+            }
+        }
+    }
+
+    /// A cut rule in force ends every exchange and closes as it says.
+    #[inline]
+    fn cut_by_rule(&mut self) -> Option<Close> {
+        let cut = self.rules.cut?;
+        self.end_all(ProxyEndKind::Cut);
+        Some(match cut {
+            Cut::Reset => Close::Rst,
+            Cut::Close => Close::Fin,
+        })
+    }
+
+    /// How the loop ends when it is done: both sides ended and nothing is left to
+    /// write, or a dropped exchange's replica did not end within the grace.
+    #[inline]
+    fn finished(&mut self, now: Instant, up_eof: bool, down_eof: bool) -> Option<Close> {
+        if up_eof && self.to_down.q.is_empty() && self.down_hold.is_none() {
+            return Some(if self.xs.is_empty() {
+                Close::Fin
+            } else {
+                self.end_upstream(ProxyEndKind::UpstreamClosed)
+            });
+        }
+        if down_eof && self.to_up.q.is_empty() && self.up_hold.is_none() && self.xs.is_empty() {
+            return Some(Close::Fin);
+        }
+        if let Some(d) = self.cut_deadline
+            && now >= d
+        {
+            return Some(self.reset_all(ProxyEndKind::HeldDropped));
+        }
+        None
+    }
+
+    /// An automatic release: the replica's side ended (drop) or it did not within the
+    /// grace (deliver).
+    #[inline]
+    fn auto_release(&mut self, now: Instant, up_eof: bool) {
+        let r = if up_eof {
+            Release::Drop
+        } else {
+            Release::Forward
+        };
+        let due = |h: &Option<Hold>| {
+            h.as_ref()
+                .and_then(|h| h.auto_until)
+                .is_some_and(|u| up_eof || now >= u)
+        };
+        if due(&self.up_hold) {
+            self.release_up(r, up_eof);
+        }
+        if due(&self.down_hold) {
+            self.release_down(r, up_eof);
+        }
+    }
+
+    /// When the loop must look again with nothing read or written: the next paced
+    /// write either way, the drop's grace, an automatic release's grace.
+    #[inline]
+    fn wake(
+        &self,
+        up_ready: &Result<usize, Option<Instant>>,
+        down_ready: &Result<usize, Option<Instant>>,
+    ) -> Option<Instant> {
+        let auto = [&self.up_hold, &self.down_hold]
+            .into_iter()
+            .filter_map(|h| h.as_ref().and_then(|h| h.auto_until))
+            .min();
+        [
+            up_ready.err().flatten(),
+            down_ready.err().flatten(),
+            self.cut_deadline,
+            auto,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Whether to read the gateway's side: not under a blackhole, not once it ended,
+    /// not while the bytes queued for the replica are at the cap.
+    #[inline]
+    fn can_read_down(&self, down_eof: bool) -> bool {
+        !self.rules.blackhole && !down_eof && self.to_up.bytes < QUEUE_CAP
+    }
+
+    /// Whether to read the replica's side: as [`Conn::can_read_down`], and not while
+    /// a held response is at the cap.
+    #[inline]
+    fn can_read_up(&self, up_eof: bool) -> bool {
+        !self.rules.blackhole
+            && !up_eof
+            && self.to_down.bytes < QUEUE_CAP
+            && self
+                .down_hold
+                .as_ref()
+                .is_none_or(|h| h.held.len() < QUEUE_CAP)
+    }
+
+    /// The replica's side ended (FIN).
+    async fn upstream_eof(&mut self) {
+        // A replica that died makes its address refuse at once, before the gateway
+        // learns of the broken connection.
+        self.p.check_dead().await;
+        // A body that runs until close ends here, complete.
+        if matches!(self.resp, RespState::Body { ref body, .. } if body.until_close()) {
+            self.complete_front(ProxyEndKind::Completed);
+            self.resp = RespState::Head;
+        }
+    }
+
+    /// The replica's side failed: flush what it sent before (it did send it), then the
+    /// caller resets the gateway's side, as the replica's own reset would have.
+    async fn flush_then_rst(&mut self, dw: &mut tokio::net::tcp::WriteHalf<'_>) {
+        if self.rules.blackhole || self.discard_down {
+            return;
+        }
+        while let Some((_, b)) = self.to_down.q.pop_front() {
+            if dw.write_all(&b).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Ends the open exchanges because the replica's side ended; the gateway's side is
+    /// closed the same way (FIN for FIN, RST for a reset).
+    fn end_upstream(&mut self, kind: ProxyEndKind) -> Close {
+        let recorded = if self.discard_down || self.cut_deadline.is_some() {
+            ProxyEndKind::HeldDropped
+        } else {
+            kind
+        };
+        self.end_all(recorded);
+        if kind == ProxyEndKind::UpstreamClosed {
+            Close::Fin
+        } else {
+            Close::Rst
+        }
+    }
+
+    /// Ends the open exchanges as `end` and resets both sides.
+    fn reset_all(&mut self, end: ProxyEndKind) -> Close {
+        self.end_all(end);
+        Close::Rst
+    }
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
