@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
 
-use super::RunOptions;
 use crate::plan::Plan;
 use crate::trace;
 
@@ -13,13 +12,16 @@ fn utc_stamp() -> String {
     chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string()
 }
 
-pub fn make_run_dir(plan: &Plan, opts: &RunOptions) -> anyhow::Result<PathBuf> {
-    let dir = match &opts.out {
-        Some(d) => d.clone(),
+/// `out`, or a new `<reports_dir>/<scenario>-<UTC time>` (never one that holds a run).
+pub fn make_run_dir(
+    plan: &Plan,
+    out: Option<&Path>,
+    reports_dir: &Path,
+) -> anyhow::Result<PathBuf> {
+    let dir = match out {
+        Some(d) => d.to_path_buf(),
         None => {
-            let base = opts
-                .reports_dir
-                .join(format!("{}-{}", plan.scenario.name, utc_stamp()));
+            let base = reports_dir.join(format!("{}-{}", plan.scenario.name, utc_stamp()));
             let mut d = base.clone();
             let mut k = 1;
             while d.exists() {

@@ -140,7 +140,7 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<Recorded> {
     let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
-    let dir = dir::make_run_dir(&plan, &opts).map_err(env)?;
+    let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;
     let clock = Clock::start();
     let (tw, th) = TraceWriter::create(&dir.join(trace::TRACE_FILE))

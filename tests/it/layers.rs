@@ -533,6 +533,12 @@ impl Crate {
 
     /// The file a path leads to, from module `at` (an inline module's path included).
     fn resolve(&self, at: &Mod, path: &[String], depth: u32) -> Option<Mod> {
+        self.resolve_as(at, path, depth, true)
+    }
+
+    /// As [`Crate::resolve`]; with `follow: false` a path through a re-export ends at
+    /// the re-exporting file (the stage a path names is the one it imports).
+    fn resolve_as(&self, at: &Mod, path: &[String], depth: u32, follow: bool) -> Option<Mod> {
         if depth > 8 {
             return None;
         }
@@ -564,7 +570,7 @@ impl Crate {
             cur = m;
             rest = &rest[1..];
         }
-        if let Some(name) = rest.first() {
+        if let Some(name) = rest.first().filter(|_| follow) {
             if let Some(target) = self.reexports.get(&cur).and_then(|r| r.get(name))
                 && let Some(r) = self.resolve(&cur, target, depth + 1)
             {
@@ -628,21 +634,24 @@ impl Crate {
             let stage = stage_of(m);
             let shown = file.path.display().to_string();
             for (at, path) in self.refs(m, &file.code, true) {
-                let Some(r) = self.resolve(&at, &path, 0) else {
-                    continue;
-                };
-                let to = stage_of(&r);
-                if to == stage || TOP.contains(&stage.as_str()) {
-                    continue;
-                }
-                let ok = allowed
-                    .get(stage.as_str())
-                    .is_some_and(|a| a.contains(&to.as_str()));
-                if !ok {
-                    f.upward.push(format!(
-                        "{shown}: stage `{stage}` imports `{to}` (`{}`)",
-                        path.join("::")
-                    ));
+                // The stage the path names and the stage of the file it reaches.
+                let named = self.resolve_as(&at, &path, 0, false);
+                let reached = self.resolve(&at, &path, 0);
+                let mut tos: Vec<String> = named.iter().chain(&reached).map(stage_of).collect();
+                tos.dedup();
+                for to in tos {
+                    if to == stage || TOP.contains(&stage.as_str()) {
+                        continue;
+                    }
+                    let ok = allowed
+                        .get(stage.as_str())
+                        .is_some_and(|a| a.contains(&to.as_str()));
+                    if !ok {
+                        f.upward.push(format!(
+                            "{shown}: stage `{stage}` imports `{to}` (`{}`)",
+                            path.join("::")
+                        ));
+                    }
                 }
             }
             if file.test_only {
@@ -815,27 +824,29 @@ fn the_layering_check_catches_what_it_is_for() {
         "trace/mod.rs",
         "mod b;\nmod c;\npub use b::*;\npub struct Up;\nfn g() { c::h(); }\n#[cfg(test)]\nmod tests { use super::super::check::X; }\n",
     );
-    put("trace/b.rs", "pub struct FromB;\nuse super::c::H;\n");
+    put(
+        "trace/b.rs",
+        "pub struct FromB;\nuse super::c::H;\nuse crate::check::Thing;\n",
+    );
     put(
         "trace/c.rs",
         "pub struct H;\npub fn h() {}\nuse super::Up;\n",
     );
     put(
         "check/mod.rs",
-        "use crate::trace::FromB;\nuse crate::wire::Thing;\nfn w() { std::fs::write(\"x\", \"\"); let c = 'x'; let l: &'static str = \"\"; }\npub struct X;\n",
+        "pub use crate::wire::Thing;\nuse crate::trace::FromB;\nfn w() { std::fs::write(\"x\", \"\"); let c = 'x'; let l: &'static str = \"\"; }\npub struct X;\n",
     );
     let f = Crate::read(&dir).check();
     let _ = std::fs::remove_dir_all(&dir);
-    // wire → trace is upward; the comment and the string are not imports.
-    assert_eq!(f.upward.len(), 2, "{f:#?}");
+    // wire → trace is upward; the comment and the string are not imports. trace/b.rs
+    // reaches wire's Thing, but through check's re-export: it names check.
+    assert_eq!(f.upward.len(), 3, "{f:#?}");
+    assert!(f.upward[0].contains("stage `trace` imports `check`"), "{f:#?}");
     assert!(
-        f.upward[0].contains("stage `trace` imports `check`"),
+        f.upward[1].contains("trace/b.rs: stage `trace` imports `check`"),
         "{f:#?}"
     );
-    assert!(
-        f.upward[1].contains("stage `wire` imports `trace`"),
-        "{f:#?}"
-    );
+    assert!(f.upward[2].contains("stage `wire` imports `trace`"), "{f:#?}");
     // trace/mod.rs → c.rs (calls h) and c.rs → mod.rs (Up is defined there): a loop;
     // b.rs → c.rs is not part of it, and `FromB` reached through the glob is b.rs's.
     assert_eq!(f.loops.len(), 1, "{f:#?}");
@@ -843,4 +854,81 @@ fn the_layering_check_catches_what_it_is_for() {
     assert!(!f.loops[0].contains("trace/b.rs"), "{f:#?}");
     assert_eq!(f.impure.len(), 1, "{f:#?}");
     assert!(f.impure[0].contains("fs::write"), "{f:#?}");
+}
+
+/// Lines of code (comments and tests aside) past which a file or a function should be
+/// split (issue 14: files one can read in one sitting).
+const MAX_FILE_LINES: usize = 600;
+const MAX_FN_LINES: usize = 100;
+
+/// Every function of `code` with its length in lines (from `fn` to its closing brace).
+fn function_lengths(code: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let b = code.as_bytes();
+    let mut rest = 0;
+    while let Some(at) = code[rest..].find("fn ").map(|k| rest + k) {
+        rest = at + 3;
+        if at > 0 && is_ident(code[..at].chars().next_back().unwrap_or(' ')) {
+            continue;
+        }
+        let name: String = code[at + 3..].chars().take_while(|c| is_ident(*c)).collect();
+        // The body starts at the first `{` before any `;` (a declaration has none).
+        let Some(open) = code[at..].find(['{', ';']).map(|k| at + k) else {
+            break;
+        };
+        if b[open] == b';' {
+            continue;
+        }
+        let mut depth = 0;
+        let mut end = open;
+        for (k, &c) in b.iter().enumerate().skip(open) {
+            match c {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = k;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let lines = code[at..=end].lines().filter(|l| !l.trim().is_empty()).count();
+        out.push((name, lines));
+        rest = open + 1;
+    }
+    out
+}
+
+#[test]
+fn files_and_functions_stay_small() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let c = Crate::read(&src);
+    let mut big = Vec::new();
+    for f in c.files.values().filter(|f| !f.test_only) {
+        let lines = f
+            .code_no_tests
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count();
+        if lines > MAX_FILE_LINES {
+            big.push(format!("{}: {lines} lines of code", f.path.display()));
+        }
+        for (name, n) in function_lengths(&f.code_no_tests) {
+            if n > MAX_FN_LINES {
+                big.push(format!("{}: fn {name} is {n} lines", f.path.display()));
+            }
+        }
+    }
+    assert!(big.is_empty(), "split these:\n{}", big.join("\n"));
+}
+
+#[test]
+fn function_lengths_are_counted_from_fn_to_its_brace() {
+    let code = strip("fn a() {\n    let s = \"}\";\n    if x { y() }\n}\nfn b();\nconst F: fn() = c;\npub fn d(x: u8) -> u8 { x }\n");
+    assert_eq!(
+        function_lengths(&code),
+        [("a".to_string(), 4), ("d".to_string(), 1)]
+    );
 }

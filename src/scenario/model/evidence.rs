@@ -34,10 +34,10 @@ pub struct EvidenceCfg {
 }
 
 fn default_attempt_header() -> String {
-    crate::client::ATTEMPT_HEADER.into()
+    crate::wire::headers::ATTEMPT_HEADER.into()
 }
 fn default_worker_header() -> String {
-    crate::client::WORKER_HEADER.into()
+    crate::wire::headers::WORKER_HEADER.into()
 }
 fn default_cancel_grace() -> Dur {
     Dur::secs(2)
