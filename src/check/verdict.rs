@@ -109,11 +109,6 @@ impl Verdict {
             evidence,
         }
     }
-
-    /// A verdict the scenario does not exercise, with the reason.
-    pub fn not_evaluated(name: VerdictName, why: impl Into<String>) -> Self {
-        Verdict::new(name, Status::NotEvaluated, why, Vec::new())
-    }
 }
 
 /// FAIL beats UNKNOWN beats PASS; nothing judged is UNKNOWN.

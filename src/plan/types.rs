@@ -58,9 +58,5 @@ impl Plan {
     }
 }
 
-pub fn sim_replica_names(n: u32) -> Vec<String> {
-    (1..=n).map(|i| format!("w{i}")).collect()
-}
-
 /// Most connections `client.warm_connections` may open before load.
 pub const MAX_WARM_CONNECTIONS: u32 = 10_000;

@@ -66,14 +66,6 @@ impl Running {
             sim.stop().await;
         }
     }
-
-    /// The tool service's URL, when the target runs one (the sim's).
-    pub fn tools_url(&self) -> Option<&str> {
-        match &self.kind {
-            Kind::Sim(sim) => Some(sim.tools_url()),
-            Kind::Url => None,
-        }
-    }
 }
 
 fn replica_info(r: &Replica, pid: Option<u32>) -> ReplicaInfo {

@@ -26,7 +26,6 @@ pub struct SimProcess {
     pub url: String,
     pub pid: u32,
     child: Child,
-    log: PathBuf,
 }
 
 impl SimProcess {
@@ -45,10 +44,6 @@ impl SimProcess {
     /// The process has exited (reaps it if so).
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
-    }
-
-    pub fn log_path(&self) -> &Path {
-        &self.log
     }
 
     /// SIGKILLs (after resuming a frozen process) and reaps it.
@@ -198,7 +193,6 @@ async fn spawn(bin: &Path, name: &str, args: &[String], dir: &Path) -> anyhow::R
         url: format!("http://{addr}"),
         pid,
         child,
-        log,
     })
 }
 

@@ -422,12 +422,6 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn is_success(self) -> bool {
-        self == Outcome::Completed
-    }
-    pub fn is_rejection(self) -> bool {
-        self == Outcome::Rejected
-    }
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Completed => "completed",

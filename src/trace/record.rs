@@ -78,16 +78,6 @@ impl RequestRecord {
     pub fn first_delta_t(&self) -> Option<u64> {
         self.deltas().next().map(|c| c.t)
     }
-    pub fn end_t(&self) -> Option<u64> {
-        self.end.as_ref().map(|e| e.t)
-    }
-    pub fn outcome(&self) -> Option<Outcome> {
-        self.end.as_ref().map(|e| e.outcome)
-    }
-    /// The delivered output text.
-    pub fn text(&self) -> String {
-        self.deltas().filter_map(|c| c.text.as_deref()).collect()
-    }
     /// Attempt number from a `<id>/aN` attempt header, when the gateway sends one.
     pub fn attempt_number(&self) -> Option<u32> {
         self.attempt.as_deref()?.rsplit_once("/a")?.1.parse().ok()

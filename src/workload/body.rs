@@ -250,7 +250,3 @@ pub fn api_path(api: Api) -> &'static str {
         Api::Completions => "/completions",
     }
 }
-
-pub const TOOL_NAMES: [&str; 8] = [
-    TOOLS[0].0, TOOLS[1].0, TOOLS[2].0, TOOLS[3].0, TOOLS[4].0, TOOLS[5].0, TOOLS[6].0, TOOLS[7].0,
-];

@@ -841,12 +841,18 @@ fn the_layering_check_catches_what_it_is_for() {
     // wire → trace is upward; the comment and the string are not imports. trace/b.rs
     // reaches wire's Thing, but through check's re-export: it names check.
     assert_eq!(f.upward.len(), 3, "{f:#?}");
-    assert!(f.upward[0].contains("stage `trace` imports `check`"), "{f:#?}");
+    assert!(
+        f.upward[0].contains("stage `trace` imports `check`"),
+        "{f:#?}"
+    );
     assert!(
         f.upward[1].contains("trace/b.rs: stage `trace` imports `check`"),
         "{f:#?}"
     );
-    assert!(f.upward[2].contains("stage `wire` imports `trace`"), "{f:#?}");
+    assert!(
+        f.upward[2].contains("stage `wire` imports `trace`"),
+        "{f:#?}"
+    );
     // trace/mod.rs → c.rs (calls h) and c.rs → mod.rs (Up is defined there): a loop;
     // b.rs → c.rs is not part of it, and `FromB` reached through the glob is b.rs's.
     assert_eq!(f.loops.len(), 1, "{f:#?}");
@@ -871,7 +877,10 @@ fn function_lengths(code: &str) -> Vec<(String, usize)> {
         if at > 0 && is_ident(code[..at].chars().next_back().unwrap_or(' ')) {
             continue;
         }
-        let name: String = code[at + 3..].chars().take_while(|c| is_ident(*c)).collect();
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| is_ident(*c))
+            .collect();
         // The body starts at the first `{` before any `;` (a declaration has none).
         let Some(open) = code[at..].find(['{', ';']).map(|k| at + k) else {
             break;
@@ -894,7 +903,10 @@ fn function_lengths(code: &str) -> Vec<(String, usize)> {
                 _ => {}
             }
         }
-        let lines = code[at..=end].lines().filter(|l| !l.trim().is_empty()).count();
+        let lines = code[at..=end]
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count();
         out.push((name, lines));
         rest = open + 1;
     }
@@ -926,7 +938,9 @@ fn files_and_functions_stay_small() {
 
 #[test]
 fn function_lengths_are_counted_from_fn_to_its_brace() {
-    let code = strip("fn a() {\n    let s = \"}\";\n    if x { y() }\n}\nfn b();\nconst F: fn() = c;\npub fn d(x: u8) -> u8 { x }\n");
+    let code = strip(
+        "fn a() {\n    let s = \"}\";\n    if x { y() }\n}\nfn b();\nconst F: fn() = c;\npub fn d(x: u8) -> u8 { x }\n",
+    );
     assert_eq!(
         function_lengths(&code),
         [("a".to_string(), 4), ("d".to_string(), 1)]

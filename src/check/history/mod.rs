@@ -124,7 +124,6 @@ pub struct Folder {
     /// The latest time seen on any stream.
     cursor: u64,
     pub journal: JournalStats,
-    pub parse_errors: Vec<String>,
     /// Chunk vectors of judged requests, emptied, for the next requests: a stream's
     /// vector would otherwise grow (and be copied) from empty for every request.
     spare_chunks: Vec<Vec<ChunkRec>>,
