@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod client;
+mod docs;
 mod fate;
 mod faults;
 mod gateway;
