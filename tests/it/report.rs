@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{root, scratch};
+use crate::support::{haq_bin, root, scratch};
 
 /// A copy of the fixture run (judging writes latency.hlog next to the trace).
 pub fn fixture() -> PathBuf {
@@ -355,4 +355,76 @@ fn the_terminal_summary_has_phases_faults_timeline_and_every_verdict() {
             "terminal summary lacks {want:?}:\n{text}"
         );
     }
+}
+
+/// Every file of `dir` with its bytes and permissions, sorted.
+fn snapshot(dir: &std::path::Path) -> Vec<(String, Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            let mode = std::fs::metadata(&p).expect("meta").permissions().mode();
+            let bytes = if p.is_file() {
+                std::fs::read(&p).expect("read")
+            } else {
+                Vec::new()
+            };
+            (e.file_name().to_string_lossy().into_owned(), bytes, mode)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `haq check` judges a stored run from its directory alone (M10): on a read-only copy
+/// it writes nothing (every file and its bytes as before: as root, a read-only mode
+/// would not stop a write, the snapshot does) and needs no network (where this machine
+/// lets a test make a network namespace with no interface up, it runs inside one).
+#[test]
+fn haq_check_writes_nothing_and_needs_no_network() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fixture();
+    let (_, expected, _) = crate::cli::haq(&["check", &dir.display().to_string()]);
+    let ro = |mode: u32| {
+        for e in std::fs::read_dir(&dir).expect("dir").flatten() {
+            let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(mode));
+        }
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o111));
+    };
+    ro(0o444);
+    let before = snapshot(&dir);
+    let isolated = std::process::Command::new("unshare")
+        .args(["-n", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut cmd = if isolated {
+        let mut c = std::process::Command::new("unshare");
+        c.arg("-n").arg(haq_bin());
+        c
+    } else {
+        eprintln!("(no network namespace here: haq check runs with the host's network)");
+        std::process::Command::new(haq_bin())
+    };
+    let out = cmd
+        .args(["check", &dir.display().to_string()])
+        .output()
+        .expect("runs");
+    let after = snapshot(&dir);
+    ro(0o644);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, expected, "the same judgement without network");
+    assert!(stdout.contains("result: PASS"), "{stdout}");
+    assert!(
+        before == after,
+        "haq check changed the run directory: {:?}",
+        after.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
 }
