@@ -9,7 +9,7 @@ use super::facts::Evidence;
 use super::history::FaultRec;
 use super::verdict::{VerdictName, judged, worst};
 use super::{Status, Verdict};
-use crate::plan::Plan;
+use crate::plan::{FaultPlan, Plan};
 use crate::wire::journal::GatewayEntry;
 
 pub const NAME: VerdictName = VerdictName::FailureDomain;
@@ -29,108 +29,9 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
     let mut parts: Vec<(Status, String)> = Vec::new();
     let mut evidence = Vec::new();
     for d in &plan.faults {
-        // A node fault removes every replica of the node (one record each); a probe
-        // fault removes whichever declared replica served its probe.
-        let target = if d.replicas.is_empty() {
-            "the replica serving its probe".to_string()
-        } else {
-            d.replicas.join(", ")
-        };
-        let declared = format!(
-            "{}: declared {} of {} at +{:.1}s, in phase {} ({} domain)",
-            d.name,
-            d.action,
-            target,
-            d.at.as_secs_f64(),
-            d.phase,
-            d.domain
-        );
-        let recs: Vec<_> = ev.faults.iter().filter(|f| f.name == d.name).collect();
-        if recs.is_empty() {
-            let due = ev.load_start + d.at.as_micros() as u64;
-            let why = if ev.last_t < due {
-                format!(
-                    "{}: the run ended before the fault was due (+{:.1}s)",
-                    d.name,
-                    d.at.as_secs_f64()
-                )
-            } else {
-                format!(
-                    "{}: no record of the fault in the trace (due at +{:.1}s)",
-                    d.name,
-                    d.at.as_secs_f64()
-                )
-            };
-            evidence.push(declared);
-            parts.push((Status::Unknown, why));
-            continue;
-        }
-        for want in &d.replicas {
-            if recs.iter().all(|r| &r.replica != want) {
-                parts.push((
-                    Status::Fail,
-                    format!(
-                        "{}: declared {want} too, but nothing was removed there",
-                        d.name
-                    ),
-                ));
-            }
-        }
-        for rec in recs {
-            evidence.push(format!(
-                "{declared}; recorded {} {} at +{:.3}s, pid {}, verified {}: {}",
-                rec.action,
-                rec.replica,
-                ev.secs(rec.t),
-                rec.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-                rec.verified,
-                rec.detail
-            ));
-            let want_domain = d.domain;
-            if !rec.verified {
-                parts.push((
-                    Status::Fail,
-                    format!("{}: verification failed: {}", d.name, rec.detail),
-                ));
-            } else if !(d.replicas.contains(&rec.replica)
-                || d.replicas.is_empty() && plan.replicas.contains(&rec.replica))
-            {
-                parts.push((
-                    Status::Fail,
-                    format!(
-                        "{}: removed {}, but the scenario declares {target}",
-                        d.name, rec.replica
-                    ),
-                ));
-            } else if rec.domain != want_domain {
-                parts.push((
-                    Status::Fail,
-                    format!(
-                        "{}: recorded as a {} fault, declared {}",
-                        d.name, rec.domain, want_domain
-                    ),
-                ));
-            } else if let Some(bad) = pid_mismatch(ev, rec) {
-                parts.push((Status::Fail, format!("{}: {bad}", d.name)));
-            } else {
-                parts.push((
-                    Status::Pass,
-                    format!("{}: {} {} verified", d.name, rec.action, rec.replica),
-                ));
-            }
-        }
+        judge_declared(plan, ev, d, &mut parts, &mut evidence);
     }
-    for rec in &ev.faults {
-        if !plan.faults.iter().any(|d| d.name == rec.name) {
-            parts.push((
-                Status::Fail,
-                format!(
-                    "{}: the trace records a fault on {} the scenario does not declare",
-                    rec.name, rec.replica
-                ),
-            ));
-        }
-    }
+    parts.extend(undeclared(plan, ev));
     for c in collateral(plan, ev) {
         evidence.push(c.clone());
         parts.push((Status::Fail, c));
@@ -147,6 +48,140 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
         )
     });
     Verdict::new(NAME, status, summary, evidence)
+}
+
+/// One declared fault against what the trace records of it: UNKNOWN when nothing
+/// is recorded, else a part per declared replica left untouched and per record.
+fn judge_declared(
+    plan: &Plan,
+    ev: &Evidence,
+    d: &FaultPlan,
+    parts: &mut Vec<(Status, String)>,
+    evidence: &mut Vec<String>,
+) {
+    // A node fault removes every replica of the node (one record each); a probe
+    // fault removes whichever declared replica served its probe.
+    let target = if d.replicas.is_empty() {
+        "the replica serving its probe".to_string()
+    } else {
+        d.replicas.join(", ")
+    };
+    let declared = format!(
+        "{}: declared {} of {} at +{:.1}s, in phase {} ({} domain)",
+        d.name,
+        d.action,
+        target,
+        d.at.as_secs_f64(),
+        d.phase,
+        d.domain
+    );
+    let recs: Vec<_> = ev.faults.iter().filter(|f| f.name == d.name).collect();
+    if recs.is_empty() {
+        evidence.push(declared);
+        parts.push((Status::Unknown, unrecorded(ev, d)));
+        return;
+    }
+    for want in &d.replicas {
+        if recs.iter().all(|r| &r.replica != want) {
+            parts.push((
+                Status::Fail,
+                format!(
+                    "{}: declared {want} too, but nothing was removed there",
+                    d.name
+                ),
+            ));
+        }
+    }
+    for rec in recs {
+        evidence.push(format!(
+            "{declared}; recorded {} {} at +{:.3}s, pid {}, verified {}: {}",
+            rec.action,
+            rec.replica,
+            ev.secs(rec.t),
+            rec.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            rec.verified,
+            rec.detail
+        ));
+        parts.push(judge_record(plan, ev, d, &target, rec));
+    }
+}
+
+/// Why a declared fault has no record: the run ended before it was due, or not.
+fn unrecorded(ev: &Evidence, d: &FaultPlan) -> String {
+    let due = ev.load_start + d.at.as_micros() as u64;
+    if ev.last_t < due {
+        format!(
+            "{}: the run ended before the fault was due (+{:.1}s)",
+            d.name,
+            d.at.as_secs_f64()
+        )
+    } else {
+        format!(
+            "{}: no record of the fault in the trace (due at +{:.1}s)",
+            d.name,
+            d.at.as_secs_f64()
+        )
+    }
+}
+
+/// One record of a declared fault: verified, on a declared replica, in the declared
+/// domain, on the replica's pid — the first rule broken FAILs it.
+fn judge_record(
+    plan: &Plan,
+    ev: &Evidence,
+    d: &FaultPlan,
+    target: &str,
+    rec: &FaultRec,
+) -> (Status, String) {
+    let want_domain = d.domain;
+    if !rec.verified {
+        (
+            Status::Fail,
+            format!("{}: verification failed: {}", d.name, rec.detail),
+        )
+    } else if !(d.replicas.contains(&rec.replica)
+        || d.replicas.is_empty() && plan.replicas.contains(&rec.replica))
+    {
+        (
+            Status::Fail,
+            format!(
+                "{}: removed {}, but the scenario declares {target}",
+                d.name, rec.replica
+            ),
+        )
+    } else if rec.domain != want_domain {
+        (
+            Status::Fail,
+            format!(
+                "{}: recorded as a {} fault, declared {}",
+                d.name, rec.domain, want_domain
+            ),
+        )
+    } else if let Some(bad) = pid_mismatch(ev, rec) {
+        (Status::Fail, format!("{}: {bad}", d.name))
+    } else {
+        (
+            Status::Pass,
+            format!("{}: {} {} verified", d.name, rec.action, rec.replica),
+        )
+    }
+}
+
+/// Faults the trace records that the scenario does not declare.
+fn undeclared(plan: &Plan, ev: &Evidence) -> Vec<(Status, String)> {
+    ev.faults
+        .iter()
+        .filter(|rec| !plan.faults.iter().any(|d| d.name == rec.name))
+        .map(|rec| {
+            (
+                Status::Fail,
+                format!(
+                    "{}: the trace records a fault on {} the scenario does not declare",
+                    rec.name, rec.replica
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The recorded pid is not the replica's pid when the fault fired: the one the target

@@ -140,6 +140,7 @@ impl<'b, I: IntoIterator<Item = Event> + 'b> Trace<'b, I> {
     }
 }
 
+/// Judges a set-up trace: the fold, then the tool log, then the eight verdicts.
 fn judge_set_up<I: IntoIterator<Item = Event>>(
     plan: &Plan,
     setup: Setup,
@@ -153,74 +154,121 @@ fn judge_set_up<I: IntoIterator<Item = Event>>(
         proxied,
         ..
     } = setup;
-    let mut ctx = fate::Ctx::new(plan);
-    ctx.journal = src.gateway.is_some();
-    if ctx.journal || proxied {
-        // Wait for late journal (or proxy) lines past the cancel grace before judging
-        // a request: the gateway learns late that a client left.
-        folder.linger = ctx.cancel_grace + 1_000_000;
-    }
-    let mut acc = Acc {
-        phases: plan
-            .phases
-            .iter()
-            .map(|p| PhaseAcc::new(&p.name, p.kind).with_duration(p.duration))
-            .collect(),
-        fate: fate::FateAcc::new(ctx),
-        run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
-        slo: plan.scenario.slo.clone(),
-        series: crate::metrics::SeriesAcc::default(),
-        slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
-    };
-    let journals = src.gateway.is_some() || !src.workers.is_empty();
-    let read_errors = match trace {
-        Trace::File(mut r, bad) if !journals => {
-            // Nothing to merge in time: each line is folded as it is read, a chunk
-            // line from the read buffer.
-            while let Some(read) = r.next_with(|line| match line {
-                Line::Chunk(c) => {
-                    acc.run.see_t(c.t);
-                    acc.series.tick(c.t, &mut intervals);
-                    folder.push_chunk(&c, &mut acc);
-                }
-                Line::Event(Event::Fault(_)) => {}
-                Line::Event(ev) => fold_event(&mut acc, &mut folder, &mut intervals, ev),
-            }) {
-                if let Err(msg) = read {
-                    bad.get_or_insert(msg);
-                    break;
-                }
-            }
-            Vec::new()
-        }
-        trace => fold_merged(
-            &mut acc,
-            &mut folder,
-            &mut intervals,
-            trace.events(),
-            &mut src,
-            mono_ns,
-        ),
-    };
+    let mut acc = Acc::new(plan, &src, &mut folder, proxied);
+    let read_errors = fold_trace(
+        &mut acc,
+        &mut folder,
+        &mut intervals,
+        trace,
+        &mut src,
+        mono_ns,
+    );
     folder.finish(&mut acc);
     for (source, e) in read_errors {
         src.report(source, evidence::SourceState::Unreadable, e);
     }
-    if let Some(tools) = src.tools.take() {
-        for line in tools {
-            match line {
-                Ok(x) => acc
-                    .fate
-                    .tool(x.t_ns.saturating_sub(mono_ns) / 1000, &x.entry),
-                Err(e) => {
-                    src.report("tool log", evidence::SourceState::Unreadable, e);
-                    break;
-                }
+    fold_tools(&mut acc, &mut src, mono_ns);
+    judgement(plan, acc, folder, src, &mut intervals)
+}
+
+impl Acc {
+    /// The folds of a run, and the linger window the evidence needs: with a journal
+    /// (or proxy lines), late lines past the cancel grace are waited for before a
+    /// request is judged — the gateway learns late that a client left.
+    fn new(plan: &Plan, src: &evidence::Sources, folder: &mut Folder, proxied: bool) -> Acc {
+        let mut ctx = fate::Ctx::new(plan);
+        ctx.journal = src.gateway.is_some();
+        if ctx.journal || proxied {
+            folder.linger = ctx.cancel_grace + 1_000_000;
+        }
+        Acc {
+            phases: plan
+                .phases
+                .iter()
+                .map(|p| PhaseAcc::new(&p.name, p.kind).with_duration(p.duration))
+                .collect(),
+            fate: fate::FateAcc::new(ctx),
+            run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
+            slo: plan.scenario.slo.clone(),
+            series: crate::metrics::SeriesAcc::default(),
+            slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
+        }
+    }
+}
+
+/// Folds the whole trace: a file with no journal to merge line by line in place,
+/// anything else merged in time with the journals. Returns the journals' read errors.
+fn fold_trace<I: IntoIterator<Item = Event>>(
+    acc: &mut Acc,
+    folder: &mut Folder,
+    intervals: &mut Option<crate::metrics::series::IntervalSink>,
+    trace: Trace<'_, I>,
+    src: &mut evidence::Sources,
+    mono_ns: u64,
+) -> Vec<(&'static str, String)> {
+    let journals = src.gateway.is_some() || !src.workers.is_empty();
+    match trace {
+        Trace::File(r, bad) if !journals => {
+            fold_file(acc, folder, intervals, r, bad);
+            Vec::new()
+        }
+        trace => fold_merged(acc, folder, intervals, trace.events(), src, mono_ns),
+    }
+}
+
+/// Nothing to merge in time: each line is folded as it is read, a chunk line from
+/// the read buffer. The first line that does not read ends the trace, kept in `bad`.
+fn fold_file(
+    acc: &mut Acc,
+    folder: &mut Folder,
+    intervals: &mut Option<crate::metrics::series::IntervalSink>,
+    mut r: crate::trace::Reader,
+    bad: &mut Option<String>,
+) {
+    while let Some(read) = r.next_with(|line| match line {
+        Line::Chunk(c) => {
+            acc.run.see_t(c.t);
+            acc.series.tick(c.t, intervals);
+            folder.push_chunk(&c, acc);
+        }
+        Line::Event(Event::Fault(_)) => {}
+        Line::Event(ev) => fold_event(acc, folder, intervals, ev),
+    }) {
+        if let Err(msg) = read {
+            bad.get_or_insert(msg);
+            break;
+        }
+    }
+}
+
+/// Folds the tool log into Request-Fate, up to its first unreadable line.
+fn fold_tools(acc: &mut Acc, src: &mut evidence::Sources, mono_ns: u64) {
+    let Some(tools) = src.tools.take() else {
+        return;
+    };
+    for line in tools {
+        match line {
+            Ok(x) => acc
+                .fate
+                .tool(x.t_ns.saturating_sub(mono_ns) / 1000, &x.entry),
+            Err(e) => {
+                src.report("tool log", evidence::SourceState::Unreadable, e);
+                break;
             }
         }
     }
+}
+
+/// The folds finished: the eight verdicts judged, and everything reported with them.
+fn judgement(
+    plan: &Plan,
+    acc: Acc,
+    folder: Folder,
+    src: evidence::Sources,
+    intervals: &mut Option<crate::metrics::series::IntervalSink>,
+) -> Judgement {
     let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
-    let seconds = acc.series.finish(&mut intervals);
+    let seconds = acc.series.finish(intervals);
     let level = acc.run.finish(plan, &folder.faults, &phases, &seconds);
     let verdicts = verdicts::judge(&verdicts::Judged {
         plan,

@@ -40,20 +40,7 @@ pub fn verdict(plan: &Plan, ev: &Evidence, tl: &Timeline, findings: &[Finding]) 
         .maintenance
         .as_ref()
         .map(|m| m.removal_max.as_secs_f64() * 1000.0);
-    // Output damage the history checker found (a drained stream that completes is
-    // right, so its policy findings for abrupt failures do not apply here).
-    let flagged: HashSet<&str> = findings
-        .iter()
-        .filter(|f| {
-            matches!(
-                f.kind,
-                FindingKind::TwoWriters
-                    | FindingKind::DuplicatedOutput
-                    | FindingKind::SilentInterruption
-            )
-        })
-        .map(|f| f.request.as_str())
-        .collect();
+    let flagged = damaged(findings);
     let mut parts = Vec::new();
     let mut evidence = Vec::new();
     for (i, d) in drains {
@@ -64,103 +51,11 @@ pub fn verdict(plan: &Plan, ev: &Evidence, tl: &Timeline, findings: &[Finding]) 
             ));
             continue;
         }
-        // In flight on the endpoint when the drain began.
-        let inflight: Vec<&Req> = ev
-            .requests
-            .iter()
-            .filter(|r| {
-                r.caught.is_some_and(|c| c.1 == i)
-                    || (r.worker.as_deref() == Some(d.replica.as_str())
-                        && r.dispatch <= d.injected
-                        && r.end > d.injected)
-            })
-            .collect();
-        let lost: Vec<&&Req> = inflight
-            .iter()
-            .filter(|r| {
-                r.outcome != Outcome::Completed || r.truncated() || flagged.contains(r.id.as_str())
-            })
-            .collect();
-        evidence.push(format!(
-            "{}: {} requests in flight on {} at the drain, {} lost or truncated{}",
-            d.fault,
-            inflight.len(),
-            d.replica,
-            lost.len(),
-            if lost.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    ": {}",
-                    lost.iter()
-                        .take(5)
-                        .map(|r| format!("{} ({})", r.id, r.outcome.as_str()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            }
-        ));
-        if !lost.is_empty() {
-            parts.push((
-                Status::Fail,
-                format!(
-                    "{}: the drain lost or truncated {} of {} in-flight requests",
-                    d.fault,
-                    lost.len(),
-                    inflight.len()
-                ),
-            ));
-        }
-        let admitted = admitted_after(ev, d);
-        if let Some(a) = admitted.first() {
-            evidence.push(format!(
-                "{}: {} new requests served by {} after the drain began, first: {a}",
-                d.fault,
-                admitted.len(),
-                d.replica
-            ));
-            parts.push((
-                Status::Fail,
-                format!(
-                    "{}: {} kept admitting new requests after the drain began ({} served)",
-                    d.fault,
-                    d.replica,
-                    admitted.len()
-                ),
-            ));
-        }
-        match (&d.detected, bound) {
-            (Some(m), b) => {
-                let took = ms(d.injected, m.t);
-                evidence.push(format!(
-                    "{}: {} out of rotation after {took:.0} ms ({}: {})",
-                    d.fault, d.replica, m.source, m.detail
-                ));
-                if let Some(b) = b.filter(|b| took > *b) {
-                    parts.push((
-                        Status::Fail,
-                        format!(
-                            "{}: {} left rotation {took:.0} ms after the drain began (bound {b:.0} ms)",
-                            d.fault, d.replica
-                        ),
-                    ));
-                }
-            }
-            (None, _) if ev.gateway.is_some() => parts.push((
-                Status::Fail,
-                format!(
-                    "{}: the gateway never took the drained {} out of rotation",
-                    d.fault, d.replica
-                ),
-            )),
-            (None, _) => parts.push((
-                Status::Unknown,
-                format!(
-                    "{}: no gateway journal or observer shows {} leaving rotation",
-                    d.fault, d.replica
-                ),
-            )),
-        }
+        let inflight = in_flight_at(ev, i, d);
+        parts.extend(in_flight_rule(d, &inflight, &flagged, &mut evidence));
+        parts.extend(admission_rule(ev, d, &mut evidence));
+        parts.extend(removal_rule(ev, d, bound, &mut evidence));
+        // A PASS only when no part so far names this fault.
         if !parts
             .iter()
             .any(|p| p.1.starts_with(&format!("{}:", d.fault)))
@@ -177,6 +72,147 @@ pub fn verdict(plan: &Plan, ev: &Evidence, tl: &Timeline, findings: &[Finding]) 
         }
     }
     conclude(NAME, &parts, evidence)
+}
+
+/// Requests whose output the history checker found damaged (a drained stream that
+/// completes is right, so its policy findings for abrupt failures do not apply here).
+fn damaged(findings: &[Finding]) -> HashSet<&str> {
+    findings
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FindingKind::TwoWriters
+                    | FindingKind::DuplicatedOutput
+                    | FindingKind::SilentInterruption
+            )
+        })
+        .map(|f| f.request.as_str())
+        .collect()
+}
+
+/// Requests in flight on the endpoint when the drain (fault `i`) began.
+fn in_flight_at<'e>(ev: &'e Evidence, i: usize, d: &FaultTimeline) -> Vec<&'e Req> {
+    ev.requests
+        .iter()
+        .filter(|r| {
+            r.caught.is_some_and(|c| c.1 == i)
+                || (r.worker.as_deref() == Some(d.replica.as_str())
+                    && r.dispatch <= d.injected
+                    && r.end > d.injected)
+        })
+        .collect()
+}
+
+/// Every request in flight at the drain completes, untruncated and undamaged.
+fn in_flight_rule(
+    d: &FaultTimeline,
+    inflight: &[&Req],
+    flagged: &HashSet<&str>,
+    evidence: &mut Vec<String>,
+) -> Option<(Status, String)> {
+    let lost: Vec<&&Req> = inflight
+        .iter()
+        .filter(|r| {
+            r.outcome != Outcome::Completed || r.truncated() || flagged.contains(r.id.as_str())
+        })
+        .collect();
+    evidence.push(format!(
+        "{}: {} requests in flight on {} at the drain, {} lost or truncated{}",
+        d.fault,
+        inflight.len(),
+        d.replica,
+        lost.len(),
+        if lost.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ": {}",
+                lost.iter()
+                    .take(5)
+                    .map(|r| format!("{} ({})", r.id, r.outcome.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    ));
+    (!lost.is_empty()).then(|| {
+        (
+            Status::Fail,
+            format!(
+                "{}: the drain lost or truncated {} of {} in-flight requests",
+                d.fault,
+                lost.len(),
+                inflight.len()
+            ),
+        )
+    })
+}
+
+/// The drained endpoint admits no new request once the drain began.
+fn admission_rule(
+    ev: &Evidence,
+    d: &FaultTimeline,
+    evidence: &mut Vec<String>,
+) -> Option<(Status, String)> {
+    let admitted = admitted_after(ev, d);
+    let a = admitted.first()?;
+    evidence.push(format!(
+        "{}: {} new requests served by {} after the drain began, first: {a}",
+        d.fault,
+        admitted.len(),
+        d.replica
+    ));
+    Some((
+        Status::Fail,
+        format!(
+            "{}: {} kept admitting new requests after the drain began ({} served)",
+            d.fault,
+            d.replica,
+            admitted.len()
+        ),
+    ))
+}
+
+/// The drained endpoint leaves rotation (within `bound` ms, when the scenario sets one).
+fn removal_rule(
+    ev: &Evidence,
+    d: &FaultTimeline,
+    bound: Option<f64>,
+    evidence: &mut Vec<String>,
+) -> Option<(Status, String)> {
+    match (&d.detected, bound) {
+        (Some(m), b) => {
+            let took = ms(d.injected, m.t);
+            evidence.push(format!(
+                "{}: {} out of rotation after {took:.0} ms ({}: {})",
+                d.fault, d.replica, m.source, m.detail
+            ));
+            b.filter(|b| took > *b).map(|b| {
+                (
+                    Status::Fail,
+                    format!(
+                        "{}: {} left rotation {took:.0} ms after the drain began (bound {b:.0} ms)",
+                        d.fault, d.replica
+                    ),
+                )
+            })
+        }
+        (None, _) if ev.gateway.is_some() => Some((
+            Status::Fail,
+            format!(
+                "{}: the gateway never took the drained {} out of rotation",
+                d.fault, d.replica
+            ),
+        )),
+        (None, _) => Some((
+            Status::Unknown,
+            format!(
+                "{}: no gateway journal or observer shows {} leaving rotation",
+                d.fault, d.replica
+            ),
+        )),
+    }
 }
 
 /// New requests served by the drained endpoint after the drain began (grace aside).

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use super::facts::{Evidence, Req};
+use super::facts::{Evidence, GwEntry, Req};
 use super::latency::{MIN_SAMPLES, PhaseStats};
 use super::verdict::{VerdictName, conclude};
 use super::{Status, Verdict};
@@ -57,6 +57,7 @@ pub fn verdict(plan: &Plan, ev: &Evidence, phases: &[PhaseStats]) -> Verdict {
     conclude(NAME, &parts, evidence)
 }
 
+/// Judges one overload phase: measure its requests, decide each rule, render.
 fn judge_phase(
     plan: &Plan,
     crit: &OverloadCriteria,
@@ -68,7 +69,6 @@ fn judge_phase(
 ) -> (Status, String, Vec<String>) {
     let slo = &plan.scenario.slo;
     let n = reqs.len() as u64;
-    let protected = plan.scenario.protected_load.0;
     if n < MIN_SAMPLES {
         return (
             Status::Unknown,
@@ -76,145 +76,251 @@ fn judge_phase(
             Vec::new(),
         );
     }
-    let rejected: Vec<&&Req> = reqs
-        .iter()
-        .filter(|r| r.outcome == Outcome::Rejected)
-        .collect();
-    let failed: Vec<&&Req> = reqs
-        .iter()
-        .filter(|r| r.failed() || r.outcome == Outcome::Cancelled)
-        .collect();
-    let timeouts = failed
-        .iter()
-        .filter(|r| {
-            matches!(
-                r.outcome,
-                Outcome::ConnectTimeout
-                    | Outcome::FirstTokenTimeout
-                    | Outcome::IdleTimeout
-                    | Outcome::Cancelled
-            )
-        })
-        .count();
-    let with_retry_after = rejected.iter().filter(|r| r.retry_after.is_some()).count();
-    let rej_p95 = crate::metrics::p95_us(rejected.iter().map(|r| r.e2e()));
-    let rej_max_ms = crit.rejection_p95_max.unwrap_or(slo.ttft_p95).as_secs_f64() * 1000.0;
-    let prot: Vec<&&Req> = reqs.iter().filter(|r| r.protected).collect();
-    let prot_rej = prot
-        .iter()
-        .filter(|r| r.outcome == Outcome::Rejected)
-        .count() as u64;
-    let be_rej = rejected.len() as u64 - prot_rej;
-    let be_n = n - prot.len() as u64;
-    let prot_rate = rate * prot.len() as f64 / n as f64;
-    let mut ev_lines = vec![format!(
-        "{name}: offered {rate:.1}/s ({:.1}× protected_load {}); {n} requests: {} completed, {} rejected ({:.1}%; {with_retry_after} with Retry-After{}), {} failed otherwise ({timeouts} timeouts)",
-        rate / protected,
-        plan.scenario.protected_load,
-        reqs.iter()
-            .filter(|r| r.outcome == Outcome::Completed)
-            .count(),
-        rejected.len(),
-        pct(rejected.len() as u64, n),
-        rej_p95
-            .map(|v| format!(", p95 {:.0} ms to the rejection", v as f64 / 1000.0))
-            .unwrap_or_default(),
-        failed.len()
-    )];
-    ev_lines.push(format!(
-        "{name}: protected {} requests ({prot_rate:.1}/s offered), {prot_rej} rejected; best-effort {be_n}, {be_rej} rejected",
-        prot.len()
-    ));
-    let mut bad = Vec::new();
-    let err = pct(failed.len() as u64, n);
-    if err > slo.error_rate_max.0 * 100.0 {
-        bad.push(format!(
-            "{err:.1}% of requests failed instead of being rejected ({timeouts} timeouts; SLO ≤ {:.1}%): a cascade, not controlled rejection",
-            slo.error_rate_max.0 * 100.0
-        ));
-    }
-    if let Some(v) = rej_p95
-        && v as f64 / 1000.0 > rej_max_ms
-    {
-        bad.push(format!(
-            "rejections took p95 {:.0} ms (bound {rej_max_ms:.0} ms): load was queued, then refused",
-            v as f64 / 1000.0
-        ));
-    }
-    if let Some(s) = stats.filter(|s| s.completed >= MIN_SAMPLES) {
-        let lim = [
-            ("TTFT", s.ttft_ms.p95, slo.ttft_p95.as_secs_f64() * 1000.0),
-            ("ITL", s.itl_ms.p95, slo.itl_p95.as_secs_f64() * 1000.0),
-            ("E2E", s.e2e_ms.p95, slo.e2e_p95.as_secs_f64() * 1000.0),
-        ];
-        for (what, v, l) in lim {
-            ev_lines.push(format!(
-                "{name}: admitted requests p95 {what} {v:.1} ms (SLO {l:.0} ms)"
-            ));
-            if v > l {
-                bad.push(format!(
-                    "admitted requests p95 {what} {v:.0} ms > {l:.0} ms: the system queued instead of shedding"
-                ));
-            }
-        }
-    }
+    let m = Shed::measure(reqs, rate);
+    let mut ev_lines = m.evidence(plan, name, rate);
+    let mut bad = m.cascade(plan, crit);
+    admitted_latency(name, slo, stats, &mut ev_lines, &mut bad);
     if let Some(j) = &ev.gateway {
-        let ids: HashSet<&str> = reqs.iter().map(|r| r.id.as_str()).collect();
-        let mut attempted: HashSet<&str> = HashSet::new();
-        let mut attempts = 0u64;
-        for g in j {
-            if let GatewayEntry::AttemptStart { req, .. } = &g.entry
-                && ids.contains(req.as_str())
-            {
-                attempts += 1;
-                attempted.insert(req.as_str());
-            }
+        retry_amplification(name, crit, j, reqs, &mut ev_lines, &mut bad);
+    }
+    bad.extend(m.protected_shed(plan));
+    m.render(plan, name, rate, &bad, ev_lines)
+}
+
+/// What one overload phase's requests show.
+struct Shed {
+    n: u64,
+    completed: usize,
+    rejected: u64,
+    /// Failed otherwise (cancelled too).
+    failed: u64,
+    timeouts: usize,
+    with_retry_after: usize,
+    /// p95 time to the rejection (µs).
+    rej_p95: Option<u64>,
+    prot_n: u64,
+    prot_rej: u64,
+    /// The protected traffic's share of the offered rate.
+    prot_rate: f64,
+}
+
+impl Shed {
+    fn measure(reqs: &[&Req], rate: f64) -> Shed {
+        let n = reqs.len() as u64;
+        let rejected: Vec<&&Req> = reqs
+            .iter()
+            .filter(|r| r.outcome == Outcome::Rejected)
+            .collect();
+        let failed: Vec<&&Req> = reqs
+            .iter()
+            .filter(|r| r.failed() || r.outcome == Outcome::Cancelled)
+            .collect();
+        let timeouts = failed
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.outcome,
+                    Outcome::ConnectTimeout
+                        | Outcome::FirstTokenTimeout
+                        | Outcome::IdleTimeout
+                        | Outcome::Cancelled
+                )
+            })
+            .count();
+        let prot: Vec<&&Req> = reqs.iter().filter(|r| r.protected).collect();
+        let prot_rej = prot
+            .iter()
+            .filter(|r| r.outcome == Outcome::Rejected)
+            .count() as u64;
+        Shed {
+            n,
+            completed: reqs
+                .iter()
+                .filter(|r| r.outcome == Outcome::Completed)
+                .count(),
+            rejected: rejected.len() as u64,
+            failed: failed.len() as u64,
+            timeouts,
+            with_retry_after: rejected.iter().filter(|r| r.retry_after.is_some()).count(),
+            rej_p95: crate::metrics::p95_us(rejected.iter().map(|r| r.e2e())),
+            prot_n: prot.len() as u64,
+            prot_rej,
+            prot_rate: rate * prot.len() as f64 / n as f64,
         }
-        if !attempted.is_empty() {
-            let amp = attempts as f64 / attempted.len() as f64;
-            ev_lines.push(format!(
-                "{name}: {attempts} gateway attempts for {} requests sent upstream ({amp:.2} per request, bound {:.2})",
-                attempted.len(),
-                crit.retry_amplification_max
+    }
+
+    /// The phase's first evidence lines: what was offered and how it ended.
+    fn evidence(&self, plan: &Plan, name: &str, rate: f64) -> Vec<String> {
+        let Shed {
+            n,
+            timeouts,
+            with_retry_after,
+            prot_rej,
+            prot_rate,
+            ..
+        } = *self;
+        let protected = plan.scenario.protected_load.0;
+        let be_rej = self.rejected - prot_rej;
+        let be_n = n - self.prot_n;
+        vec![
+            format!(
+                "{name}: offered {rate:.1}/s ({:.1}× protected_load {}); {n} requests: {} completed, {} rejected ({:.1}%; {with_retry_after} with Retry-After{}), {} failed otherwise ({timeouts} timeouts)",
+                rate / protected,
+                plan.scenario.protected_load,
+                self.completed,
+                self.rejected,
+                pct(self.rejected, n),
+                self.rej_p95
+                    .map(|v| format!(", p95 {:.0} ms to the rejection", v as f64 / 1000.0))
+                    .unwrap_or_default(),
+                self.failed
+            ),
+            format!(
+                "{name}: protected {} requests ({prot_rate:.1}/s offered), {prot_rej} rejected; best-effort {be_n}, {be_rej} rejected",
+                self.prot_n
+            ),
+        ]
+    }
+
+    /// Failures instead of rejections, and slow rejections: a cascade.
+    fn cascade(&self, plan: &Plan, crit: &OverloadCriteria) -> Vec<String> {
+        let slo = &plan.scenario.slo;
+        let timeouts = self.timeouts;
+        let rej_max_ms = crit.rejection_p95_max.unwrap_or(slo.ttft_p95).as_secs_f64() * 1000.0;
+        let mut bad = Vec::new();
+        let err = pct(self.failed, self.n);
+        if err > slo.error_rate_max.0 * 100.0 {
+            bad.push(format!(
+                "{err:.1}% of requests failed instead of being rejected ({timeouts} timeouts; SLO ≤ {:.1}%): a cascade, not controlled rejection",
+                slo.error_rate_max.0 * 100.0
             ));
-            if amp > crit.retry_amplification_max {
-                bad.push(format!(
-                    "{amp:.2} attempts per request (bound {:.2}): a retry cascade",
-                    crit.retry_amplification_max
-                ));
-            }
         }
+        if let Some(v) = self.rej_p95
+            && v as f64 / 1000.0 > rej_max_ms
+        {
+            bad.push(format!(
+                "rejections took p95 {:.0} ms (bound {rej_max_ms:.0} ms): load was queued, then refused",
+                v as f64 / 1000.0
+            ));
+        }
+        bad
     }
-    if prot_rate <= protected + 1e-9
-        && pct(prot_rej, prot.len() as u64) > slo.rejection_rate_max.0 * 100.0
-    {
-        bad.push(format!(
-            "{prot_rej} protected requests rejected while protected traffic ({prot_rate:.1}/s) was within protected_load: shedding protected traffic is a capacity failure (Q10)"
-        ));
+
+    /// Protected traffic rejected while within the protected load (Q10).
+    fn protected_shed(&self, plan: &Plan) -> Option<String> {
+        let slo = &plan.scenario.slo;
+        let protected = plan.scenario.protected_load.0;
+        let Shed {
+            prot_rej,
+            prot_rate,
+            ..
+        } = *self;
+        (prot_rate <= protected + 1e-9
+            && pct(prot_rej, self.prot_n) > slo.rejection_rate_max.0 * 100.0)
+            .then(|| format!(
+                "{prot_rej} protected requests rejected while protected traffic ({prot_rate:.1}/s) was within protected_load: shedding protected traffic is a capacity failure (Q10)"
+            ))
     }
-    if bad.is_empty() {
-        let how = if rejected.is_empty() {
+
+    /// The phase's part of the verdict: PASS naming how it shed, or the rules broken.
+    fn render(
+        &self,
+        plan: &Plan,
+        name: &str,
+        rate: f64,
+        bad: &[String],
+        ev_lines: Vec<String>,
+    ) -> (Status, String, Vec<String>) {
+        if !bad.is_empty() {
+            return (
+                Status::Fail,
+                format!("{name}: {}", bad.join("; ")),
+                ev_lines,
+            );
+        }
+        let how = if self.rejected == 0 {
             "absorbed without rejections".to_string()
         } else {
             format!(
                 "shed {:.1}% with fast explicit rejections",
-                pct(rejected.len() as u64, n)
+                pct(self.rejected, self.n)
             )
         };
         (
             Status::Pass,
             format!(
                 "{name}: at {:.1}× protected load, {how}; admitted requests inside the SLO, no cascade",
-                rate / protected
+                rate / plan.scenario.protected_load.0
             ),
             ev_lines,
         )
-    } else {
-        (
-            Status::Fail,
-            format!("{name}: {}", bad.join("; ")),
-            ev_lines,
-        )
+    }
+}
+
+/// The admitted requests' p95 TTFT, ITL and E2E against the SLO: above it, the
+/// system queued instead of shedding.
+fn admitted_latency(
+    name: &str,
+    slo: &crate::scenario::Slo,
+    stats: Option<&PhaseStats>,
+    ev_lines: &mut Vec<String>,
+    bad: &mut Vec<String>,
+) {
+    let Some(s) = stats.filter(|s| s.completed >= MIN_SAMPLES) else {
+        return;
+    };
+    let lim = [
+        ("TTFT", s.ttft_ms.p95, slo.ttft_p95.as_secs_f64() * 1000.0),
+        ("ITL", s.itl_ms.p95, slo.itl_p95.as_secs_f64() * 1000.0),
+        ("E2E", s.e2e_ms.p95, slo.e2e_p95.as_secs_f64() * 1000.0),
+    ];
+    for (what, v, l) in lim {
+        ev_lines.push(format!(
+            "{name}: admitted requests p95 {what} {v:.1} ms (SLO {l:.0} ms)"
+        ));
+        if v > l {
+            bad.push(format!(
+                "admitted requests p95 {what} {v:.0} ms > {l:.0} ms: the system queued instead of shedding"
+            ));
+        }
+    }
+}
+
+/// Gateway attempts per request sent upstream, from the journal: above the bound, a
+/// retry cascade.
+fn retry_amplification(
+    name: &str,
+    crit: &OverloadCriteria,
+    journal: &[GwEntry],
+    reqs: &[&Req],
+    ev_lines: &mut Vec<String>,
+    bad: &mut Vec<String>,
+) {
+    let ids: HashSet<&str> = reqs.iter().map(|r| r.id.as_str()).collect();
+    let mut attempted: HashSet<&str> = HashSet::new();
+    let mut attempts = 0u64;
+    for g in journal {
+        if let GatewayEntry::AttemptStart { req, .. } = &g.entry
+            && ids.contains(req.as_str())
+        {
+            attempts += 1;
+            attempted.insert(req.as_str());
+        }
+    }
+    if attempted.is_empty() {
+        return;
+    }
+    let amp = attempts as f64 / attempted.len() as f64;
+    ev_lines.push(format!(
+        "{name}: {attempts} gateway attempts for {} requests sent upstream ({amp:.2} per request, bound {:.2})",
+        attempted.len(),
+        crit.retry_amplification_max
+    ));
+    if amp > crit.retry_amplification_max {
+        bad.push(format!(
+            "{amp:.2} attempts per request (bound {:.2}): a retry cascade",
+            crit.retry_amplification_max
+        ));
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::timeline::{FaultTimeline, Timeline, ms};
+use super::timeline::{FaultTimeline, Removal, Timeline, ms};
 use super::verdict::{VerdictName, conclude};
 use super::{Status, Verdict};
 use crate::plan::Plan;
@@ -46,94 +46,104 @@ pub fn verdict(plan: &Plan, tl: &Timeline) -> Verdict {
     let mut parts = Vec::new();
     let mut evidence = Vec::new();
     for f in faults {
-        let (bound, bound_src) = bound_ms(plan, f);
-        if let Some(d) = &f.detected {
-            evidence.push(format!(
-                "{}: {} detected after {:.0} ms ({}: {})",
-                f.fault,
-                f.replica,
-                ms(f.injected, d.t),
-                d.source,
-                d.detail
-            ));
-        } else {
-            evidence.push(format!(
-                "{}: no detection of {} observed",
-                f.fault, f.replica
-            ));
-        }
-        if !f.verified {
-            parts.push((
-                Status::Unknown,
-                format!(
-                    "{}: the fault was not verified, so there was no dead endpoint to route around",
-                    f.fault
-                ),
-            ));
-            continue;
-        }
-        let Some(r) = &f.removal else {
-            parts.push((
-                Status::Unknown,
-                format!(
-                    "{}: no routing evidence (no gateway journal, proxy attribution or x-haq-worker header)",
-                    f.fault
-                ),
-            ));
-            continue;
-        };
-        let removal = ms(f.injected, r.t);
-        evidence.push(format!(
-            "{}: {} requests routed to {} after the fault{}; sources: {}",
-            f.fault,
-            r.routed_after_fault,
-            f.replica,
-            r.last
-                .as_ref()
-                .map(|l| format!(
-                    ", the last at +{:.0} ms ({}: {})",
-                    ms(f.injected, l.t),
-                    l.source,
-                    l.detail
-                ))
-                .unwrap_or_default(),
-            r.sources.join(", ")
-        ));
-        if let Some(c) = &r.confirmed {
-            evidence.push(format!(
-                "{}: traffic went on elsewhere: +{:.0} ms {} ({})",
-                f.fault,
-                ms(f.injected, c.t),
-                c.detail,
-                c.source
-            ));
-        }
-        let line = if r.until_heal {
-            format!(
-                "{}: {} got new traffic until the fault was healed, {:.0} ms after it (bound {:.0} ms, {bound_src}): routing never took it out",
-                f.fault, f.replica, removal, bound
-            )
-        } else {
-            format!(
-                "{}: traffic removed from {} {:.0} ms after the fault (bound {:.0} ms, {bound_src})",
-                f.fault, f.replica, removal, bound
-            )
-        };
-        if removal > bound {
-            parts.push((Status::Fail, line));
-        } else if r.confirmed.is_none() {
-            parts.push((
-                Status::Unknown,
-                format!(
-                    "{}: no request was routed elsewhere after the last one to {}: the run cannot tell that traffic stopped",
-                    f.fault, f.replica
-                ),
-            ));
-        } else {
-            parts.push((Status::Pass, line));
-        }
+        parts.push(judge_fault(plan, f, &mut evidence));
     }
     conclude(NAME, &parts, evidence)
+}
+
+/// One removing fault: its detection and routing evidence, and its part — the
+/// removal time against the bound, UNKNOWN without the evidence to tell.
+fn judge_fault(plan: &Plan, f: &FaultTimeline, evidence: &mut Vec<String>) -> (Status, String) {
+    let (bound, bound_src) = bound_ms(plan, f);
+    evidence.push(detection_line(f));
+    if !f.verified {
+        return (
+            Status::Unknown,
+            format!(
+                "{}: the fault was not verified, so there was no dead endpoint to route around",
+                f.fault
+            ),
+        );
+    }
+    let Some(r) = &f.removal else {
+        return (
+            Status::Unknown,
+            format!(
+                "{}: no routing evidence (no gateway journal, proxy attribution or x-haq-worker header)",
+                f.fault
+            ),
+        );
+    };
+    removal_evidence(f, r, evidence);
+    let removal = ms(f.injected, r.t);
+    let line = if r.until_heal {
+        format!(
+            "{}: {} got new traffic until the fault was healed, {:.0} ms after it (bound {:.0} ms, {bound_src}): routing never took it out",
+            f.fault, f.replica, removal, bound
+        )
+    } else {
+        format!(
+            "{}: traffic removed from {} {:.0} ms after the fault (bound {:.0} ms, {bound_src})",
+            f.fault, f.replica, removal, bound
+        )
+    };
+    if removal > bound {
+        (Status::Fail, line)
+    } else if r.confirmed.is_none() {
+        (
+            Status::Unknown,
+            format!(
+                "{}: no request was routed elsewhere after the last one to {}: the run cannot tell that traffic stopped",
+                f.fault, f.replica
+            ),
+        )
+    } else {
+        (Status::Pass, line)
+    }
+}
+
+/// When the endpoint was seen unusable, and by whom (reported, not judged).
+fn detection_line(f: &FaultTimeline) -> String {
+    match &f.detected {
+        Some(d) => format!(
+            "{}: {} detected after {:.0} ms ({}: {})",
+            f.fault,
+            f.replica,
+            ms(f.injected, d.t),
+            d.source,
+            d.detail
+        ),
+        None => format!("{}: no detection of {} observed", f.fault, f.replica),
+    }
+}
+
+/// The requests routed to the endpoint after the fault, and the first routed elsewhere.
+fn removal_evidence(f: &FaultTimeline, r: &Removal, evidence: &mut Vec<String>) {
+    evidence.push(format!(
+        "{}: {} requests routed to {} after the fault{}; sources: {}",
+        f.fault,
+        r.routed_after_fault,
+        f.replica,
+        r.last
+            .as_ref()
+            .map(|l| format!(
+                ", the last at +{:.0} ms ({}: {})",
+                ms(f.injected, l.t),
+                l.source,
+                l.detail
+            ))
+            .unwrap_or_default(),
+        r.sources.join(", ")
+    ));
+    if let Some(c) = &r.confirmed {
+        evidence.push(format!(
+            "{}: traffic went on elsewhere: +{:.0} ms {} ({})",
+            f.fault,
+            ms(f.injected, c.t),
+            c.detail,
+            c.source
+        ));
+    }
 }
 
 #[cfg(test)]

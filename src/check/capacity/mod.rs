@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::history::{FaultRec, RequestRecord};
 use super::latency::{MIN_SAMPLES, Pcts, pcts};
-use super::timeline::{Timeline, ms};
+use super::timeline::{FaultTimeline, Timeline, ms};
 use super::{Status, Verdict, VerdictName};
 use crate::metrics::{Measured, PhaseAcc};
 use crate::plan::Plan;
@@ -172,6 +172,8 @@ pub fn verdict(plan: &Plan, tl: &Timeline, w: &Window, search: Option<&Search>) 
     Verdict::new(NAME, status, summary, evidence)
 }
 
+/// The plain check: the protected traffic of the first removing fault's degraded
+/// interval against the SLO.
 fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
     let Some(f) = tl
         .faults
@@ -197,43 +199,8 @@ fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
             Vec::new(),
         );
     }
-    let slo = &plan.scenario.slo;
-    let secs = ms(f.injected, f.degraded_until) / 1000.0;
-    let offered = if secs > 0.0 {
-        w.requests as f64 / secs
-    } else {
-        0.0
-    };
-    let n = w.requests.max(1) as f64;
-    let err = (w.failed as f64) / n;
-    let rej = (w.rejected as f64) / n;
-    let mut evidence = vec![
-        format!(
-            "degraded interval: {secs:.1}s after {} (phases {}); protected load {} offered {offered:.2}/s",
-            f.fault,
-            w.phases.join(", "),
-            plan.scenario.protected_load
-        ),
-        format!(
-            "{} protected requests: {} completed, {} failed ({:.1}%, SLO ≤ {:.1}%), {} rejected ({:.1}%, SLO ≤ {:.1}%)",
-            w.requests,
-            w.completed,
-            w.failed,
-            err * 100.0,
-            slo.error_rate_max.0 * 100.0,
-            w.rejected,
-            rej * 100.0,
-            slo.rejection_rate_max.0 * 100.0
-        ),
-    ];
-    let lat = [
-        ("TTFT", w.ttft_ms.p95, slo.ttft_p95.as_secs_f64() * 1000.0),
-        ("ITL", w.itl_ms.p95, slo.itl_p95.as_secs_f64() * 1000.0),
-        ("E2E", w.e2e_ms.p95, slo.e2e_p95.as_secs_f64() * 1000.0),
-    ];
-    for (what, v, lim) in lat {
-        evidence.push(format!("p95 {what} {v:.1} ms (SLO {lim:.0} ms)"));
-    }
+    let m = Served::measure(plan, f, w);
+    let evidence = m.evidence(plan, f, w);
     if w.requests < MIN_SAMPLES {
         return Verdict::new(
             NAME,
@@ -245,28 +212,7 @@ fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
             evidence,
         );
     }
-    let mut over = Vec::new();
-    if err > slo.error_rate_max.0 {
-        over.push(format!(
-            "{:.1}% of protected requests failed (SLO ≤ {:.1}%)",
-            err * 100.0,
-            slo.error_rate_max.0 * 100.0
-        ));
-    }
-    if rej > slo.rejection_rate_max.0 {
-        over.push(format!(
-            "{:.1}% of protected requests were rejected (SLO ≤ {:.1}%): shedding protected traffic is a capacity failure (Q10)",
-            rej * 100.0,
-            slo.rejection_rate_max.0 * 100.0
-        ));
-    }
-    if w.completed >= MIN_SAMPLES {
-        for (what, v, lim) in lat {
-            if v > lim {
-                over.push(format!("p95 {what} {v:.1} ms > {lim:.0} ms"));
-            }
-        }
-    }
+    let over = m.over_slo(plan, w);
     if !over.is_empty() {
         return Verdict::new(
             NAME,
@@ -288,11 +234,111 @@ fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
             f.fault,
             w.requests,
             w.ttft_ms.p95,
-            err * 100.0,
-            rej * 100.0
+            m.err * 100.0,
+            m.rej * 100.0,
+            secs = m.secs,
         ),
         evidence,
     )
+}
+
+/// How the degraded interval served its protected traffic.
+struct Served {
+    /// Length of the interval (s).
+    secs: f64,
+    /// Protected requests sent per second in it.
+    offered: f64,
+    /// Shares of the requests that failed and that were rejected.
+    err: f64,
+    rej: f64,
+    /// p95 TTFT, ITL, E2E (ms) with their SLO bound (ms).
+    lat: [(&'static str, f64, f64); 3],
+}
+
+impl Served {
+    fn measure(plan: &Plan, f: &FaultTimeline, w: &Window) -> Served {
+        let slo = &plan.scenario.slo;
+        let secs = ms(f.injected, f.degraded_until) / 1000.0;
+        let offered = if secs > 0.0 {
+            w.requests as f64 / secs
+        } else {
+            0.0
+        };
+        let n = w.requests.max(1) as f64;
+        Served {
+            secs,
+            offered,
+            err: (w.failed as f64) / n,
+            rej: (w.rejected as f64) / n,
+            lat: [
+                ("TTFT", w.ttft_ms.p95, slo.ttft_p95.as_secs_f64() * 1000.0),
+                ("ITL", w.itl_ms.p95, slo.itl_p95.as_secs_f64() * 1000.0),
+                ("E2E", w.e2e_ms.p95, slo.e2e_p95.as_secs_f64() * 1000.0),
+            ],
+        }
+    }
+
+    fn evidence(&self, plan: &Plan, f: &FaultTimeline, w: &Window) -> Vec<String> {
+        let slo = &plan.scenario.slo;
+        let Served {
+            secs,
+            offered,
+            err,
+            rej,
+            ..
+        } = *self;
+        let mut evidence = vec![
+            format!(
+                "degraded interval: {secs:.1}s after {} (phases {}); protected load {} offered {offered:.2}/s",
+                f.fault,
+                w.phases.join(", "),
+                plan.scenario.protected_load
+            ),
+            format!(
+                "{} protected requests: {} completed, {} failed ({:.1}%, SLO ≤ {:.1}%), {} rejected ({:.1}%, SLO ≤ {:.1}%)",
+                w.requests,
+                w.completed,
+                w.failed,
+                err * 100.0,
+                slo.error_rate_max.0 * 100.0,
+                w.rejected,
+                rej * 100.0,
+                slo.rejection_rate_max.0 * 100.0
+            ),
+        ];
+        for (what, v, lim) in self.lat {
+            evidence.push(format!("p95 {what} {v:.1} ms (SLO {lim:.0} ms)"));
+        }
+        evidence
+    }
+
+    /// Every SLO the protected traffic broke (latency only with enough completions).
+    fn over_slo(&self, plan: &Plan, w: &Window) -> Vec<String> {
+        let slo = &plan.scenario.slo;
+        let mut over = Vec::new();
+        if self.err > slo.error_rate_max.0 {
+            over.push(format!(
+                "{:.1}% of protected requests failed (SLO ≤ {:.1}%)",
+                self.err * 100.0,
+                slo.error_rate_max.0 * 100.0
+            ));
+        }
+        if self.rej > slo.rejection_rate_max.0 {
+            over.push(format!(
+                "{:.1}% of protected requests were rejected (SLO ≤ {:.1}%): shedding protected traffic is a capacity failure (Q10)",
+                self.rej * 100.0,
+                slo.rejection_rate_max.0 * 100.0
+            ));
+        }
+        if w.completed >= MIN_SAMPLES {
+            for (what, v, lim) in self.lat {
+                if v > lim {
+                    over.push(format!("p95 {what} {v:.1} ms > {lim:.0} ms"));
+                }
+            }
+        }
+        over
+    }
 }
 
 #[cfg(test)]

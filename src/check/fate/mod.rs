@@ -208,6 +208,54 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// caught by a fault (NOT_EVALUATED when the scenario injects none).
 pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool) -> Verdict {
     let name = VerdictName::RequestFate;
+    let mut evidence = verdict_evidence(acc, sources);
+    if !acc.counts.is_empty() {
+        let s = acc
+            .counts
+            .iter()
+            .map(|(k, n)| format!("{} ×{n}", k.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Verdict::new(name, Status::Fail, format!("findings: {s}"), evidence);
+    }
+    let unknown = undecided(acc, sources, sim);
+    if !unknown.is_empty() {
+        evidence.extend(acc.unknown.iter().cloned());
+        return Verdict::new(name, Status::Unknown, unknown.join("; "), evidence);
+    }
+    if faults == 0 {
+        return Verdict::new(
+            name,
+            Status::NotEvaluated,
+            format!(
+                "the scenario injects no fault that tests request fate (a planned drain is judged by Maintenance, Q7); no findings on {} requests",
+                acc.judged
+            ),
+            evidence,
+        );
+    }
+    if acc.hit == 0 {
+        return Verdict::new(
+            name,
+            Status::Unknown,
+            "no request was in flight on the faulted replica: the fault tested no request fate",
+            evidence,
+        );
+    }
+    Verdict::new(
+        name,
+        Status::Pass,
+        format!(
+            "{} requests caught by the fault behaved as the policy says; no finding on {} requests (no duplicate, stitched or silently truncated output)",
+            acc.hit, acc.judged
+        ),
+        evidence,
+    )
+}
+
+/// The verdict's evidence: the stage × outcome table, the evidence sources, and the
+/// first findings.
+fn verdict_evidence(acc: &FateAcc, sources: &[SourceReport]) -> Vec<String> {
     let mut evidence: Vec<String> = acc
         .table_rows()
         .iter()
@@ -233,15 +281,12 @@ pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool
             .take(20)
             .map(|f| format!("{} {}: {}", f.kind.as_str(), f.request, f.detail)),
     );
-    if !acc.counts.is_empty() {
-        let s = acc
-            .counts
-            .iter()
-            .map(|(k, n)| format!("{} ×{n}", k.as_str()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Verdict::new(name, Status::Fail, format!("findings: {s}"), evidence);
-    }
+    evidence
+}
+
+/// What keeps the verdict from a PASS without a finding: crashed checkers, missing
+/// or unreadable evidence, unchecked tool calls, questions left open.
+fn undecided(acc: &FateAcc, sources: &[SourceReport], sim: bool) -> Vec<String> {
     let mut unknown: Vec<String> = acc
         .crashes
         .iter()
@@ -279,38 +324,7 @@ pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool
             acc.unknown.first().map(String::as_str).unwrap_or("")
         ));
     }
-    if !unknown.is_empty() {
-        evidence.extend(acc.unknown.iter().cloned());
-        return Verdict::new(name, Status::Unknown, unknown.join("; "), evidence);
-    }
-    if faults == 0 {
-        return Verdict::new(
-            name,
-            Status::NotEvaluated,
-            format!(
-                "the scenario injects no fault that tests request fate (a planned drain is judged by Maintenance, Q7); no findings on {} requests",
-                acc.judged
-            ),
-            evidence,
-        );
-    }
-    if acc.hit == 0 {
-        return Verdict::new(
-            name,
-            Status::Unknown,
-            "no request was in flight on the faulted replica: the fault tested no request fate",
-            evidence,
-        );
-    }
-    Verdict::new(
-        name,
-        Status::Pass,
-        format!(
-            "{} requests caught by the fault behaved as the policy says; no finding on {} requests (no duplicate, stitched or silently truncated output)",
-            acc.hit, acc.judged
-        ),
-        evidence,
-    )
+    unknown
 }
 
 #[cfg(test)]

@@ -83,7 +83,22 @@ fn note(
     });
 }
 
+/// Gateway journal: an attempt's bounds and marks, or a note on the request.
 fn attach_gateway(r: &mut RequestRecord, t: u64, e: GatewayEntry) {
+    use GatewayEntry as G;
+    match e {
+        G::AttemptStart { .. } | G::AttemptEnd { .. } => attempt_bounds(r, t, e),
+        G::Fence { .. }
+        | G::CancelConfirmed { .. }
+        | G::LeaseExpired { .. }
+        | G::FirstDelta { .. }
+        | G::ClientGone { .. } => attempt_mark(r, t, e),
+        e => gateway_note(r, t, e),
+    }
+}
+
+/// An attempt starts or ends (any other entry is ignored).
+fn attempt_bounds(r: &mut RequestRecord, t: u64, e: GatewayEntry) {
     use GatewayEntry as G;
     match e {
         G::AttemptStart {
@@ -125,6 +140,15 @@ fn attach_gateway(r: &mut RequestRecord, t: u64, e: GatewayEntry) {
                 });
             }
         }
+        _ => {}
+    }
+}
+
+/// A mark on one attempt: fenced, first delta, client gone (any other entry is
+/// ignored). An unfenced retry is a note on the request.
+fn attempt_mark(r: &mut RequestRecord, t: u64, e: GatewayEntry) {
+    use GatewayEntry as G;
+    match e {
         G::Fence { attempt, how, .. } => {
             if how == FenceHow::Unfenced {
                 note(r, t, "unfenced", Some(attempt), None, String::new());
@@ -147,6 +171,15 @@ fn attach_gateway(r: &mut RequestRecord, t: u64, e: GatewayEntry) {
                 a.cancelled.get_or_insert(t);
             }
         }
+        _ => {}
+    }
+}
+
+/// An entry about the request as a whole (errors, retries, queueing, its end): a
+/// note on its record. Entries of no interest are ignored.
+fn gateway_note(r: &mut RequestRecord, t: u64, e: GatewayEntry) {
+    use GatewayEntry as G;
+    match e {
         G::ExplicitError { delivered, why, .. } => {
             note(r, t, "explicit_error", None, Some(delivered), why);
         }

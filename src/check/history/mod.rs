@@ -146,6 +146,8 @@ const SPARE_CHUNK_VECS: usize = 16;
 const SPARE_CHUNK_CAP: usize = 4096;
 
 impl Folder {
+    /// Folds one trace event: run-level lines into [`RunInfo`] and the faults, a
+    /// request's lines into its record (which is judged once it ends and lingers out).
     pub fn push(&mut self, ev: Event, sink: &mut dyn RequestSink) {
         self.advance(ev.t(), sink);
         match ev {
@@ -162,56 +164,8 @@ impl Folder {
                     self.info.phase_starts.push((name, t));
                 }
             }
-            Event::Request {
-                t,
-                id,
-                class,
-                phase,
-                intended,
-                max_tokens,
-                protected,
-                stream,
-                admitted,
-                probe,
-                ..
-            } => {
-                let mut r = RequestRecord {
-                    id: id.clone(),
-                    class,
-                    phase,
-                    intended,
-                    dispatch: t,
-                    max_tokens,
-                    protected,
-                    stream,
-                    admitted,
-                    probe,
-                    chunks: self.spare_chunks.pop().unwrap_or_default(),
-                    ..Default::default()
-                };
-                for (gt, item) in self.early.remove(&id).into_iter().flatten() {
-                    self.journal.attached += 1;
-                    attach(&mut r, gt, item);
-                }
-                self.in_flight.insert(id, r);
-            }
-            Event::Response {
-                t,
-                id,
-                status,
-                worker,
-                attempt,
-                queue_us,
-                ..
-            } => {
-                if let Some(r) = self.in_flight.get_mut(&id) {
-                    r.queue_us = queue_us;
-                    r.status = Some(status);
-                    r.response_t = Some(t);
-                    r.worker = worker;
-                    r.attempt = attempt;
-                }
-            }
+            ev @ Event::Request { .. } => self.open(ev),
+            ev @ Event::Response { .. } => self.respond(ev),
             Event::Chunk {
                 t,
                 id,
@@ -230,44 +184,7 @@ impl Folder {
                 finish,
                 raw,
             }),
-            Event::End {
-                t,
-                id,
-                outcome,
-                detail,
-                tokens,
-                done,
-                finish,
-                counted,
-                usage,
-                error,
-                tool_calls,
-                json_valid,
-                ..
-            } => {
-                if let Some(r) = self.in_flight.get_mut(&id)
-                    && r.end.is_none()
-                {
-                    r.end = Some(EndRec {
-                        t,
-                        outcome,
-                        detail,
-                        tokens,
-                        done,
-                        finish,
-                        counted,
-                        usage,
-                        error,
-                        tool_calls,
-                        json_valid,
-                    });
-                    if self.linger == 0 {
-                        self.finalize(&id, sink);
-                    } else {
-                        self.closing.push_back((t + self.linger, id));
-                    }
-                }
-            }
+            ev @ Event::End { .. } => self.end(ev, sink),
             Event::Fault(f) => self.faults.push(FaultRec::from(f)),
             Event::RunEnd {
                 interrupted,
@@ -278,44 +195,8 @@ impl Folder {
                 self.info.interrupted = interrupted;
                 self.info.reason = reason;
             }
-            Event::ProxyRequest {
-                t,
-                replica,
-                conn,
-                id: Some(id),
-                attempt,
-                ..
-            } => {
-                if let Some(r) = self.in_flight.get_mut(&id) {
-                    r.proxy.push(ProxyLeg {
-                        replica,
-                        conn,
-                        attempt,
-                        start: t,
-                        ..Default::default()
-                    });
-                }
-            }
-            Event::ProxyEnd {
-                t,
-                replica,
-                conn,
-                id: Some(id),
-                events,
-                first_event,
-                end,
-                ..
-            } => {
-                if let Some(leg) = self.in_flight.get_mut(&id).and_then(|r| {
-                    r.proxy
-                        .iter_mut()
-                        .rfind(|l| l.replica == replica && l.conn == conn && l.end.is_none())
-                }) {
-                    leg.end = Some((t, end));
-                    leg.events = events;
-                    leg.first_event = first_event;
-                }
-            }
+            ev @ Event::ProxyRequest { id: Some(_), .. } => self.proxy_leg(ev),
+            ev @ Event::ProxyEnd { id: Some(_), .. } => self.proxy_leg_end(ev),
             Event::Target { .. }
             | Event::Heal { .. }
             | Event::Observation { .. }
@@ -325,6 +206,171 @@ impl Folder {
             | Event::ProxyEnd { .. }
             | Event::Warmed { .. }
             | Event::TraceStats { .. } => {}
+        }
+    }
+
+    /// A `request` line (any other event is ignored): the request's record opens,
+    /// with the journal lines that came before it.
+    #[inline]
+    fn open(&mut self, ev: Event) {
+        let Event::Request {
+            t,
+            id,
+            class,
+            phase,
+            intended,
+            max_tokens,
+            protected,
+            stream,
+            admitted,
+            probe,
+            ..
+        } = ev
+        else {
+            return;
+        };
+        let mut r = RequestRecord {
+            id: id.clone(),
+            class,
+            phase,
+            intended,
+            dispatch: t,
+            max_tokens,
+            protected,
+            stream,
+            admitted,
+            probe,
+            chunks: self.spare_chunks.pop().unwrap_or_default(),
+            ..Default::default()
+        };
+        for (gt, item) in self.early.remove(&id).into_iter().flatten() {
+            self.journal.attached += 1;
+            attach(&mut r, gt, item);
+        }
+        self.in_flight.insert(id, r);
+    }
+
+    /// A `response` line (any other event is ignored): status and attribution.
+    #[inline]
+    fn respond(&mut self, ev: Event) {
+        let Event::Response {
+            t,
+            id,
+            status,
+            worker,
+            attempt,
+            queue_us,
+            ..
+        } = ev
+        else {
+            return;
+        };
+        if let Some(r) = self.in_flight.get_mut(&id) {
+            r.queue_us = queue_us;
+            r.status = Some(status);
+            r.response_t = Some(t);
+            r.worker = worker;
+            r.attempt = attempt;
+        }
+    }
+
+    /// An `end` line (any other event is ignored): the first end of a request in
+    /// flight closes it, judged now or once its linger window has passed.
+    #[inline]
+    fn end(&mut self, ev: Event, sink: &mut dyn RequestSink) {
+        let Event::End {
+            t,
+            id,
+            outcome,
+            detail,
+            tokens,
+            done,
+            finish,
+            counted,
+            usage,
+            error,
+            tool_calls,
+            json_valid,
+            ..
+        } = ev
+        else {
+            return;
+        };
+        if let Some(r) = self.in_flight.get_mut(&id)
+            && r.end.is_none()
+        {
+            r.end = Some(EndRec {
+                t,
+                outcome,
+                detail,
+                tokens,
+                done,
+                finish,
+                counted,
+                usage,
+                error,
+                tool_calls,
+                json_valid,
+            });
+            if self.linger == 0 {
+                self.finalize(&id, sink);
+            } else {
+                self.closing.push_back((t + self.linger, id));
+            }
+        }
+    }
+
+    /// A `proxy_request` line with a request id (any other event is ignored): a leg
+    /// opens on the request's record.
+    #[inline]
+    fn proxy_leg(&mut self, ev: Event) {
+        let Event::ProxyRequest {
+            t,
+            replica,
+            conn,
+            id: Some(id),
+            attempt,
+            ..
+        } = ev
+        else {
+            return;
+        };
+        if let Some(r) = self.in_flight.get_mut(&id) {
+            r.proxy.push(ProxyLeg {
+                replica,
+                conn,
+                attempt,
+                start: t,
+                ..Default::default()
+            });
+        }
+    }
+
+    /// A `proxy_end` line with a request id (any other event is ignored): the latest
+    /// open leg on that replica and connection ends.
+    #[inline]
+    fn proxy_leg_end(&mut self, ev: Event) {
+        let Event::ProxyEnd {
+            t,
+            replica,
+            conn,
+            id: Some(id),
+            events,
+            first_event,
+            end,
+            ..
+        } = ev
+        else {
+            return;
+        };
+        if let Some(leg) = self.in_flight.get_mut(&id).and_then(|r| {
+            r.proxy
+                .iter_mut()
+                .rfind(|l| l.replica == replica && l.conn == conn && l.end.is_none())
+        }) {
+            leg.end = Some((t, end));
+            leg.events = events;
+            leg.first_event = first_event;
         }
     }
 

@@ -1,0 +1,85 @@
+//! One fault's timeline, stage by stage: injected, detected, traffic removed, the
+//! requests in flight on the endpoint, the degraded interval, the replacement (or the
+//! heal) that brought it back.
+
+use super::detection::{detection, removal};
+use super::replacement::{back_after_heal, replacement};
+use super::routed::routing_sources;
+use super::types::{FaultTimeline, InFlight, mark};
+use crate::check::facts::{self, Evidence};
+use crate::check::history::FaultRec;
+use crate::scenario::PhaseKind;
+use crate::trace::Outcome;
+
+/// The timeline of fault `idx` (`f`) of the run.
+pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
+    let healed = ev
+        .heals
+        .iter()
+        .find(|h| h.name == f.name && h.t >= f.t)
+        .map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
+    let mut replacement = replacement(ev, f);
+    if let Some(h) = &healed {
+        replacement = back_after_heal(ev, f, h, replacement);
+    }
+    let sources = routing_sources(ev);
+    let removes = facts::removes_endpoint(f);
+    let removal = (removes && !sources.is_empty()).then(|| {
+        let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+        let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+        removal(ev, f, sources, back, heal)
+    });
+    FaultTimeline {
+        fault: f.name.clone(),
+        replica: f.replica.clone(),
+        domain: f.domain,
+        action: f.action,
+        injected: f.t,
+        verified: f.verified,
+        drain: facts::is_drain(f),
+        removes,
+        detected: detection(ev, f),
+        removal,
+        in_flight: in_flight(ev, idx),
+        degraded_until: degraded_until(ev, f.t),
+        replacement,
+        healed,
+    }
+}
+
+/// The requests fault `idx` caught, and how they ended.
+fn in_flight(ev: &Evidence, idx: usize) -> InFlight {
+    let mut in_flight = InFlight::default();
+    for r in ev
+        .requests
+        .iter()
+        .filter(|r| r.caught.is_some_and(|c| c.1 == idx))
+    {
+        in_flight.caught += 1;
+        if r.outcome == Outcome::Completed {
+            in_flight.recovered += 1;
+        } else {
+            in_flight.terminated += 1;
+        }
+        in_flight.settled = in_flight.settled.max(Some(r.end));
+    }
+    in_flight
+}
+
+/// End of the degraded interval that contains `t`: the first later phase that is not
+/// a fault, drain or degraded phase, or the end of load.
+fn degraded_until(ev: &Evidence, t: u64) -> u64 {
+    let Some(i) = ev.phases.iter().rposition(|p| p.start <= t) else {
+        return ev.load_end();
+    };
+    ev.phases[i + 1..]
+        .iter()
+        .find(|p| {
+            !matches!(
+                p.kind,
+                PhaseKind::Fault | PhaseKind::Degraded | PhaseKind::Drain
+            )
+        })
+        .map(|p| p.start)
+        .unwrap_or_else(|| ev.load_end())
+}

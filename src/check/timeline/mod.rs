@@ -1,0 +1,193 @@
+//! The failure timeline (Q11), per fault: injected, detected, traffic removed (when new
+//! requests stopped reaching the endpoint — not the same as detection), in-flight
+//! requests recovered or terminated, the degraded interval, the replacement stages
+//! (requested → started → ready → receiving traffic) and full recovery. Every mark
+//! names the evidence it was read from.
+//!
+//! The vocabulary is in `types`; the routing evidence in `routed`; detection and
+//! traffic removal in `detection`; the way back in `replacement` and
+//! `full_recovery`; one fault's stages in `fault`; the rows people read in `entries`.
+
+mod detection;
+mod entries;
+mod fault;
+mod full_recovery;
+mod replacement;
+mod routed;
+mod types;
+
+pub use full_recovery::envelope_restored;
+pub use routed::{routed_to, routing_sources};
+pub use types::{
+    BACKEND, Entry, FaultTimeline, HEADER, InFlight, JOURNAL, Mark, PROXY, Removal, Replacement,
+    Timeline, ms,
+};
+
+use crate::check::facts::Evidence;
+use crate::metrics::SecondStats;
+use crate::plan::Plan;
+
+/// The run's timeline: each fault's stages, full recovery, and the rows in time order.
+pub fn build(plan: &Plan, ev: &Evidence, seconds: &[SecondStats]) -> Timeline {
+    let faults: Vec<FaultTimeline> = ev
+        .faults
+        .iter()
+        .enumerate()
+        .map(|(i, f)| fault::fault_timeline(ev, i, f))
+        .collect();
+    let full = full_recovery::full_recovery(plan, ev, &faults, seconds);
+    let entries = entries::entries(ev, &faults, full.as_ref());
+    Timeline {
+        faults,
+        full_recovery: full,
+        entries,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testkit::*;
+    use crate::trace::Outcome;
+
+    #[test]
+    fn the_standard_kill_has_every_stage_with_its_source() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        tb.obs(13.2, "endpoint watcher", "w2", "not_ready");
+        let j = tb.judge(&p);
+        let f = j.timeline.fault("kill-w2").expect("fault");
+        assert_eq!(f.injected, us(13.0));
+        let d = f.detected.as_ref().expect("detected");
+        // The earliest observer wins: the gateway at +50 ms, not the watcher at +200.
+        assert_eq!((d.t, d.source.as_str()), (us(13.05), JOURNAL));
+        let r = f.removal.as_ref().expect("removal");
+        assert_eq!(r.routed_after_fault, 0);
+        assert_eq!(r.t, f.injected);
+        assert!(r.confirmed.as_ref().is_some_and(|c| c.t == us(13.1)));
+        assert_eq!(f.degraded_until, us(31.0));
+        assert!(j.timeline.full_recovery.is_none());
+        let events: Vec<&str> = j
+            .timeline
+            .entries
+            .iter()
+            .map(|e| e.event.as_str())
+            .collect();
+        assert!(events.contains(&"kill-w2 injected (kill w2)"), "{events:?}");
+        assert!(events.contains(&"w2 detected"), "{events:?}");
+        assert!(events.contains(&"traffic removed from w2"), "{events:?}");
+        assert!(events.contains(&"degraded interval ends"), "{events:?}");
+        let det = j
+            .timeline
+            .entries
+            .iter()
+            .find(|e| e.event == "w2 detected")
+            .expect("entry");
+        assert_eq!(det.after_fault_ms, Some(50.0));
+        assert_eq!(det.at_s, 12.05);
+        // In time order.
+        assert!(j.timeline.entries.windows(2).all(|w| w[0].t <= w[1].t));
+    }
+
+    #[test]
+    fn requests_in_flight_at_the_kill_are_counted_as_recovered_or_terminated() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        tb.req(R::ok("cut", "fault", 12.95, "w2").outcome(Outcome::ExplicitError));
+        tb.req(R::ok("retried", "fault", 12.99, "w1").ttft(300.0));
+        let j = tb.judge(&p);
+        let f = j.timeline.fault("kill-w2").expect("fault");
+        assert_eq!(f.in_flight.caught, 1, "{:?}", f.in_flight);
+        assert_eq!(f.in_flight.terminated, 1);
+    }
+
+    #[test]
+    fn replacement_stages_and_full_recovery() {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.removed(13.05, "w2", "connection failed");
+        tb.obs(13.5, "haq fault injector", "w2", "replacement_requested");
+        tb.obs(14.0, "haq fault injector", "w2", "process_started");
+        tb.ready(16.0, "w2");
+        tb.steady("fault", 13.1, 16.5, 10.0, rr(&["w1", "w3"]));
+        tb.steady("fault", 16.5, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.end(32.0);
+        let j = tb.judge(&p);
+        let f = j.timeline.fault("kill-w2").expect("fault");
+        let rp = &f.replacement;
+        assert_eq!(rp.requested.as_ref().map(|m| m.t), Some(us(13.5)));
+        assert_eq!(rp.started.as_ref().map(|m| m.t), Some(us(14.0)));
+        assert_eq!(
+            rp.ready.as_ref().map(|m| (m.t, m.source.as_str())),
+            Some((us(16.0), JOURNAL))
+        );
+        let s = rp.serving.as_ref().expect("serving");
+        assert_eq!(s.t, us(16.6));
+        // Removal ends at readiness: traffic to the replacement is not traffic to the dead.
+        assert_eq!(f.removal.as_ref().map(|r| r.routed_after_fault), Some(0));
+        let full = j.timeline.full_recovery.as_ref().expect("full recovery");
+        assert!(full.t >= s.t, "{full:?}");
+    }
+
+    #[test]
+    fn without_a_gateway_journal_the_observers_date_detection() {
+        // A `url` target: health checker, readiness and EndpointSlice watchers are the
+        // detection sources (docs/evidence.md); the earliest one dates the detection.
+        let p = plan(&[]);
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.obs(13.9, "EndpointSlice watcher", "w2", "endpoint_removed");
+        tb.obs(13.4, "readiness probe", "w2", "not_ready");
+        tb.obs(13.2, "health checker", "w2", "unhealthy");
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        let j = tb.judge(&p);
+        let f = j.timeline.fault("kill-w2").expect("fault");
+        let d = f.detected.as_ref().expect("detected");
+        assert_eq!((d.t, d.source.as_str()), (us(13.2), "health checker"));
+        // Removal comes from the attribution headers, and says so.
+        let r = f.removal.as_ref().expect("removal");
+        assert_eq!(r.sources, [HEADER]);
+        let e = j
+            .timeline
+            .entries
+            .iter()
+            .find(|e| e.event == "traffic removed from w2")
+            .expect("removal entry");
+        assert_eq!(e.source, HEADER);
+    }
+
+    #[test]
+    fn haqs_readiness_watch_dates_detection_only_when_the_system_saw_nothing() {
+        let watch = crate::trace::READINESS;
+        let p = plan(&[]);
+        // With the gateway journal: the gateway's detection (+50 ms) is the system's,
+        // though haq's poll saw the replica down first.
+        let mut tb = standard(&p);
+        tb.obs(13.01, watch, "w2", "not_ready");
+        let j = tb.judge(&p);
+        let d = j.timeline.fault("kill-w2").and_then(|f| f.detected.clone());
+        assert_eq!(d.map(|d| d.source), Some(JOURNAL.to_string()));
+        // Without a journal or another observer: haq's poll, and it says so.
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.obs(13.1, watch, "w2", "not_ready");
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.end(32.0);
+        let j = tb.judge(&p);
+        let d = j.timeline.fault("kill-w2").and_then(|f| f.detected.clone());
+        assert_eq!(
+            d.map(|d| (d.t, d.source)),
+            Some((us(13.1), watch.to_string()))
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! Routing evidence: which requests reached an endpoint, from every source (gateway
+//! journal, observers, haq's proxy, attribution headers), and which went elsewhere.
+
+use super::types::{HEADER, JOURNAL, Mark, PROXY, mark};
+use crate::check::facts::{Evidence, says_routed};
+use crate::wire::journal::GatewayEntry;
+
+/// Requests routed to `replica` in `[from, until)`, from every source, in time order.
+pub fn routed_to(ev: &Evidence, replica: &str, from: u64, until: u64) -> Vec<Mark> {
+    let mut out: Vec<Mark> = ev
+        .attempts_to(replica, from, until)
+        .map(|(t, req)| mark(t, JOURNAL, format!("attempt of {req} sent to {replica}")))
+        .collect();
+    out.extend(
+        ev.observed(replica, from, says_routed)
+            .filter(|o| o.t < until)
+            .map(|o| {
+                mark(
+                    o.t,
+                    &o.source,
+                    o.detail.clone().unwrap_or_else(|| o.what.clone()),
+                )
+            }),
+    );
+    out.extend(
+        ev.proxied
+            .iter()
+            .filter(|p| p.replica == replica && p.t >= from && p.t < until)
+            .map(|p| {
+                mark(
+                    p.t,
+                    PROXY,
+                    format!(
+                        "{} forwarded to {replica}",
+                        p.id.as_deref().unwrap_or("a request")
+                    ),
+                )
+            }),
+    );
+    out.extend(
+        ev.requests
+            .iter()
+            .filter(|r| {
+                r.worker.as_deref() == Some(replica) && r.dispatch >= from && r.dispatch < until
+            })
+            .map(|r| mark(r.dispatch, HEADER, format!("{} served by {replica}", r.id))),
+    );
+    out.sort_by_key(|m| m.t);
+    out
+}
+
+/// The first request after `t` routed to another endpoint than `replica`.
+pub(super) fn routed_elsewhere(ev: &Evidence, replica: &str, t: u64) -> Option<Mark> {
+    let journal = ev.gateway.iter().flatten().find_map(|g| match &g.entry {
+        GatewayEntry::AttemptStart { req, worker, .. } if g.t > t && worker != replica => Some(
+            mark(g.t, JOURNAL, format!("attempt of {req} sent to {worker}")),
+        ),
+        _ => None,
+    });
+    let header = ev
+        .requests
+        .iter()
+        .filter(|r| r.dispatch > t && r.worker.as_deref().is_some_and(|w| w != replica))
+        .min_by_key(|r| r.dispatch)
+        .map(|r| {
+            mark(
+                r.dispatch,
+                HEADER,
+                format!(
+                    "{} served by {}",
+                    r.id,
+                    r.worker.as_deref().unwrap_or_default()
+                ),
+            )
+        });
+    let observed = ev
+        .observations
+        .iter()
+        .find(|o| {
+            o.t > t && says_routed(&o.what) && o.replica.as_deref().is_some_and(|x| x != replica)
+        })
+        .map(|o| mark(o.t, &o.source, o.detail.clone().unwrap_or_default()));
+    let proxied = ev
+        .proxied
+        .iter()
+        .find(|p| p.t > t && p.replica != replica)
+        .map(|p| {
+            mark(
+                p.t,
+                PROXY,
+                format!(
+                    "{} forwarded to {}",
+                    p.id.as_deref().unwrap_or("a request"),
+                    p.replica
+                ),
+            )
+        });
+    [journal, header, observed, proxied]
+        .into_iter()
+        .flatten()
+        .min_by_key(|m| m.t)
+}
+
+/// Which routing evidence this run has.
+pub fn routing_sources(ev: &Evidence) -> Vec<String> {
+    let mut s = Vec::new();
+    if ev.gateway.is_some() {
+        s.push(JOURNAL.to_string());
+    }
+    let mut obs: Vec<String> = ev
+        .observations
+        .iter()
+        .filter(|o| says_routed(&o.what))
+        .map(|o| o.source.clone())
+        .collect();
+    obs.sort();
+    obs.dedup();
+    s.extend(obs);
+    if ev.has_proxy {
+        s.push(PROXY.to_string());
+    }
+    if ev.requests.iter().any(|r| r.worker.is_some()) {
+        s.push(HEADER.to_string());
+    }
+    s
+}
