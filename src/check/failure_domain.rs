@@ -296,7 +296,7 @@ mod tests {
         let p = plan(&[]);
         let mut tb = standard(&p);
         tb.events.retain(|e| !matches!(e, Event::Fault(_)));
-        tb.fault("kill-w2", "w2", 13.0, false);
+        tb.inject("kill-w2", "w2", us(13.0), false);
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
         assert!(v.summary.contains("verification failed"), "{}", v.summary);
@@ -307,7 +307,7 @@ mod tests {
         let p = plan(&[]);
         let mut tb = standard(&p);
         tb.events.retain(|e| !matches!(e, Event::Fault(_)));
-        tb.fault("kill-w2", "w3", 13.0, true);
+        tb.inject("kill-w2", "w3", us(13.0), true);
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
         assert!(
@@ -340,7 +340,7 @@ mod tests {
     fn collateral_damage_to_an_undeclared_replica_fails() {
         let p = plan(&[]);
         let mut tb = standard(&p);
-        tb.removed(15.0, "w3", "ready check: connection refused");
+        tb.removed(us(15.0), "w3", "ready check: connection refused");
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
         assert!(
@@ -349,7 +349,7 @@ mod tests {
             v.summary
         );
         // A flap that came back is not collateral.
-        tb.ready(16.0, "w3");
+        tb.ready(us(16.0), "w3");
         assert_eq!(pick(&tb.judge(&p), NAME).status, Status::Pass);
     }
 
@@ -359,9 +359,9 @@ mod tests {
         let mut tb = Tb::new().without_journal();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
         assert!(
@@ -402,7 +402,7 @@ mod tests {
             pid: Some(555),
             detail: None,
         });
-        tb.fault("kill-w2-again", "w2", 22.0, true);
+        tb.inject("kill-w2-again", "w2", us(22.0), true);
         for e in &mut tb.events {
             if let Event::Fault(FaultLine { name, pid: p, .. }) = e
                 && name == "kill-w2-again"

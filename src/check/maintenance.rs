@@ -277,18 +277,18 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.req(R::ok("in1", "fault", 12.8, "w2"));
-        tb.req(R::ok("in2", "fault", 12.9, "w2").outcome(inflight));
-        tb.fault_as("drain-w2", "drain", "drain", "w2", 13.0, true);
+        tb.request(R::ok("in1", "fault", 12.8, "w2"));
+        tb.request(R::ok("in2", "fault", 12.9, "w2").outcome(inflight));
+        tb.inject_as("drain-w2", "drain", "drain", "w2", us(13.0), true);
         if removed {
-            tb.removed(13.3, "w2", "ready check: HTTP 503");
+            tb.removed(us(13.3), "w2", "ready check: HTTP 503");
         }
         if late {
-            tb.req(R::ok("late", "fault", 14.0, "w2"));
+            tb.request(R::ok("late", "fault", 14.0, "w2"));
         }
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         tb
     }
 

@@ -350,7 +350,7 @@ mod tests {
         tb.steady("overload", 11.0, 21.0, 20.0, |i, _| {
             (i % 2 == 0).then_some(["w1", "w2", "w3"][i % 3])
         });
-        tb.end(22.0);
+        tb.run_end(us(22.0));
         let j = tb.judge(&p);
         let v = pick(&j, NAME);
         assert_eq!(v.status, Status::Pass, "{v:?}");
@@ -374,9 +374,9 @@ mod tests {
         let mut tb = base(&p);
         for k in 0..200 {
             let t = 11.0 + k as f64 * 0.05;
-            tb.req(R::ok(format!("q{k}"), "overload", t, "w1").ttft(200.0 + k as f64 * 20.0));
+            tb.request(R::ok(format!("q{k}"), "overload", t, "w1").ttft(200.0 + k as f64 * 20.0));
         }
-        tb.end(30.0);
+        tb.run_end(us(30.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(
@@ -393,13 +393,13 @@ mod tests {
         for k in 0..200 {
             let t = 11.0 + k as f64 * 0.05;
             let r = R::ok(format!("t{k}"), "overload", t, "w1");
-            tb.req(if k % 3 == 0 {
+            tb.request(if k % 3 == 0 {
                 r.outcome(Outcome::FirstTokenTimeout)
             } else {
                 r
             });
         }
-        tb.end(22.0);
+        tb.run_end(us(22.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(
@@ -427,7 +427,7 @@ mod tests {
         for id in ids {
             for a in 2..=3 {
                 tb.gw(
-                    15.0,
+                    us(15.0),
                     GatewayEntry::AttemptStart {
                         req: id.clone(),
                         attempt: format!("{id}/a{a}"),
@@ -437,7 +437,7 @@ mod tests {
                 );
             }
         }
-        tb.end(22.0);
+        tb.run_end(us(22.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(

@@ -154,7 +154,7 @@ mod tests {
 
     fn attempt(tb: &mut Tb, t: f64, id: &str, w: &str) {
         tb.gw(
-            t,
+            us(t),
             GatewayEntry::AttemptStart {
                 req: id.into(),
                 attempt: format!("{id}/a1"),
@@ -210,10 +210,10 @@ mod tests {
         let mut tb = Tb::new().without_journal();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(
@@ -230,9 +230,9 @@ mod tests {
         t2.headers = false;
         t2.phases(&p);
         t2.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        t2.fault("kill-w2", "w2", 13.0, true);
+        t2.inject("kill-w2", "w2", us(13.0), true);
         t2.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        t2.end(32.0);
+        t2.run_end(us(32.0));
         let v = pick(&t2.judge(&p), NAME);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(v.summary.contains("no routing evidence"), "{}", v.summary);
@@ -240,7 +240,7 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
     }
 
@@ -250,9 +250,9 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         attempt(&mut tb, 13.5, "late", "w2");
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
@@ -275,12 +275,12 @@ mod tests {
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("fault", 11.0, 13.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault_as("freeze-w2", "worker", "freeze", "w2", 13.0, true);
+        tb.inject_as("freeze-w2", "worker", "freeze", "w2", us(13.0), true);
         tb.steady("fault", 13.05, heal, 10.0, rr(during));
-        tb.heal("freeze-w2", "w2", heal);
+        tb.heal("freeze-w2", "w2", us(heal));
         tb.steady("fault", heal + 0.05, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         (p, tb)
     }
 

@@ -198,13 +198,13 @@ mod tests {
                 let t = a + k as f64 / ph.rate;
                 let w = ["w1", "w3"][k % 2];
                 let r = R::ok(format!("{}-{k}", ph.name), &ph.name, t, w);
-                tb.req(if slow { r.ttft(1500.0) } else { r });
+                tb.request(if slow { r.ttft(1500.0) } else { r });
             }
             if ph.name == "fault" {
-                tb.fault("kill-w2", "w2", a + 2.0, true);
+                tb.inject("kill-w2", "w2", us(a + 2.0), true);
             }
         }
-        tb.end(1.0 + p.total.as_secs_f64() + 1.0);
+        tb.run_end(us(1.0 + p.total.as_secs_f64() + 1.0));
         tb.judge(&p)
     }
 
