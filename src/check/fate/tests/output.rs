@@ -72,6 +72,9 @@ fn a_short_repeat_or_a_repeat_without_a_seam_is_not_evidence() {
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
 }
 
+/// The answer's head again at a seam (here a 2 s stall in one attempt) is a restart;
+/// the same words with no seam are the model's own (issue 21: repetition alone is no
+/// finding).
 #[test]
 fn the_head_of_the_answer_appearing_again_is_a_restart() {
     let mut h = Tb::history();
@@ -79,12 +82,63 @@ fn the_head_of_the_answer_appearing_again_is_a_restart() {
     let mut text = refs(&w);
     text.extend(refs(&w[..7]));
     h.req("r1", 0)
-        .deltas("r1", "A", 10 * MS, &text)
-        .finish("r1", "A", 400 * MS)
-        .end("r1", 410 * MS, Outcome::Completed);
+        .deltas("r1", "A", 10 * MS, &text[..8])
+        .deltas("r1", "A", 2000 * MS, &text[8..])
+        .finish("r1", "A", 2400 * MS)
+        .end("r1", 2410 * MS, Outcome::Completed);
     let j = h.judge(&quickstart(&[]));
     let d = finding(&j, FindingKind::DuplicatedOutput);
-    contains(&d.detail, "starts over at chunk 8");
+    contains(&d.detail, "the answer restarts, after a stall");
+    let mut h = Tb::history();
+    h.req("r2", 0)
+        .deltas("r2", "A", 10 * MS, &text)
+        .finish("r2", "A", 400 * MS)
+        .end("r2", 410 * MS, Outcome::Completed);
+    let j = h.judge(&quickstart(&[]));
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+}
+
+/// A second attempt that starts the answer over in other pieces (its deltas are not
+/// the first attempt's, its words are): the head of the answer again at the hand-over.
+#[test]
+fn an_answer_restarted_in_other_pieces_at_a_hand_over_is_duplicated() {
+    let w = words("p", 12);
+    let pairs: Vec<String> = w.chunks(2).map(|c| c.concat()).collect();
+    let mut h = Tb::history();
+    h.req("r1", 0)
+        .deltas("r1", "A", 10 * MS, &refs(&pairs))
+        .deltas("r1", "B", 300 * MS, &refs(&w[..8]))
+        .finish("r1", "B", 500 * MS)
+        .end("r1", 510 * MS, Outcome::Completed);
+    let j = h.judge(&quickstart(&[]));
+    let d = finding(&j, FindingKind::DuplicatedOutput);
+    contains(&d.detail, "starts over at chunk 6, after the hand-over");
+}
+
+/// A server that answers `tok tok tok …` (and a model that repeats itself): no finding
+/// with one attempt, a stall in it or not; a second attempt's text after a hand-over
+/// (a new chunk id) is still one.
+#[test]
+fn repetitive_output_is_no_finding_without_a_hand_over() {
+    let toks = vec![" tok"; 24];
+    for stall in [0, 3000 * MS] {
+        let mut h = Tb::history();
+        h.req("r1", 0)
+            .deltas("r1", "A", 10 * MS, &toks[..12])
+            .deltas("r1", "A", 300 * MS + stall, &toks[12..])
+            .finish("r1", "A", 700 * MS + stall)
+            .end("r1", 710 * MS + stall, Outcome::Completed);
+        let j = h.judge(&quickstart(&[]));
+        assert!(j.findings.is_empty(), "stall {stall}: {:#?}", j.findings);
+    }
+    let mut h = Tb::history();
+    h.req("r1", 0)
+        .deltas("r1", "A", 10 * MS, &toks[..12])
+        .deltas("r1", "B", 300 * MS, &toks[..12])
+        .finish("r1", "B", 700 * MS)
+        .end("r1", 710 * MS, Outcome::Completed);
+    let j = h.judge(&quickstart(&[]));
+    assert!(has(&j, FindingKind::DuplicatedOutput), "{:#?}", j.findings);
 }
 
 /// r1: four deltas from a1 on w2 (killed at 90 ms), then `second` from a2 on w1,
