@@ -206,8 +206,9 @@ async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running>
         r.dir.display()
     ));
     let headers = headers::request_headers(plan)?;
+    let say = |s: &str| r.progress.line(s);
     let target = tokio::select! {
-        t = target::start(plan, opts.haq_bin.as_deref(), &headers, &r.dir, &r.tw, &r.clock) => t?,
+        t = target::start(plan, opts.haq_bin.as_deref(), &headers, &r.dir, &r.tw, &r.clock, &say) => t?,
         _ = r.cancel.cancelled() => anyhow::bail!("interrupted while starting the target"),
     };
     r.tw.emit(Event::Target {

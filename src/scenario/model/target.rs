@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::wire::units::Dur;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {
@@ -46,6 +48,15 @@ pub struct Target {
     /// `sim`: the tool service that executes tool calls (M7).
     #[serde(default)]
     pub tools: ToolsCfg,
+    /// `url`: how long haq waits for the gateway to answer `GET …/models` before the
+    /// load (a router that listens only once its replicas, behind haq's proxy, are
+    /// healthy). Default 60s.
+    #[serde(default = "default_ready_timeout")]
+    pub ready_timeout: Dur,
+}
+
+fn default_ready_timeout() -> Dur {
+    Dur::secs(60)
 }
 
 /// `replicas: 3`, or a list of replicas.
