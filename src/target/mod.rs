@@ -269,7 +269,7 @@ mod tests {
     }
 
     fn client() -> reqwest::Client {
-        crate::install_crypto_provider();
+        crate::wire::tls::install_crypto_provider();
         crate::client::http_client(Duration::from_secs(2), &reqwest::header::HeaderMap::new())
             .expect("client")
     }
