@@ -48,6 +48,9 @@ pub struct Context {
     /// For the replicas' own endpoints (readiness, admin): built once, off the load's
     /// hot path.
     pub http: reqwest::Client,
+    /// haq was interrupted (or the run's faults are being stopped): a command that
+    /// injects or verifies ends at once. Heals are not stopped by it.
+    pub stop: tokio_util::sync::CancellationToken,
 }
 
 /// The client fault backends use to reach replicas directly (readiness, admin hooks).

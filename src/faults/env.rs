@@ -55,6 +55,7 @@ impl Env {
             trace: self.trace.clone(),
             probe,
             http: self.admin.clone(),
+            stop: self.stop.clone(),
         }
     }
 }
