@@ -235,6 +235,19 @@ impl Injector for CommandInjector {
             };
             let env = env(f, r, cx);
             let timeout = spec.timeout.0;
+            // In the ledger before the command runs: if haq is killed while the fault
+            // holds, `haq heal` runs the heal command.
+            let entry = spec.heal.as_ref().map(|heal| {
+                let remedy = super::ledger::Remedy::Command {
+                    heal: heal.clone(),
+                    env: env.clone(),
+                    timeout_ms: timeout.as_millis() as u64,
+                };
+                (
+                    cx.ledger.clone(),
+                    cx.ledger.intend(&f.name, &r.name, remedy),
+                )
+            });
             let inject =
                 run_async(spec.inject.clone(), env.clone(), timeout, cx.stop.clone()).await;
             // Whatever the inject did, even half, is undone by the heal command.
@@ -244,6 +257,7 @@ impl Injector for CommandInjector {
                     verify: spec.verify.clone(),
                     env: env.clone(),
                     timeout,
+                    ledger: entry.clone(),
                 }) as Box<dyn Undo>
             });
             if !inject.ok {
@@ -278,16 +292,28 @@ impl Injector for CommandInjector {
 }
 
 /// Runs the heal command; when there is a verify command, the heal is verified by
-/// the fault no longer verifying.
+/// the fault no longer verifying. A verified heal closes its ledger entry.
 struct RunHeal {
     heal: String,
     verify: Option<String>,
     env: Vec<(String, String)>,
     timeout: Duration,
+    ledger: Option<(std::sync::Arc<super::ledger::Ledger>, u64)>,
 }
 
 impl Undo for RunHeal {
     fn undo(&mut self) -> Healed {
+        let h = self.heal_once();
+        // Healed and verified: nothing is left for `haq heal`.
+        if let (true, Some((l, id))) = (h.verified, &self.ledger) {
+            l.healed(*id, &h.detail);
+        }
+        h
+    }
+}
+
+impl RunHeal {
+    fn heal_once(&self) -> Healed {
         let h = run_sh(&self.heal, &self.env, self.timeout, None);
         if !h.ok {
             return Healed {

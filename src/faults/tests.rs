@@ -90,6 +90,7 @@ fn context(dir: &std::path::Path) -> Context {
         probe: None,
         http: admin_client().expect("client"),
         stop: tokio_util::sync::CancellationToken::new(),
+        ledger: std::sync::Arc::new(super::ledger::Ledger::none()),
     }
 }
 
