@@ -206,6 +206,7 @@ fn validate_client(c: &ClientCfg) -> Result<(), Issue> {
 }
 
 fn validate_target(t: &Target) -> Result<(), Issue> {
+    validate_headers(&t.headers)?;
     match t.kind {
         TargetKind::Sim => {
             if let Some(u) = &t.url {
@@ -247,6 +248,28 @@ fn validate_target(t: &Target) -> Result<(), Issue> {
             Ok(())
         }
     }
+}
+
+/// `target.headers`: names and values an HTTP request can carry (no CR, LF or NUL: a
+/// header that would split the request is refused here, not after the target started).
+fn validate_headers(h: &std::collections::BTreeMap<String, String>) -> Result<(), Issue> {
+    for (k, v) in h {
+        if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+            return Err(Issue::new(
+                format!("target.headers.{k}"),
+                format!("{k:?}"),
+                "is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
+            ));
+        }
+        if reqwest::header::HeaderValue::from_str(v).is_err() {
+            return Err(Issue::new(
+                format!("target.headers.{k}"),
+                "(not shown)",
+                "is not a valid header value (no CR, LF, NUL or other control characters)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The sim engine's knobs (docs/sim.md).
