@@ -252,8 +252,8 @@ fn validate_target(t: &Target) -> Result<(), Issue> {
 
 /// `target.headers`: names and values an HTTP request can carry (no CR, LF or NUL: a
 /// header that would split the request is refused here, not after the target started).
-fn validate_headers(h: &std::collections::BTreeMap<String, String>) -> Result<(), Issue> {
-    for (k, v) in h {
+fn validate_headers(h: &std::collections::BTreeMap<String, HeaderSource>) -> Result<(), Issue> {
+    for (k, src) in h {
         if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
             return Err(Issue::new(
                 format!("target.headers.{k}"),
@@ -261,6 +261,27 @@ fn validate_headers(h: &std::collections::BTreeMap<String, String>) -> Result<()
                 "is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
             ));
         }
+        let v = match src {
+            HeaderSource::Value(v) => v.as_str(),
+            HeaderSource::Env { env, .. } if env.is_empty() => {
+                return Err(Issue::new(
+                    format!("target.headers.{k}.env"),
+                    "\"\"",
+                    "names no environment variable",
+                ));
+            }
+            HeaderSource::File { file, .. } if file.is_empty() => {
+                return Err(Issue::new(
+                    format!("target.headers.{k}.file"),
+                    "\"\"",
+                    "names no file",
+                ));
+            }
+            // Read when the run starts (a CI job validates without its secrets).
+            HeaderSource::Env { prefix, .. } | HeaderSource::File { prefix, .. } => {
+                prefix.as_deref().unwrap_or("")
+            }
+        };
         if reqwest::header::HeaderValue::from_str(v).is_err() {
             return Err(Issue::new(
                 format!("target.headers.{k}"),
