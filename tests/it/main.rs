@@ -6,6 +6,7 @@ mod client;
 mod docs;
 mod fate;
 mod faults;
+mod fuzz;
 mod gateway;
 mod layers;
 mod load;
