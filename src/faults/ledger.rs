@@ -222,7 +222,7 @@ fn remedy(r: &Remedy) -> (bool, String) {
             env,
             timeout_ms,
         } => {
-            let ran = super::command::run_sh(heal, env, Duration::from_millis(*timeout_ms), None);
+            let ran = super::shell::run_sh(heal, env, Duration::from_millis(*timeout_ms), None);
             (ran.ok, ran.describe("heal"))
         }
     }

@@ -23,6 +23,7 @@ pub mod process;
 pub mod proxy;
 pub mod replace;
 pub mod schedule;
+mod shell;
 
 use crate::scenario::FaultBackend;
 pub use crate::target::registry::{Registry, Replica};
