@@ -15,6 +15,7 @@ mod run;
 mod simkit;
 mod support;
 mod url;
+mod validity;
 mod verdicts;
 mod worker;
 mod workload;
