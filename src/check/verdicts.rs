@@ -48,7 +48,7 @@ fn one(name: VerdictName, j: &Judged) -> Verdict {
         VerdictName::Routing => routing::verdict(plan, tl),
         VerdictName::RequestFate => {
             let sim = plan.scenario.target.kind == TargetKind::Sim;
-            fate::verdict(j.fate, fate::fate_faults(plan), j.sources, sim)
+            fate::verdict(j.fate, &fate::fate_faults(plan), &ev.faults, j.sources, sim)
         }
         VerdictName::Capacity => {
             capacity::verdict(plan, tl, &j.level.window, j.level.capacity.as_ref())

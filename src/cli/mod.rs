@@ -88,6 +88,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                 Exit::Unusable
             }
         },
+        Command::Heal(a) => heal(&a.run_dir),
         Command::Compare(a) => compare_runs(
             &a.run_a,
             &a.run_b,
@@ -236,6 +237,36 @@ fn compare_runs(
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("error: {e:#}");
             Exit::Unusable
+        }
+    }
+}
+
+/// `haq heal RUN_DIR`: undoes what the ledger of a killed run leaves open.
+fn heal(dir: &Path) -> Exit {
+    match crate::faults::ledger::heal_dir(dir) {
+        Err(e) => {
+            eprintln!("error: {e}");
+            Exit::Unusable
+        }
+        Ok(done) if done.is_empty() => {
+            println!("{}: nothing left applied", dir.display());
+            Exit::Pass
+        }
+        Ok(done) => {
+            for d in &done {
+                println!(
+                    "{} {} on {}: {}",
+                    if d.ok { "healed" } else { "NOT healed" },
+                    d.entry.fault,
+                    d.entry.replica,
+                    d.detail
+                );
+            }
+            if done.iter().all(|d| d.ok) {
+                Exit::Pass
+            } else {
+                Exit::Fail
+            }
         }
     }
 }

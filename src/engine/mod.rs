@@ -98,6 +98,9 @@ fn fault_env(
         load_start: Instant::now(),
         load_done: load_done.clone(),
         stop: stop.clone(),
+        ledger: Arc::new(
+            crate::faults::ledger::Ledger::open(&r.dir).context("opening the heal ledger")?,
+        ),
     })
 }
 
@@ -140,6 +143,7 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<Recorded> {
     let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
+    heal_leftovers(&opts);
     let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;
     let clock = Clock::start();
@@ -206,8 +210,9 @@ async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running>
         r.dir.display()
     ));
     let headers = headers::request_headers(plan)?;
+    let say = |s: &str| r.progress.line(s);
     let target = tokio::select! {
-        t = target::start(plan, opts.haq_bin.as_deref(), &headers, &r.dir, &r.tw, &r.clock) => t?,
+        t = target::start(plan, opts.haq_bin.as_deref(), &headers, &r.dir, &r.tw, &r.clock, &say) => t?,
         _ = r.cancel.cancelled() => anyhow::bail!("interrupted while starting the target"),
     };
     r.tw.emit(Event::Target {
@@ -283,5 +288,38 @@ async fn collect_evidence(r: &Run<'_>) {
             what: "tool_log_unavailable".into(),
             detail: Some(e),
         });
+    }
+}
+
+/// Before a run: what earlier runs in the same reports directory (and the run
+/// directory asked for) left applied when they were killed is undone first
+/// (`haq heal` on each), so no replica stays frozen from one run into the next.
+fn heal_leftovers(opts: &RunOptions) {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&opts.reports_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join(trace::files::HEALS_FILE).exists())
+        .collect();
+    dirs.extend(
+        opts.out
+            .clone()
+            .filter(|d| d.join(trace::files::HEALS_FILE).exists()),
+    );
+    for d in dirs {
+        // A run still alive heals its own (heal_dir refuses it).
+        if let Ok(done) = crate::faults::ledger::heal_dir(&d) {
+            for x in done {
+                eprintln!(
+                    "haq: {} {} on {} left by the run in {}: {}",
+                    if x.ok { "healed" } else { "could NOT heal" },
+                    x.entry.fault,
+                    x.entry.replica,
+                    d.display(),
+                    x.detail
+                );
+            }
+        }
     }
 }

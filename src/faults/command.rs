@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 
 use super::backend::{Context, Injected, Injector};
 use super::{Healed, Replica, Undo};
@@ -45,8 +46,61 @@ fn tail(s: &[u8]) -> String {
     }
 }
 
-/// Runs `sh -c cmd` with `env`, blocking, for at most `timeout`.
-pub fn run_sh(cmd: &str, env: &[(String, String)], timeout: Duration) -> Ran {
+/// Most output kept of a command, each stream (its tail is what `Ran` shows).
+const KEEP_OUTPUT: usize = 64 * 1024;
+/// How long the output is waited for once the command ended: a descendant that left
+/// the process group (`setsid … &`) may hold the pipes open for as long as it lives.
+const PIPE_GRACE: Duration = Duration::from_millis(200);
+
+/// A pipe read on its own thread into a bounded buffer that can be taken at any time.
+struct Drain {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Drain {
+    fn new(pipe: Option<impl Read + Send + 'static>) -> Drain {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, done) = std::sync::mpsc::channel();
+        let b = buf.clone();
+        std::thread::spawn(move || {
+            if let Some(mut p) = pipe {
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = p.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut g = b.lock().unwrap_or_else(|e| e.into_inner());
+                    g.extend_from_slice(&chunk[..n]);
+                    if g.len() > KEEP_OUTPUT {
+                        let cut = g.len() - KEEP_OUTPUT;
+                        g.drain(..cut);
+                    }
+                }
+            }
+            let _ = tx.send(());
+        });
+        Drain { buf, done }
+    }
+
+    /// What was read, once the pipe closed or `grace` passed (then the reader is left
+    /// to end with the pipe).
+    fn take(self, grace: Duration) -> Vec<u8> {
+        let _ = self.done.recv_timeout(grace);
+        std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Runs `sh -c cmd` with `env`, blocking, for at most `timeout` — or until `stop`
+/// (haq was interrupted). The command runs in its own process group, killed when the
+/// time is up or on stop; its output is waited for at most [`PIPE_GRACE`] after it
+/// ended, so a descendant that escaped the group cannot hold haq.
+pub fn run_sh(
+    cmd: &str,
+    env: &[(String, String)],
+    timeout: Duration,
+    stop: Option<&CancellationToken>,
+) -> Ran {
     let mut c = Command::new("sh");
     c.arg("-c")
         .arg(cmd)
@@ -72,40 +126,29 @@ pub fn run_sh(cmd: &str, env: &[(String, String)], timeout: Duration) -> Ran {
         }
     };
     // Read the pipes on their own threads so a chatty command never blocks.
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    let ro = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_end(&mut b);
-        }
-        b
-    });
-    let re = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_end(&mut b);
-        }
-        b
-    });
+    let ro = Drain::new(child.stdout.take());
+    let re = Drain::new(child.stderr.take());
     let deadline = Instant::now() + timeout;
     let status = loop {
+        let stopped = stop.is_some_and(CancellationToken::is_cancelled);
         match child.try_wait() {
             Ok(Some(st)) => break Ok(st),
-            Ok(None) if Instant::now() >= deadline => {
+            Ok(None) if stopped || Instant::now() >= deadline => {
                 // SAFETY: killpg on the group this child leads (process_group(0)).
                 unsafe { libc::killpg(child.id() as i32, libc::SIGKILL) };
                 let _ = child.wait();
-                break Err(format!(
-                    "timed out after {timeout:?} (process group killed)"
-                ));
+                break Err(if stopped {
+                    "stopped: haq was interrupted (process group killed)".to_string()
+                } else {
+                    format!("timed out after {timeout:?} (process group killed)")
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
             Err(e) => break Err(format!("wait failed: {e}")),
         }
     };
-    let mut output = tail(&ro.join().unwrap_or_default());
-    let e = tail(&re.join().unwrap_or_default());
+    let mut output = tail(&ro.take(PIPE_GRACE));
+    let e = tail(&re.take(PIPE_GRACE));
     if !e.is_empty() {
         if !output.is_empty() {
             output.push_str(" | ");
@@ -161,8 +204,13 @@ pub fn env(f: &FaultPlan, r: &Replica, cx: &Context) -> Vec<(String, String)> {
     v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
-async fn run_async(cmd: String, env: Vec<(String, String)>, timeout: Duration) -> Ran {
-    tokio::task::spawn_blocking(move || run_sh(&cmd, &env, timeout))
+async fn run_async(
+    cmd: String,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+    stop: CancellationToken,
+) -> Ran {
+    tokio::task::spawn_blocking(move || run_sh(&cmd, &env, timeout, Some(&stop)))
         .await
         .unwrap_or_else(|e| Ran {
             ok: false,
@@ -187,7 +235,21 @@ impl Injector for CommandInjector {
             };
             let env = env(f, r, cx);
             let timeout = spec.timeout.0;
-            let inject = run_async(spec.inject.clone(), env.clone(), timeout).await;
+            // In the ledger before the command runs: if haq is killed while the fault
+            // holds, `haq heal` runs the heal command.
+            let entry = spec.heal.as_ref().map(|heal| {
+                let remedy = super::ledger::Remedy::Command {
+                    heal: heal.clone(),
+                    env: env.clone(),
+                    timeout_ms: timeout.as_millis() as u64,
+                };
+                (
+                    cx.ledger.clone(),
+                    cx.ledger.intend(&f.name, &r.name, remedy),
+                )
+            });
+            let inject =
+                run_async(spec.inject.clone(), env.clone(), timeout, cx.stop.clone()).await;
             // Whatever the inject did, even half, is undone by the heal command.
             let undo: Option<Box<dyn Undo>> = spec.heal.clone().map(|heal| {
                 Box::new(RunHeal {
@@ -195,6 +257,7 @@ impl Injector for CommandInjector {
                     verify: spec.verify.clone(),
                     env: env.clone(),
                     timeout,
+                    ledger: entry.clone(),
                 }) as Box<dyn Undo>
             });
             if !inject.ok {
@@ -202,7 +265,7 @@ impl Injector for CommandInjector {
             }
             let inj = match (&spec.verify, f.verify) {
                 (Some(v), true) => {
-                    let ran = run_async(v.clone(), env, timeout).await;
+                    let ran = run_async(v.clone(), env, timeout, cx.stop.clone()).await;
                     Injected {
                         at,
                         pid: None,
@@ -229,17 +292,29 @@ impl Injector for CommandInjector {
 }
 
 /// Runs the heal command; when there is a verify command, the heal is verified by
-/// the fault no longer verifying.
+/// the fault no longer verifying. A verified heal closes its ledger entry.
 struct RunHeal {
     heal: String,
     verify: Option<String>,
     env: Vec<(String, String)>,
     timeout: Duration,
+    ledger: Option<(std::sync::Arc<super::ledger::Ledger>, u64)>,
 }
 
 impl Undo for RunHeal {
     fn undo(&mut self) -> Healed {
-        let h = run_sh(&self.heal, &self.env, self.timeout);
+        let h = self.heal_once();
+        // Healed and verified: nothing is left for `haq heal`.
+        if let (true, Some((l, id))) = (h.verified, &self.ledger) {
+            l.healed(*id, &h.detail);
+        }
+        h
+    }
+}
+
+impl RunHeal {
+    fn heal_once(&self) -> Healed {
+        let h = run_sh(&self.heal, &self.env, self.timeout, None);
         if !h.ok {
             return Healed {
                 verified: false,
@@ -248,7 +323,7 @@ impl Undo for RunHeal {
         }
         match &self.verify {
             Some(v) => {
-                let still = run_sh(v, &self.env, self.timeout);
+                let still = run_sh(v, &self.env, self.timeout, None);
                 Healed {
                     verified: !still.ok,
                     detail: format!(

@@ -44,6 +44,8 @@ pub struct Env {
     pub load_done: CancellationToken,
     /// Hard stop: probe requests still running are cancelled.
     pub stop: CancellationToken,
+    /// The heal ledger (RUN_DIR/heals.jsonl).
+    pub ledger: Arc<super::ledger::Ledger>,
 }
 
 impl Env {
@@ -55,6 +57,8 @@ impl Env {
             trace: self.trace.clone(),
             probe,
             http: self.admin.clone(),
+            stop: self.stop.clone(),
+            ledger: self.ledger.clone(),
         }
     }
 }

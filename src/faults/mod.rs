@@ -17,6 +17,7 @@ mod env;
 mod fire;
 pub mod guard;
 pub mod hook;
+pub mod ledger;
 pub mod probe;
 pub mod process;
 pub mod proxy;

@@ -379,3 +379,59 @@ fn the_removed_max_slip_p99_says_what_replaced_it_at_its_line() {
         "as set"
     );
 }
+
+/// A header that would split the request (CR, LF) or a bad header name is one error at
+/// its line, before anything starts (issue 15 item 8); the value is not shown (it may
+/// be a key).
+#[test]
+fn bad_header_names_and_values_are_refused_at_their_line() {
+    let text = GOOD.replace(
+        "target: {kind: sim, replicas: 3}",
+        "target:\n  kind: sim\n  replicas: 3\n  headers:\n    x-ok: fine\n    x-bad: \"a\\r\\nb: c\"",
+    );
+    let e = err(&text, &[]);
+    let shown = e.to_string();
+    assert!(shown.starts_with("s.yaml:7:"), "{shown}");
+    assert!(shown.contains("`target.headers.x-bad`"), "{shown}");
+    assert!(shown.contains("not a valid header value"), "{shown}");
+    assert!(!shown.contains("b: c"), "{shown}");
+    let e = err(GOOD, &["target.headers.bad name=x"]);
+    assert!(e.to_string().contains("not a valid header name"), "{e}");
+    assert!(
+        e.to_string().starts_with("--set target.headers.bad name=x"),
+        "{e}"
+    );
+}
+
+/// A scenario must be a regular file of bounded size: /dev/zero would be read until
+/// memory ran out, a FIFO would block forever.
+#[test]
+fn a_scenario_must_be_a_regular_file_of_bounded_size() {
+    let e = load_path("/dev/zero");
+    assert!(e.contains("not a regular file"), "{e}");
+    let dir = std::env::temp_dir().join(format!("haq-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let fifo = dir.join("fifo.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    if made {
+        let e = load_path(&fifo.display().to_string());
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+    let big = dir.join("big.yaml");
+    let f = std::fs::File::create(&big).expect("create");
+    f.set_len(crate::scenario::MAX_FILE_BYTES + 1)
+        .expect("size");
+    let e = load_path(&big.display().to_string());
+    assert!(e.contains("larger than"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn load_path(p: &str) -> String {
+    match super::load(Path::new(p), &[], None) {
+        Ok(_) => panic!("{p} accepted"),
+        Err(e) => e.to_string(),
+    }
+}

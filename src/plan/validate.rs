@@ -222,6 +222,7 @@ fn validate_client(c: &ClientCfg) -> Result<(), Issue> {
 }
 
 fn validate_target(t: &Target) -> Result<(), Issue> {
+    validate_headers(&t.headers)?;
     match t.kind {
         TargetKind::Sim => {
             if let Some(u) = &t.url {
@@ -263,6 +264,49 @@ fn validate_target(t: &Target) -> Result<(), Issue> {
             Ok(())
         }
     }
+}
+
+/// `target.headers`: names and values an HTTP request can carry (no CR, LF or NUL: a
+/// header that would split the request is refused here, not after the target started).
+fn validate_headers(h: &std::collections::BTreeMap<String, HeaderSource>) -> Result<(), Issue> {
+    for (k, src) in h {
+        if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+            return Err(Issue::new(
+                format!("target.headers.{k}"),
+                format!("{k:?}"),
+                "is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
+            ));
+        }
+        let v = match src {
+            HeaderSource::Value(v) => v.as_str(),
+            HeaderSource::Env { env, .. } if env.is_empty() => {
+                return Err(Issue::new(
+                    format!("target.headers.{k}.env"),
+                    "\"\"",
+                    "names no environment variable",
+                ));
+            }
+            HeaderSource::File { file, .. } if file.is_empty() => {
+                return Err(Issue::new(
+                    format!("target.headers.{k}.file"),
+                    "\"\"",
+                    "names no file",
+                ));
+            }
+            // Read when the run starts (a CI job validates without its secrets).
+            HeaderSource::Env { prefix, .. } | HeaderSource::File { prefix, .. } => {
+                prefix.as_deref().unwrap_or("")
+            }
+        };
+        if reqwest::header::HeaderValue::from_str(v).is_err() {
+            return Err(Issue::new(
+                format!("target.headers.{k}"),
+                "(not shown)",
+                "is not a valid header value (no CR, LF, NUL or other control characters)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The sim engine's knobs (docs/sim.md).

@@ -98,7 +98,7 @@ fn faults(out: &mut String, j: &Judgement) {
                 .map(|l| f.t.saturating_sub(l) as f64 / 1e6)
                 .unwrap_or(0.0),
             f.action,
-            f.replica,
+            f.replica_label(),
             f.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             f.verified,
             f.detail

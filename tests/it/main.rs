@@ -12,6 +12,7 @@ mod load;
 mod m9;
 mod report;
 mod run;
+mod secrets;
 mod simkit;
 mod support;
 mod url;

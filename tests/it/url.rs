@@ -314,6 +314,72 @@ async fn interrupted_run_heals(sig: nix::sys::signal::Signal) {
     drop(ext);
 }
 
+/// haq SIGKILLed while it holds a url-target replica frozen (nothing can heal it then):
+/// `haq heal RUN_DIR` resumes it from the run's heal ledger, once; the process is
+/// running again (issue 15 item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_freeze_then_haq_heal_leaves_no_process_frozen() {
+    let ext = external("url-sigkill").await;
+    let text = scenario(
+        &ext.target("true"),
+        "  - {name: baseline, duration: 1s}\n  - {name: fault, duration: 60s}",
+        "  - {name: freeze-a, domain: worker, action: freeze, target: {replica: a}, at: {phase: fault, offset: 300ms}, duration: 60s}\n",
+    );
+    let f = ext.dir.join("sigkill.yaml");
+    std::fs::write(&f, text).expect("scenario");
+    let out = ext.dir.join("run");
+    let mut child = tokio::process::Command::new(haq_bin())
+        .args(["run", "--quiet", "--out"])
+        .arg(&out)
+        .arg(&f)
+        .current_dir(crate::support::root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("haq run");
+    eventually("a frozen", Duration::from_secs(30), async || {
+        state(ext.a.p.pid) == Some('T')
+    })
+    .await;
+    child.start_kill().expect("SIGKILL");
+    let _ = child.wait().await;
+    assert_eq!(state(ext.a.p.pid), Some('T'), "SIGKILL healed nothing");
+    let heal = std::process::Command::new(haq_bin())
+        .arg("heal")
+        .arg(&out)
+        .output()
+        .expect("haq heal");
+    let said = String::from_utf8_lossy(&heal.stdout);
+    assert_eq!(
+        heal.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&heal.stderr)
+    );
+    assert!(
+        said.contains("healed freeze-a on a: SIGCONT sent"),
+        "{said}"
+    );
+    assert_ne!(state(ext.a.p.pid), Some('T'), "a was left frozen");
+    let ready = http()
+        .get(format!("{}/ready", ext.a.url()))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .expect("a answers");
+    assert!(ready.status().is_success());
+    // Healed once: a second `haq heal` finds nothing left.
+    let again = std::process::Command::new(haq_bin())
+        .arg("heal")
+        .arg(&out)
+        .output()
+        .expect("haq heal");
+    assert_eq!(again.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing left applied"));
+    drop(ext);
+}
+
 fn read(trace: &Path) -> Vec<Event> {
     haq::trace::read(trace)
         .map(|i| i.map_while(Result::ok).collect())

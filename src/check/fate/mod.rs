@@ -188,12 +188,34 @@ impl FateAcc {
 
 /// The scenario's faults that test request fate: all but planned drains, which must
 /// let in-flight work finish and are judged by Maintenance (Q7).
-pub fn fate_faults(plan: &Plan) -> usize {
+/// The declared faults that test request fate (all but planned drains, Q7).
+pub fn fate_faults(plan: &Plan) -> Vec<&crate::plan::FaultPlan> {
     use crate::scenario::{FailureDomain, FaultAction};
     plan.faults
         .iter()
         .filter(|f| f.domain != FailureDomain::Drain && f.action != FaultAction::Drain)
-        .count()
+        .collect()
+}
+
+/// The request-fate faults that were not applied (no verified record): what each
+/// would have tested was not tested.
+fn not_applied(declared: &[&crate::plan::FaultPlan], recorded: &[FaultRec]) -> Vec<String> {
+    declared
+        .iter()
+        .filter(|d| !recorded.iter().any(|r| r.name == d.name && r.verified))
+        .map(|d| {
+            let why = recorded
+                .iter()
+                .find(|r| r.name == d.name)
+                .map_or("no record of it in the trace".to_string(), |r| {
+                    r.detail.clone()
+                });
+            format!(
+                "{} was not applied ({why}): the request fate it was declared to test was not tested",
+                d.name
+            )
+        })
+        .collect()
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -206,7 +228,13 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// The Request-Fate verdict, composed as in Jepsen: FAIL on any finding; else UNKNOWN
 /// when a checker crashed or evidence was missing; else PASS when some request was
 /// caught by a fault (NOT_EVALUATED when the scenario injects none).
-pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool) -> Verdict {
+pub fn verdict(
+    acc: &FateAcc,
+    declared: &[&crate::plan::FaultPlan],
+    recorded: &[FaultRec],
+    sources: &[SourceReport],
+    sim: bool,
+) -> Verdict {
     let name = VerdictName::RequestFate;
     let mut evidence = verdict_evidence(acc, sources);
     if !acc.counts.is_empty() {
@@ -218,12 +246,13 @@ pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool
             .join(", ");
         return Verdict::new(name, Status::Fail, format!("findings: {s}"), evidence);
     }
-    let unknown = undecided(acc, sources, sim);
+    let mut unknown = undecided(acc, sources, sim);
+    unknown.extend(not_applied(declared, recorded));
     if !unknown.is_empty() {
         evidence.extend(acc.unknown.iter().cloned());
         return Verdict::new(name, Status::Unknown, unknown.join("; "), evidence);
     }
-    if faults == 0 {
+    if declared.is_empty() {
         return Verdict::new(
             name,
             Status::NotEvaluated,

@@ -12,8 +12,10 @@ use crate::trace::Outcome;
 pub fn against_policy(ctx: &Ctx, v: &View, faults: &[FaultRec], out: &mut Out) {
     let mut flagged = false;
     for f in faults {
-        if is_planned_drain(f) {
-            continue; // a drain is judged by Maintenance: in-flight work must finish
+        if is_planned_drain(f) || !f.verified {
+            // A drain is judged by Maintenance (in-flight work must finish); a fault
+            // that was not applied caught nothing.
+            continue;
         }
         let Some(stage) = stage_at(ctx, v, f) else {
             continue;

@@ -54,6 +54,19 @@ pub struct FaultRec {
     pub probe: Option<String>,
 }
 
+impl FaultRec {
+    /// The replica it hit, for people: a fault that never fired (a probe whose serving
+    /// replica was never known) names none.
+    pub fn replica_label(&self) -> &str {
+        replica_label(&self.replica)
+    }
+}
+
+/// A replica name for people; an empty one (a fault that hit no replica) reads so.
+pub fn replica_label(name: &str) -> &str {
+    if name.is_empty() { "no replica" } else { name }
+}
+
 impl From<FaultLine> for FaultRec {
     fn from(f: FaultLine) -> Self {
         FaultRec {

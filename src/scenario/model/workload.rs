@@ -188,6 +188,22 @@ pub enum Dist {
     Empirical(Empirical),
 }
 
+impl Dist {
+    /// A typical length of the distribution (its middle, within its bounds); `None`
+    /// for lengths read from a file (not known before the file is read).
+    pub fn typical(&self) -> Option<u32> {
+        match self {
+            Dist::Fixed(n) => Some(*n),
+            Dist::Uniform([a, b]) => Some(a / 2 + b / 2),
+            Dist::Normal(s) | Dist::Lognormal(s) => {
+                let m = s.mean.round().clamp(1.0, f64::from(u32::MAX)) as u32;
+                Some(m.clamp(s.min.unwrap_or(1), s.max.unwrap_or(u32::MAX)))
+            }
+            Dist::Empirical(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Shape {

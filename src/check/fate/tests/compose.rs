@@ -63,7 +63,9 @@ fn a_crashing_checker_is_unknown_with_its_error_and_the_others_still_run() {
     assert_eq!(acc.crashes[0].request.as_deref(), Some("r1"));
     assert!(acc.crashes[0].error.contains("index out of range"));
     assert_eq!(acc.hit, 1, "the policy checker ran after the crash");
-    let v = crate::check::fate::verdict(&acc, 1, &[], true);
+    let p = quickstart(&[]);
+    let declared = crate::check::fate::fate_faults(&p);
+    let v = crate::check::fate::verdict(&acc, &declared, &[], &[], true);
     assert_eq!(v.status, Status::Unknown, "{v:?}");
     contains(&v.summary, "checker `boom` crashed");
     contains(&v.summary, "index out of range");
@@ -75,7 +77,7 @@ fn a_crashing_checker_is_unknown_with_its_error_and_the_others_still_run() {
         .end("r2", 100 * MS, Outcome::Reset);
     let acc = fold_with(&h2, checks);
     assert_eq!(acc.crashes[0].count, 1);
-    let v = crate::check::fate::verdict(&acc, 1, &[], true);
+    let v = crate::check::fate::verdict(&acc, &declared, &[], &[], true);
     assert_eq!(v.status, Status::Fail, "{v:?}");
 }
 
@@ -252,4 +254,72 @@ fn a_tool_log_in_the_run_directory_is_judged() {
     let j = judge_with(&p, || evs.clone(), s);
     assert_eq!(kinds(&j), vec![FindingKind::DuplicateToolEffect]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fault that never fired (a probe whose serving replica was never known: recorded
+/// not applied, on no replica) caught no request: Request-Fate is UNKNOWN saying why,
+/// never "N requests caught by the fault behaved as the policy says"; the timeline
+/// names no empty replica (issue 21 item 6).
+#[test]
+fn a_fault_that_never_fired_leaves_request_fate_unknown_and_names_no_empty_replica() {
+    let mut h = Tb::history();
+    clean(&mut h, "r1", "w1", 0, 4);
+    // As the engine records a probe that never reached its point (faults::fire::missed).
+    h.fault_as(crate::trace::FaultLine {
+        t: 50 * MS,
+        name: "kill-w2".into(),
+        domain: crate::scenario::FailureDomain::Worker,
+        action: crate::scenario::FaultAction::Kill,
+        replica: String::new(),
+        pid: None,
+        verified: false,
+        detail: "not applied: 3 deltas delivered but no replica is known to serve the probe".into(),
+        backend: Some(crate::scenario::FaultBackend::Process),
+        node: None,
+        trigger: Some("probe first_delta".into()),
+        triggered: None,
+        probe: Some("probe-kill-w2".into()),
+    });
+    let j = h.judge(&quickstart(&[]));
+    let v = fate(&j);
+    assert_eq!(v.status, Status::Unknown, "{v:?}");
+    contains(&v.summary, "kill-w2 was not applied");
+    assert!(j.fate_table.is_empty(), "{:?}", j.fate_table);
+    let rows: Vec<&str> = j
+        .timeline
+        .entries
+        .iter()
+        .map(|e| e.event.as_str())
+        .collect();
+    assert!(
+        rows.iter()
+            .any(|e| e.contains("kill-w2 not applied (kill no replica)")),
+        "{rows:?}"
+    );
+    assert!(
+        !rows.iter().any(|e| e.contains("  ") || e.ends_with(' ')),
+        "{rows:?}"
+    );
+    // The same run with the fault applied on w2 (r1 was on w1: not caught) is no PASS
+    // either: the fault tested no request fate.
+    let mut h = Tb::history();
+    clean(&mut h, "r1", "w1", 0, 4);
+    h.kill(50 * MS, "w2");
+    let v = fate(&h.judge(&quickstart(&[]))).clone();
+    assert_eq!(v.status, Status::Unknown, "{v:?}");
+    contains(&v.summary, "tested no request fate");
+}
+
+/// A declared fault with no record at all in the trace (the run ended first) is not
+/// applied either.
+#[test]
+fn a_declared_fault_missing_from_the_trace_leaves_request_fate_unknown() {
+    let mut h = Tb::history();
+    clean(&mut h, "r1", "w1", 0, 4);
+    let v = fate(&h.judge(&quickstart(&[]))).clone();
+    assert_eq!(v.status, Status::Unknown, "{v:?}");
+    contains(
+        &v.summary,
+        "kill-w2 was not applied (no record of it in the trace)",
+    );
 }

@@ -250,3 +250,41 @@ fn a_non_streamed_answer_is_one_body_the_gateway_counts_no_deltas_of() {
     let j = h.judge(&quickstart(&[]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
 }
+
+/// Gemma 3 270M through llama.cpp repeats itself (tests/data/wire): replayed as it
+/// came, with a stall where it starts over, it is no finding — one attempt, one chunk
+/// id; the same words after a hand-over to another chunk id are one.
+#[test]
+fn a_base_models_repetitive_answer_is_no_finding_even_after_a_stall() {
+    const GEMMA: &str =
+        include_str!("../../../../tests/data/wire/llamacpp-gemma-base-model-repeats.sse");
+    let texts: Vec<String> = GEMMA
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| crate::wire::chunk::classify(d).text.map(|t| t.into_owned()))
+        .collect();
+    assert!(texts.len() >= 40, "{texts:?}");
+    // Where the answer says "Hello" again: a repeat the old rule took for a re-send.
+    let again = texts
+        .iter()
+        .skip(1)
+        .position(|t| t == "Hello")
+        .map(|i| i + 1)
+        .expect("it repeats");
+    let texts = refs(&texts);
+    for (cid2, want) in [("A", false), ("B", true)] {
+        let mut h = Tb::history();
+        h.req("r1", 0)
+            .deltas("r1", "A", 10 * MS, &texts[..again])
+            .deltas("r1", cid2, 3000 * MS, &texts[again..])
+            .finish("r1", cid2, 4000 * MS)
+            .end("r1", 4010 * MS, Outcome::Completed);
+        let j = h.judge(&quickstart(&[]));
+        assert_eq!(
+            has(&j, FindingKind::DuplicatedOutput),
+            want,
+            "second chunk id {cid2}: {:#?}",
+            j.findings
+        );
+    }
+}

@@ -38,7 +38,8 @@ fn proxy_legs_are_the_attempts_of_a_request_retried_before_its_first_delta() {
         .proxy_req("r1", 26 * MS, "b2", 4)
         .proxy_end("r1", 200 * MS, ("b2", 4), K::Completed)
         .kill(20 * MS, "b1");
-    let j = h.judge(&quickstart(&[]));
+    // The trace's fault (a kill of b1) is the declared one.
+    let j = h.judge(&quickstart(&["faults[0].name=kill-b1"]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
     assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
     let r = &j.fate_requests[0];
@@ -66,7 +67,8 @@ fn output_the_proxy_saw_computed_but_the_client_never_got_is_the_decode_stage() 
         .proxy_req("r1", 26 * MS, "b2", 4)
         .proxy_end("r1", 200 * MS, ("b2", 4), K::Completed)
         .kill(20 * MS, "b1");
-    let j = h.judge(&quickstart(&[]));
+    // The trace's fault (a kill of b1) is the declared one.
+    let j = h.judge(&quickstart(&["faults[0].name=kill-b1"]));
     assert_eq!(stages(&j), vec![Stage::Decode]);
     assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
 }
