@@ -34,7 +34,7 @@ impl RequestSink for Acc {
                 p.add_measured(r, &m);
             }
             self.series.add(r, &m);
-            self.slip.add(m.slip);
+            self.slip.add(r, &m);
         }
         self.fate.add(r, faults);
         self.run.request(r, &m, faults);
@@ -191,7 +191,7 @@ impl Acc {
             run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
             slo: plan.scenario.slo.clone(),
             series: crate::metrics::SeriesAcc::default(),
-            slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
+            slip: crate::metrics::SlipAcc::new(plan),
         }
     }
 }
@@ -279,7 +279,7 @@ fn judgement(
         complete: folder.info.complete,
     });
     let unfinished = folder.unfinished();
-    let client = acc.slip.finish(&plan.scenario.client);
+    let client = super::validity::judge(plan, &acc.slip.finish(), &phases);
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     Judgement {

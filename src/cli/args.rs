@@ -16,8 +16,8 @@ use crate::wire;
 /// loop, and judges eight verdicts from what the client measured.
 ///
 /// Exit codes: 0 every verdict PASS · 1 any FAIL (or UNKNOWN) · 2 unusable scenario or
-/// environment (nothing was qualified), including an INVALID run (haq's own client fell
-/// behind its schedule; the report is written and marked INVALID) · 3 interrupted
+/// environment (nothing was qualified), including an INVALID run (haq's own lateness
+/// could have changed a verdict; the report is written and names why) · 3 interrupted
 /// (partial report written).
 #[derive(Debug, Parser)]
 #[command(name = "haq", version, max_term_width = 100)]

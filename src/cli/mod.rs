@@ -62,7 +62,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
         Command::Check(a) => match crate::check::judge_dir(&a.run_dir) {
             Ok((plan, j)) => {
                 print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
-                exit_for_run(&j, j.run.interrupted)
+                exit_for_run(&j)
             }
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -75,7 +75,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                     Ok(files) => {
                         print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
                         println!("wrote {} in {}", files.join(", "), a.run_dir.display());
-                        exit_for_run(&j, j.run.interrupted)
+                        exit_for_run(&j)
                     }
                     Err(e) => {
                         eprintln!("error: writing the reports in {}: {e}", a.run_dir.display());
@@ -132,7 +132,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
                 "{}",
                 crate::report::terminal(&r.plan, &r.judgement, &r.run_dir)
             );
-            exit_for_run(&r.judgement, r.interrupted)
+            exit_for_run(&r.judgement)
         }
         Err(e) if e.downcast_ref::<EnvironmentError>().is_some() => {
             eprintln!("error: {e:#}");

@@ -319,6 +319,67 @@ fn the_transport_is_auto_unless_named_and_an_unknown_one_points_at_its_line() {
     assert_eq!(e.pos.map(|p| p.line), Some(16), "{e}");
 }
 
+#[test]
+fn the_removed_max_slip_p99_says_what_replaced_it_at_its_line() {
+    let text = format!("{GOOD}client: {{max_slip_p99: 5ms}}\n");
+    let e = err(&text, &[]);
+    assert_eq!(e.field, "client.max_slip_p99");
+    assert_eq!(e.pos.map(|p| (p.line, p.col)), Some((16, 24)), "{e}");
+    for now in [
+        "client.max_late",
+        "client.max_p95_shift",
+        "client.max_load_error",
+    ] {
+        assert!(e.reason.contains(now), "{}", e.reason);
+    }
+    assert_eq!(
+        err(GOOD, &["client.max_slip_p99=5ms"]).field,
+        "client.max_slip_p99"
+    );
+    // The bounds that replaced it, and their defaults; max_late keeps its meaning. By
+    // default the stall bound is the tightest latency objective, at most 1 s.
+    let s = load(GOOD, &[]).expect("good").scenario;
+    let c = &s.client;
+    assert_eq!(
+        (c.max_late, c.max_p95_shift.0, c.max_load_error.0),
+        (None, 0.10, 0.05)
+    );
+    assert_eq!(c.stall_bound(&s.slo).as_millis(), 1000, "TTFT 1s");
+    let s = load(GOOD, &["slo.ttft_p95=300ms"]).expect("good").scenario;
+    assert_eq!(s.client.stall_bound(&s.slo).as_millis(), 300, "TTFT 300ms");
+    let s = load(GOOD, &["slo.ttft_p95=5s"]).expect("good").scenario;
+    assert_eq!(
+        s.client.stall_bound(&s.slo).as_millis(),
+        1000,
+        "at most 1 s"
+    );
+    let s = load(GOOD, &["client.max_late=2s"]).expect("good").scenario;
+    assert_eq!(s.client.stall_bound(&s.slo).as_millis(), 2000, "as set");
+    let e = err(GOOD, &["client.max_late=0s"]);
+    assert_eq!(e.field, "client.max_late");
+    let e = err(GOOD, &["client.max_p95_shift=150%"]);
+    assert_eq!(e.field, "client.max_p95_shift");
+    // A run recorded before issue 21 still reads: judged by today's rule.
+    let mut recorded =
+        serde_json::to_value(&load(GOOD, &[]).expect("good").scenario).expect("json");
+    recorded["client"]["max_slip_p99"] = "5ms".into();
+    recorded["client"]["max_late"] = "50ms".into();
+    let p = from_recorded_json(&recorded.to_string()).expect("an old run reads");
+    let c = &p.scenario.client;
+    assert_eq!(
+        (c.max_slip_p99.is_none(), c.max_late),
+        (true, None),
+        "old default"
+    );
+    recorded["client"]["max_late"] = "2s".into();
+    let p = from_recorded_json(&recorded.to_string()).expect("an old run reads");
+    assert_eq!(
+        p.scenario.client.max_late.map(|d| d.0.as_secs()),
+        Some(2),
+        "as set"
+    );
+}
+
 /// A header that would split the request (CR, LF) or a bad header name is one error at
 /// its line, before anything starts (issue 15 item 8); the value is not shown (it may
 /// be a key).

@@ -195,6 +195,22 @@ fn validate_client(c: &ClientCfg) -> Result<(), Issue> {
     positive("client.first_token_timeout", c.first_token_timeout)?;
     positive("client.idle_timeout", c.idle_timeout)?;
     positive("client.drain_timeout", c.drain_timeout)?;
+    if c.max_slip_p99.is_some() {
+        return Err(Issue {
+            field: "client.max_slip_p99".into(),
+            value: None,
+            reason: "was removed (issue 21): a p99 of schedule slip over ~100 sends is one \
+                     scheduler hiccup. A run is now INVALID only when haq's own lateness could \
+                     change a verdict: a send later than `client.max_late` (the tightest \
+                     latency objective, at most 1s), a phase p95 moved by more than `client.max_p95_shift` (10%) of the objective, or \
+                     a phase's load off by more than `client.max_load_error` (5%); delete the \
+                     line"
+                .into(),
+        });
+    }
+    if let Some(d) = c.max_late {
+        positive("client.max_late", d)?;
+    }
     if c.warm_connections > MAX_WARM_CONNECTIONS {
         return Err(Issue::new(
             "client.warm_connections",

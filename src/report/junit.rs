@@ -51,7 +51,7 @@ pub fn render(plan: &Plan, j: &Judgement) -> String {
     let props = [
         ("scenario", plan.scenario.name.clone()),
         ("seed", plan.seed.to_string()),
-        ("result", j.result_label().to_string()),
+        ("result", j.result().to_string()),
         ("protected_load", plan.scenario.protected_load.to_string()),
         ("complete", j.run.complete.to_string()),
     ];
@@ -80,7 +80,7 @@ pub fn render(plan: &Plan, j: &Judgement) -> String {
                 "\n      <error type=\"INVALID\" message=\"{}\">{}</error>",
                 xml(&format!(
                     "the run is INVALID ({}): {}",
-                    j.client.invalid_reasons.join("; "),
+                    j.client.reasons().join("; "),
                     v.summary
                 )),
                 xml(&evidence)

@@ -17,6 +17,7 @@ mod secrets;
 mod simkit;
 mod support;
 mod url;
+mod validity;
 mod verdicts;
 mod worker;
 mod workload;

@@ -122,3 +122,40 @@ pub async fn read_request(s: &mut tokio::net::TcpStream, have: &mut Vec<u8>) -> 
     have.drain(..head_end + len);
     Some(head)
 }
+
+/// The one result of a judged run directory, as every output gives it: report.json's
+/// `result`, report.md's title, junit.xml's `result` property, the terminal's `result:`
+/// line and the exit code (0 PASS · 1 FAIL or UNKNOWN · 2 INVALID · 3 INTERRUPTED).
+/// Panics unless they all agree.
+pub fn one_result(dir: &Path, stdout: &str, code: Option<i32>) -> String {
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{stdout}"))
+    };
+    let json: serde_json::Value = serde_json::from_str(&read("report.json")).expect("json");
+    let result = json["result"].as_str().expect("result").to_string();
+    assert_eq!(json["valid"], result != "INVALID", "{}", json["client"]);
+    let md = read("report.md");
+    let title = md.lines().next().unwrap_or_default();
+    assert!(
+        title.ends_with(&format!(" · {result}")),
+        "report.md: {title} vs {result}"
+    );
+    let junit = read("junit.xml");
+    assert!(
+        junit.contains(&format!("<property name=\"result\" value=\"{result}\"/>")),
+        "junit.xml vs {result}: {junit}"
+    );
+    assert!(
+        stdout.contains(&format!("result: {result} ·")),
+        "terminal vs {result}: {stdout}"
+    );
+    let exit = match result.as_str() {
+        "PASS" => 0,
+        "FAIL" | "UNKNOWN" => 1,
+        "INVALID" => 2,
+        "INTERRUPTED" => 3,
+        other => panic!("no such result {other}"),
+    };
+    assert_eq!(code, Some(exit), "exit code vs {result}: {stdout}");
+    result
+}

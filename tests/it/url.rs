@@ -109,7 +109,7 @@ fn scenario(target: &str, phases: &str, faults: &str) -> String {
   arrival: {{process: poisson, rate: 4/s}}
 protected_load: 4/s
 slo: {{ttft_p95: 5s, itl_p95: 1s, e2e_p95: 30s, error_rate_max: 20%}}
-client: {{max_slip_p99: 500ms, max_late: 3s}}
+client: {{max_late: 3s}}
 phases:
 {phases}
 faults:

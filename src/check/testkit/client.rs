@@ -15,6 +15,8 @@ pub struct Ask<'a> {
     /// The fault whose trigger this probe request drives.
     pub probe: Option<&'a str>,
     pub stream: bool,
+    /// Sent this long (µs) after it was intended: haq's own lateness.
+    pub late: u64,
 }
 
 impl Default for Ask<'_> {
@@ -26,6 +28,7 @@ impl Default for Ask<'_> {
             protected: true,
             probe: None,
             stream: true,
+            late: 0,
         }
     }
 }
@@ -79,14 +82,15 @@ impl Tb {
         self.req_as(id, t, Ask::default())
     }
 
-    /// The request line of `id` at `t` (sent when intended), asked as `ask`.
+    /// The request line of `id` sent at `t` (intended `ask.late` before), asked as
+    /// `ask`.
     pub fn req_as(&mut self, id: &str, t: u64, ask: Ask) -> &mut Self {
         self.ev(Event::Request {
             t,
             id: id.into(),
             class: "chat".into(),
             phase: ask.phase.into(),
-            intended: t,
+            intended: t.saturating_sub(ask.late),
             prompt_tokens: 100,
             max_tokens: ask.max_tokens,
             protected: ask.protected,

@@ -27,6 +27,8 @@ pub struct R<'a> {
     pub probe: Option<&'a str>,
     /// Sent as a streaming request (a non-streamed answer is one delta at its end).
     pub stream: bool,
+    /// Sent this long (ms) after it was intended: haq's own lateness.
+    pub late_ms: f64,
 }
 
 impl<'a> R<'a> {
@@ -45,6 +47,7 @@ impl<'a> R<'a> {
             retry_after: false,
             probe: None,
             stream: true,
+            late_ms: 0.0,
         }
     }
     pub fn rejected(mut self) -> Self {
@@ -74,6 +77,11 @@ impl<'a> R<'a> {
         self.itl_ms = ms;
         self
     }
+    /// Sent `ms` after it was intended (at `t`, intended `ms` before).
+    pub fn late(mut self, ms: f64) -> Self {
+        self.late_ms = ms;
+        self
+    }
     pub fn probe(mut self, fault: &'a str) -> Self {
         self.probe = Some(fault);
         self.protected = false;
@@ -93,6 +101,7 @@ impl Tb {
             protected: r.protected,
             probe: r.probe,
             stream: r.stream,
+            late: us(r.late_ms / 1000.0),
         };
         self.req_as(&r.id, t0, ask);
         if let Some(w) = r.worker {
