@@ -1,6 +1,9 @@
 //! Maintenance (Q7, Q13): a planned drain completes without unacceptable disruption —
 //! every request in flight on the drained endpoint finishes (none lost, none
-//! truncated), the endpoint stops admitting new work, and it is taken out of rotation.
+//! truncated), the endpoint stops admitting new work, no client is refused because
+//! the gateway kept sending it there, and it is taken out of rotation: when new
+//! requests stopped reaching it (haq's proxy, the gateway journal, observers), not
+//! when haq's own readiness poll saw it draining.
 
 use std::collections::HashSet;
 

@@ -2,7 +2,10 @@
 //! it sheds load with explicit, fast rejections (429/503), keeps the requests it admits
 //! inside the SLO, and neither cascades into timeouts nor into a retry storm. Rejecting
 //! protected traffic while its own offered rate is within the protected load is a
-//! capacity failure, not load shedding.
+//! capacity failure, not load shedding. The retry storm is counted as upstream
+//! requests per client request sent upstream, from the gateway journal's attempts and,
+//! journal or not, from haq's own proxy (its upstream requests by request id): both
+//! figures against the one bound.
 
 use std::collections::HashSet;
 

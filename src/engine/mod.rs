@@ -278,16 +278,21 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
     Ok(driven)
 }
 
-/// The proxies keep observing until `evidence.cancel_grace` has passed since a client
-/// last went away (`left_us`, trace µs; 0: none did): an upstream the gateway keeps
-/// running after its client left then shows in the trace (M4), instead of being cut
-/// short by haq stopping its proxies. Not after an interrupt.
+/// How much longer than the cancel grace the proxies observe: an upstream still
+/// running when they stop has then clearly outlived the grace.
+const GRACE_MARGIN: Duration = Duration::from_millis(250);
+
+/// The proxies keep observing until `evidence.cancel_grace` (and [`GRACE_MARGIN`])
+/// has passed since a client last went away (`left_us`, trace µs; 0: none did): an
+/// upstream the gateway keeps running after its client left then shows in the trace
+/// (M4), instead of being cut short by haq stopping its proxies. Not after an
+/// interrupt.
 async fn observe_cancel_grace(r: &Run<'_>, left_us: u64) {
     if left_us == 0 || r.cancel.is_cancelled() {
         return;
     }
     let grace = r.plan.scenario.evidence.cancel_grace.0;
-    let until = r.clock.instant_at(left_us) + grace;
+    let until = r.clock.instant_at(left_us) + grace + GRACE_MARGIN;
     let wait = until.saturating_duration_since(Instant::now());
     if wait.is_zero() {
         return;

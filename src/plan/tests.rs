@@ -118,6 +118,12 @@ fn abandonment_needs_exactly_one_way_of_leaving_and_says_where() {
     let e = err(&with("{share: 30%, after_delta: 2}"), &[]);
     assert!(e.reason.contains("unknown field `after_delta`"), "{e}");
     assert_eq!(e.pos.map(|p| p.line), Some(7), "{e}");
+    // `haq schema` tells editors about it.
+    let s = json_schema();
+    let a = &s["$defs"]["Abandon"]["properties"];
+    for k in ["share", "before_first_token", "after_deltas", "after"] {
+        assert!(a.get(k).is_some(), "{k}: {a}");
+    }
 }
 
 #[test]
