@@ -14,7 +14,7 @@ use super::fate::{self, Stage};
 use super::history::{FaultRec, RequestRecord};
 use crate::plan::Plan;
 use crate::scenario::{FailureDomain, FaultAction, PhaseKind};
-use crate::trace::{Edge, Event, Outcome, ReplacementStage, ReplicaInfo};
+use crate::trace::{Edge, Event, Outcome, ProxyEndKind, ReplacementStage, ReplicaInfo};
 use crate::wire::journal::GatewayEntry;
 
 /// What the run kept of one finished request.
@@ -94,11 +94,12 @@ impl Req {
         self.outcome == Outcome::Completed && self.deltas > 0 && self.finish.is_none()
     }
 
-    /// Failed (not completed, not rejected, not stopped by haq).
+    /// Failed (not completed, not rejected, not stopped by haq, not left by the client
+    /// on purpose).
     pub fn failed(&self) -> bool {
         !matches!(
             self.outcome,
-            Outcome::Completed | Outcome::Rejected | Outcome::Cancelled
+            Outcome::Completed | Outcome::Rejected | Outcome::Cancelled | Outcome::Abandoned
         )
     }
 }
@@ -150,12 +151,27 @@ pub struct Replaced {
     pub detail: Option<String>,
 }
 
-/// A request haq's proxy forwarded to a replica (Routing attribution).
+/// A request haq's proxy forwarded to a replica (Routing attribution), and how the
+/// exchange ended there.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Proxied {
     pub t: u64,
     pub replica: String,
     pub id: Option<String>,
+    /// The connection on that replica's proxy.
+    pub conn: u64,
+    /// The replica's response status, once its `proxy_end` was read.
+    pub status: Option<u16>,
+    /// When and how the exchange ended at the proxy.
+    pub end: Option<(u64, ProxyEndKind)>,
+}
+
+impl Proxied {
+    /// The replica answered it in full with a 2xx: it admitted and served the request.
+    pub fn served(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s))
+            && self.end.is_some_and(|e| e.1 == ProxyEndKind::Completed)
+    }
 }
 
 /// A gateway journal entry on the trace clock.
@@ -244,6 +260,8 @@ pub struct EvidenceAcc {
     ev: Evidence,
     retry_after: HashMap<String, String>,
     phase_open: HashMap<String, u64>,
+    /// Proxied exchanges not yet ended: (replica, conn) → index into `ev.proxied`.
+    open_legs: HashMap<(String, u64), usize>,
     /// The run has a gateway journal (its entries arrive through [`Self::gateway`]).
     journal: bool,
     gateway: Vec<GwEntry>,
@@ -258,6 +276,7 @@ impl EvidenceAcc {
             ev: Evidence::default(),
             retry_after: HashMap::new(),
             phase_open: HashMap::new(),
+            open_legs: HashMap::new(),
             journal,
             gateway: Vec::new(),
             ctx: {
@@ -317,13 +336,38 @@ impl EvidenceAcc {
                 pid: *pid,
                 detail: detail.clone(),
             }),
-            Event::ProxyRequest { t, replica, id, .. } => {
+            Event::ProxyRequest {
+                t,
+                replica,
+                id,
+                conn,
+                ..
+            } => {
                 self.ev.has_proxy = true;
+                self.open_legs
+                    .insert((replica.clone(), *conn), self.ev.proxied.len());
                 self.ev.proxied.push(Proxied {
                     t: *t,
                     replica: replica.clone(),
                     id: id.clone(),
+                    conn: *conn,
+                    status: None,
+                    end: None,
                 });
+            }
+            Event::ProxyEnd {
+                t,
+                replica,
+                conn,
+                status,
+                end,
+                ..
+            } => {
+                let open = self.open_legs.remove(&(replica.clone(), *conn));
+                if let Some(p) = open.and_then(|i| self.ev.proxied.get_mut(i)) {
+                    p.status = *status;
+                    p.end = Some((*t, *end));
+                }
             }
             Event::Observation {
                 t,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{HeaderName, HeaderValue};
 
+pub use crate::scenario::Leave;
 use crate::trace::Outcome;
 
 /// Client timeouts. The first-token deadline runs from dispatch until the first
@@ -34,6 +35,9 @@ pub struct Call {
     pub attribution: Option<Arc<Attribution>>,
     /// Told of the response head and of delivered deltas (probe requests only).
     pub observe: Option<Observe>,
+    /// The client leaves early (workload abandonment): it stops reading and closes
+    /// its connection mid-stream, and the request ends `abandoned`.
+    pub leave: Option<Leave>,
 }
 
 /// What a per-request observer is told, inline from the read loop.
@@ -76,6 +80,7 @@ impl Call {
             expect_json: false,
             attribution: None,
             observe: None,
+            leave: None,
         }
     }
 }

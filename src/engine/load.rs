@@ -12,6 +12,7 @@
 //! `max(intended, admitted)`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -42,6 +43,8 @@ struct Dispatcher {
     load_start: Instant,
     /// Attribution headers other than the sim's, as the scenario names them.
     attribution: Option<Arc<client::Attribution>>,
+    /// When a client last went away before its answer ended (trace µs; 0: never).
+    left: Arc<AtomicU64>,
 }
 
 /// A request ready to go: body built, event filled but for the dispatch stamp.
@@ -53,7 +56,10 @@ struct Ready {
 }
 
 /// Offers the schedule and fires phase edges on time from the start of load (told to
-/// `started`, whose clock the fault schedule shares), then drains.
+/// `started`, whose clock the fault schedule shares), then drains. `left` is set to
+/// the last time a client went away before its answer ended: its workload
+/// abandonment, or haq's own stop at the drain timeout.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn drive(
     plan: &Plan,
     target: &Running,
@@ -62,6 +68,7 @@ pub(super) async fn drive(
     tw: &TraceWriter,
     cancel: &CancellationToken,
     progress: &Progress,
+    left: Arc<AtomicU64>,
 ) -> anyhow::Result<()> {
     let c = &plan.scenario.client;
     let http = client::Http::new(
@@ -110,6 +117,7 @@ pub(super) async fn drive(
             .map(|n| Arc::new(Semaphore::new(n as usize))),
         load_start,
         attribution: attribution(plan),
+        left,
     };
     let dispatched = dispatch(d, cancel).await;
     drain(plan, &tracker, cancel, progress).await;
@@ -252,6 +260,7 @@ impl Dispatcher {
             workload::request_body(plan, &p),
         );
         call.expect_json = class.response_format.is_some();
+        call.leave = p.leave;
         call.attribution.clone_from(&self.attribution);
         call.headers.push((
             reqwest::header::HeaderName::from_static(client::PRIORITY_HEADER),
@@ -400,6 +409,7 @@ impl Dispatcher {
             self.progress.clone(),
             self.timeouts,
         );
+        let left = self.left.clone();
         let task = async move {
             let _slot = permit;
             if let Event::Request { t, admitted: a, .. } = &mut event {
@@ -410,12 +420,18 @@ impl Dispatcher {
             progress.sent();
             match client::execute_until(&http, &call, timeouts, &clock, &tw, stop.wait()).await {
                 Some(r) => {
+                    if r.outcome == Outcome::Abandoned {
+                        left.fetch_max(clock.now_us(), Ordering::Relaxed);
+                    }
                     progress.done(
                         r.outcome,
                         r.first_delta_us.map(|f| f.saturating_sub(intended)),
                     );
                 }
-                None => progress.done(Outcome::Cancelled, None),
+                None => {
+                    left.fetch_max(clock.now_us(), Ordering::Relaxed);
+                    progress.done(Outcome::Cancelled, None);
+                }
             }
         };
         self.tracker.spawn_on(task, &self.handle);

@@ -11,6 +11,7 @@ mod progress;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -254,6 +255,7 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
             crate::faults::schedule::run(fault_plans, Arc::new(env)).await;
         }
     });
+    let left = Arc::new(AtomicU64::new(0));
     let driven = load::drive(
         plan,
         &target,
@@ -262,6 +264,7 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
         &r.tw,
         r.cancel,
         &r.progress,
+        left.clone(),
     )
     .await;
     load_done.cancel();
@@ -270,11 +273,43 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
     }
     finish_faults(faults, plan, &stop_faults).await;
     guard.heals().heal_all("the run ended").await;
+    if target.proxies.is_some() {
+        observe_cancel_grace(r, left.load(Ordering::Relaxed)).await;
+    }
     target.stop_proxies();
     collect_evidence(r).await;
     target.stop().await;
     drop(guard);
     Ok(driven)
+}
+
+/// How much longer than the cancel grace the proxies observe: an upstream still
+/// running when they stop has then clearly outlived the grace.
+const GRACE_MARGIN: Duration = Duration::from_millis(250);
+
+/// The proxies keep observing until `evidence.cancel_grace` (and [`GRACE_MARGIN`])
+/// has passed since a client last went away (`left_us`, trace µs; 0: none did): an
+/// upstream the gateway keeps running after its client left then shows in the trace
+/// (M4), instead of being cut short by haq stopping its proxies. Not after an
+/// interrupt.
+async fn observe_cancel_grace(r: &Run<'_>, left_us: u64) {
+    if left_us == 0 || r.cancel.is_cancelled() {
+        return;
+    }
+    let grace = r.plan.scenario.evidence.cancel_grace.0;
+    let until = r.clock.instant_at(left_us) + grace + GRACE_MARGIN;
+    let wait = until.saturating_duration_since(Instant::now());
+    if wait.is_zero() {
+        return;
+    }
+    r.progress.line(&format!(
+        "observing upstreams for {:.1} s more (evidence.cancel_grace after the last client left)",
+        wait.as_secs_f64()
+    ));
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = r.cancel.cancelled() => {}
+    }
 }
 
 /// Evidence kept outside the run directory (a tool log) is copied in (M10).

@@ -92,6 +92,41 @@ fn zero_p95_slo_is_impossible() {
 }
 
 #[test]
+fn abandonment_needs_exactly_one_way_of_leaving_and_says_where() {
+    let with = |a: &str| {
+        GOOD.replace(
+            "output_tokens: {uniform: [10, 20]}}",
+            &format!("output_tokens: {{uniform: [10, 20]}}, abandon: {a}}}"),
+        )
+    };
+    let p = load(&with("{share: 30%, after_deltas: 2}"), &[]).expect("valid");
+    let a = p.mix.classes[0].abandon.as_ref().expect("abandon");
+    assert_eq!(a.leave(), Some(Leave::AfterDeltas(2)));
+    let e = err(&with("{share: 30%, after_deltas: 2, after: 1s}"), &[]);
+    assert_eq!(e.field, "workload.mix.classes[0].abandon");
+    assert_eq!(e.pos.map(|p| p.line), Some(7), "{e}");
+    assert!(e.reason.contains("exactly one of"), "{e}");
+    assert!(e.to_string().starts_with("s.yaml:7:"), "{e}");
+    let e = err(&with("{share: 30%}"), &[]);
+    assert!(e.reason.contains("exactly one of"), "{e}");
+    let e = err(&with("{share: 30%, after_deltas: 0}"), &[]);
+    assert_eq!(e.field, "workload.mix.classes[0].abandon.after_deltas");
+    let e = err(&with("{share: 0%, before_first_token: true}"), &[]);
+    assert_eq!(e.field, "workload.mix.classes[0].abandon.share");
+    let e = err(&with("{share: 30%, after: 0s}"), &[]);
+    assert_eq!(e.field, "workload.mix.classes[0].abandon.after");
+    let e = err(&with("{share: 30%, after_delta: 2}"), &[]);
+    assert!(e.reason.contains("unknown field `after_delta`"), "{e}");
+    assert_eq!(e.pos.map(|p| p.line), Some(7), "{e}");
+    // `haq schema` tells editors about it.
+    let s = json_schema();
+    let a = &s["$defs"]["Abandon"]["properties"];
+    for k in ["share", "before_first_token", "after_deltas", "after"] {
+        assert!(a.get(k).is_some(), "{k}: {a}");
+    }
+}
+
+#[test]
 fn killing_a_replica_that_does_not_exist() {
     let e = err(GOOD, &["target.replicas=1"]);
     assert_eq!(e.field, "faults[0].target.replica");

@@ -419,6 +419,10 @@ pub enum Outcome {
     Malformed,
     /// haq stopped the request (the run was interrupted or drained).
     Cancelled,
+    /// The client left on purpose (the workload's `abandon`): closed its connection
+    /// mid-stream. The client's own leaving, never the target's failure; Request-Fate
+    /// asks whether the gateway cancelled the upstream (M4).
+    Abandoned,
 }
 
 impl Outcome {
@@ -436,6 +440,7 @@ impl Outcome {
             Outcome::Truncated => "truncated",
             Outcome::Malformed => "malformed",
             Outcome::Cancelled => "cancelled",
+            Outcome::Abandoned => "abandoned",
         }
     }
 }

@@ -215,3 +215,42 @@ fn trace_replay_with_time_scaling_and_shared_blocks() {
     ));
     assert_eq!(looped.len(), 15, "three requests every 6 s over 30 s");
 }
+
+#[test]
+fn a_share_of_a_class_leaves_early_drawn_from_the_seed_alone() {
+    let abandon = "workload.mix.classes[0].abandon={share: 30%, after_deltas: 2}";
+    let plain = all(&plan_with(BASIC, &[]));
+    let left = all(&plan_with(BASIC, &[abandon]));
+    // Abandonment moves no other draw: the same requests, some of them leaving.
+    let strip = |v: &[Planned]| {
+        v.iter()
+            .map(|p| Planned {
+                leave: None,
+                ..p.clone()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&plain), strip(&left));
+    assert!(plain.iter().all(|p| p.leave.is_none()));
+    // Only class `a` (all streamed), about 30 % of it.
+    let a: Vec<&Planned> = left.iter().filter(|p| p.class == 0).collect();
+    let gone = a.iter().filter(|p| p.leave.is_some()).count();
+    let share = gone as f64 / a.len() as f64;
+    assert!((0.22..0.38).contains(&share), "{gone} of {}", a.len());
+    assert!(
+        left.iter()
+            .filter(|p| p.leave.is_some())
+            .all(|p| p.class == 0 && p.leave == Some(crate::scenario::Leave::AfterDeltas(2)))
+    );
+    // Same seed, same leavers.
+    assert_eq!(left, all(&plan_with(BASIC, &[abandon])));
+    // Class b streams half its requests: only streamed ones leave.
+    let b = "workload.mix.classes[1].abandon={share: 100%, before_first_token: true}";
+    let bs = all(&plan_with(BASIC, &[b]));
+    assert!(
+        bs.iter()
+            .filter(|p| p.class == 1)
+            .all(|p| p.leave.is_some() == p.stream)
+    );
+    assert!(bs.iter().any(|p| p.class == 1 && !p.stream));
+}

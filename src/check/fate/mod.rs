@@ -80,6 +80,9 @@ pub struct FateAcc {
     pub crashes: Vec<Crash>,
     /// Requests whose stream carried tool-call deltas.
     pub tool_call_requests: u64,
+    /// Requests whose client left on purpose (workload abandonment), their upstream
+    /// cancel judged from the journal or haq's proxy (M4).
+    pub left: u64,
     tools: tools::ToolCheck,
 }
 
@@ -103,6 +106,7 @@ impl FateAcc {
             unknown_count: 0,
             crashes: Vec::new(),
             tool_call_requests: 0,
+            left: 0,
             tools: tools::ToolCheck::default(),
         }
     }
@@ -135,6 +139,7 @@ impl FateAcc {
     }
 
     fn merge(&mut self, out: Out) {
+        self.left += out.left;
         for f in out.findings {
             let n = self.counts.entry(f.kind).or_default();
             *n += 1;
@@ -227,7 +232,9 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// The Request-Fate verdict, composed as in Jepsen: FAIL on any finding; else UNKNOWN
 /// when a checker crashed or evidence was missing; else PASS when some request was
-/// caught by a fault (NOT_EVALUATED when the scenario injects none).
+/// caught by a fault, or when, with no fault, requests whose client left early were
+/// judged for the upstream cancel (M4); NOT_EVALUATED otherwise when the scenario
+/// injects none.
 pub fn verdict(
     acc: &FateAcc,
     declared: &[&crate::plan::FaultPlan],
@@ -251,6 +258,17 @@ pub fn verdict(
     if !unknown.is_empty() {
         evidence.extend(acc.unknown.iter().cloned());
         return Verdict::new(name, Status::Unknown, unknown.join("; "), evidence);
+    }
+    if declared.is_empty() && acc.left > 0 {
+        return Verdict::new(
+            name,
+            Status::Pass,
+            format!(
+                "{} requests whose client left early (workload abandonment) had their upstream cancelled within the grace, with no spare attempt (M4); no finding on {} requests",
+                acc.left, acc.judged
+            ),
+            evidence,
+        );
     }
     if declared.is_empty() {
         return Verdict::new(

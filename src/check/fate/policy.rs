@@ -177,7 +177,7 @@ fn client_got_output_of(v: &View, worker: &str) -> bool {
 /// What became of `v`, caught by `f`.
 pub fn observe(v: &View, f: &FaultRec) -> Observed {
     match v.end.outcome {
-        Outcome::Cancelled => Observed::ClientGone,
+        Outcome::Cancelled | Outcome::Abandoned => Observed::ClientGone,
         Outcome::ExplicitError | Outcome::Rejected | Outcome::HttpError => Observed::Failed,
         Outcome::Completed if looks_cut(v) => Observed::Truncated,
         Outcome::Completed => {

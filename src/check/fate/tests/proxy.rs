@@ -72,3 +72,94 @@ fn output_the_proxy_saw_computed_but_the_client_never_got_is_the_decode_stage() 
     assert_eq!(stages(&j), vec![Stage::Decode]);
     assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
 }
+
+/// r1's client leaves after two deltas (workload abandonment) at 100 ms while its one
+/// upstream request runs on b1 (through haq's proxy, no gateway journal).
+fn left_after_two(h: &mut Tb) {
+    h.req("r1", 0)
+        .proxy_req("r1", MS, "b1", 1)
+        .deltas("r1", "c1", 40 * MS, &["a ", "b "])
+        .end("r1", 100 * MS, Outcome::Abandoned);
+}
+
+/// No fault: abandonment alone is what Request-Fate judges.
+fn no_fault() -> crate::plan::Plan {
+    plan(&["faults=[]"])
+}
+
+#[test]
+fn a_client_that_leaves_with_its_upstream_cancelled_passes_request_fate() {
+    let mut h = Tb::history();
+    left_after_two(&mut h);
+    h.proxy_end("r1", 104 * MS, ("b1", 1), K::DownstreamClosed);
+    let j = h.judge(&no_fault());
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    let v = fate(&j);
+    assert_eq!(v.status, Status::Pass, "{v:?}");
+    contains(&v.summary, "1 requests whose client left early");
+}
+
+#[test]
+fn an_upstream_that_runs_on_after_the_client_left_fails_request_fate() {
+    let mut h = Tb::history();
+    left_after_two(&mut h);
+    h.proxy_end("r1", 2600 * MS, ("b1", 1), K::Completed);
+    let j = h.judge(&no_fault());
+    let f = finding(&j, FindingKind::UpstreamNotCancelled);
+    contains(
+        &f.detail,
+        "`b1#1` on b1: kept running 2500 ms after the client went away and ended as finished (grace 2000 ms) (abandoned)",
+    );
+    assert_eq!(fate(&j).status, Status::Fail);
+}
+
+#[test]
+fn an_upstream_request_the_proxy_never_saw_end_while_it_went_on_is_not_cancelled() {
+    let mut h = Tb::history();
+    left_after_two(&mut h);
+    // Nothing more of b1#1; the proxy keeps seeing other traffic for 5 s.
+    clean(&mut h, "later", "b2", 5000 * MS, 2);
+    h.proxy_req("later", 5001 * MS, "b2", 2)
+        .proxy_end("later", 5200 * MS, ("b2", 2), K::Completed);
+    let j = h.judge(&no_fault());
+    let f = finding(&j, FindingKind::UpstreamNotCancelled);
+    contains(&f.detail, "haq's proxy saw no end of the upstream request");
+    // The trace stops right after the client left: nothing to say.
+    let mut h = Tb::history();
+    left_after_two(&mut h);
+    let j = h.judge(&no_fault());
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+}
+
+#[test]
+fn an_upstream_request_sent_after_the_client_left_is_held_to_the_grace_and_a_second_is_a_spare() {
+    // The client leaves before its first token; the gateway only then sends the
+    // request upstream, and closes it at once: cancelled.
+    let mut h = Tb::history();
+    h.req("r1", 0)
+        .end("r1", 10 * MS, Outcome::Abandoned)
+        .proxy_req("r1", 12 * MS, "b1", 1)
+        .proxy_end("r1", 20 * MS, ("b1", 1), K::DownstreamClosed);
+    let j = h.judge(&no_fault());
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    // Then it tries another replica for nobody.
+    h.proxy_req("r1", 30 * MS, "b2", 7)
+        .proxy_end("r1", 40 * MS, ("b2", 7), K::DownstreamClosed);
+    let j = h.judge(&no_fault());
+    let f = finding(&j, FindingKind::UpstreamNotCancelled);
+    contains(
+        &f.detail,
+        "`b2#7` on b2 started 20 ms after the client went away (abandoned): a spare attempt for nobody",
+    );
+}
+
+#[test]
+fn a_client_that_leaves_with_no_upstream_evidence_leaves_request_fate_not_evaluated() {
+    let mut h = Tb::history();
+    h.req("r1", 0)
+        .deltas("r1", "c1", 40 * MS, &["a ", "b "])
+        .end("r1", 100 * MS, Outcome::Abandoned);
+    let j = h.judge(&no_fault());
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    assert_eq!(fate(&j).status, Status::NotEvaluated, "{:?}", fate(&j));
+}
