@@ -84,11 +84,29 @@ async fn upstream(events: u32, gap: Duration) -> std::net::SocketAddr {
     addr
 }
 
+/// A chat request body as haq sends it: a prompt of `BODY_WORDS` words and the
+/// per-request marker in the `user` field (what the proxy reads to attribute it).
+fn body_of(id: usize) -> String {
+    let words = [
+        "the", "cluster", "serves", "tokens", "while", "a", "replica", "fails",
+    ];
+    let prompt: Vec<&str> = (0..BODY_WORDS).map(|i| words[i % words.len()]).collect();
+    format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}],"max_tokens":200,"stream":true,"user":"haq-{BENCH_TOKEN}-r{id:06}"}}"#,
+        prompt.join(" ")
+    )
+}
+
+/// Words of each request's prompt (about 7 bytes each: a 1,000-token prompt).
+const BODY_WORDS: usize = 1000;
+/// The run token of the bench's markers.
+const BENCH_TOKEN: &str = "0be4c100";
+
 /// One stream: returns the receive lag (ns) of each event.
 async fn stream(addr: std::net::SocketAddr, id: usize) -> Vec<u64> {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     let _ = s.set_nodelay(true);
-    let body = "{}";
+    let body = body_of(id);
     let req = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: b\r\nx-request-id: r{id}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()

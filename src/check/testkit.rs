@@ -149,6 +149,7 @@ impl Tb {
                     wall: "2026-01-01T00:00:00.000Z".into(),
                     mono_ns: MONO,
                     version: "test".into(),
+                    token: None,
                 },
                 Event::Target {
                     t: us(0.5),

@@ -59,11 +59,31 @@ impl std::fmt::Debug for Observe {
     }
 }
 
-/// Names of the attribution headers a gateway sends (Request-Fate and Routing evidence).
+/// Names of the attribution headers a gateway sends (Request-Fate and Routing evidence),
+/// and how a worker header's value maps to a replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attribution {
     pub worker: String,
     pub attempt: String,
+    /// Each replica's name with the addresses it is known by (`host:port` of haq's
+    /// proxy for it and of the replica itself): a gateway that names its upstream by
+    /// address or URL (`x-upstream: http://127.0.0.1:9101`) names that replica.
+    pub replicas: Vec<(String, Vec<String>)>,
+}
+
+impl Attribution {
+    /// The replica a worker header's value names: a replica's name as it is, else the
+    /// replica whose proxy or own address the value names, else the value itself.
+    pub fn replica<'a>(&'a self, value: &'a str) -> &'a str {
+        if self.replicas.iter().any(|(n, _)| n == value) {
+            return value;
+        }
+        let a = crate::wire::headers::authority(value);
+        self.replicas
+            .iter()
+            .find(|(_, addrs)| addrs.iter().any(|x| x.eq_ignore_ascii_case(a)))
+            .map_or(value, |(n, _)| n.as_str())
+    }
 }
 
 impl Call {

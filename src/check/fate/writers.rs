@@ -95,15 +95,19 @@ pub fn retry_after_first_delta(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Ou
     }
     let id = &v.r.id;
     if let Some(s) = v.handovers().first() {
-        let what = match s.source {
-            super::SeamSource::Journal => "the gateway journal shows attempt",
-            _ => "chunks of generation",
+        let (what, note) = match s.source {
+            super::SeamSource::Journal => ("the gateway journal shows attempt", ""),
+            super::SeamSource::Proxy => (
+                "haq's proxy saw a second upstream request,",
+                " (one client stream, two upstream requests: a re-send after the first delta)",
+            ),
+            _ => ("chunks of generation", ""),
         };
         out.find(
             FindingKind::RetryAfterFirstDelta,
             id,
             format!(
-                "{what} `{}` after {} deltas of `{}` had reached the client",
+                "{what} `{}` after {} deltas of `{}` had reached the client{note}",
                 s.to, s.at, s.from
             ),
         )

@@ -50,6 +50,7 @@ impl H {
                     wall: "2026-01-01T00:00:00Z".into(),
                     mono_ns: 0,
                     version: "test".into(),
+                    token: None,
                 },
                 Event::Phase {
                     t: 0,
@@ -261,6 +262,8 @@ impl H {
             replica: replica.into(),
             conn,
             id: Some(id.into()),
+            by: Some(crate::trace::LegBy::Marker),
+            unattributed: None,
             attempt: None,
             method: "POST".into(),
             path: "/v1/chat/completions".into(),
@@ -279,14 +282,39 @@ impl H {
         self.proxy_end_after(id, t, (replica, conn), end, None)
     }
 
-    /// As [`H::proxy_end`], with the time the replica's first event passed the proxy.
+    /// As [`H::proxy_end`], with the time the replica's first event passed the proxy
+    /// (that event held back at a probe point).
     pub fn proxy_end_after(
+        &mut self,
+        id: &str,
+        t: u64,
+        leg: (&str, u64),
+        end: crate::trace::ProxyEndKind,
+        first_event: Option<u64>,
+    ) -> &mut Self {
+        self.push_leg_end(id, t, leg, end, (first_event, first_event.map(|_| 1)))
+    }
+
+    /// How an upstream request ended at the proxy, with when the replica's first event
+    /// passed it (none held back).
+    pub fn leg_end(
+        &mut self,
+        id: &str,
+        t: u64,
+        leg: (&str, u64),
+        end: crate::trace::ProxyEndKind,
+        first_event: u64,
+    ) -> &mut Self {
+        self.push_leg_end(id, t, leg, end, (Some(first_event), None))
+    }
+
+    fn push_leg_end(
         &mut self,
         id: &str,
         t: u64,
         (replica, conn): (&str, u64),
         end: crate::trace::ProxyEndKind,
-        first_event: Option<u64>,
+        (first_event, held): (Option<u64>, Option<u32>),
     ) -> &mut Self {
         self.events.push(Event::ProxyEnd {
             t,
@@ -298,7 +326,7 @@ impl H {
             events: u32::from(first_event.is_some()),
             first_event,
             end,
-            held: first_event.map(|_| 1),
+            held,
         });
         self
     }
