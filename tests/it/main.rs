@@ -13,6 +13,7 @@ mod m9;
 mod report;
 mod run;
 mod simkit;
+mod splice;
 mod support;
 mod url;
 mod verdicts;

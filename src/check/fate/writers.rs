@@ -37,13 +37,17 @@ pub fn two_writers(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
             return;
         }
     }
-    // Journal: an attempt started while an earlier one was alive and not fenced.
+    // Journal: an attempt started while an earlier one was alive and not fenced. haq's
+    // proxy sees no fence: an upstream request it saw end within the cancel grace after
+    // the next one started was being cancelled (the gateway's close takes a moment).
     let atts = &v.r.attempts;
+    let overlaps = |a: &crate::check::history::AttemptRec, start: u64| {
+        a.live_at(start)
+            && a.fenced.is_none_or(|f| f > start)
+            && (!a.proxy_leg || a.end.is_none_or(|e| e > start + ctx.cancel_grace))
+    };
     for (j, b) in atts.iter().enumerate() {
-        if let Some(a) = atts[..j]
-            .iter()
-            .find(|a| a.live_at(b.start) && a.fenced.is_none_or(|f| f > b.start))
-        {
+        if let Some(a) = atts[..j].iter().find(|a| overlaps(a, b.start)) {
             out.find(
                 FindingKind::TwoWriters,
                 id,

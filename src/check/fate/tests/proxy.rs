@@ -125,9 +125,9 @@ fn a_second_upstream_request_after_the_first_delta_is_a_finding_though_the_strea
 }
 
 /// A duplicate request after the first delta whose answer the gateway dropped (the
-/// first upstream request wrote the whole stream): a retry after the first delta, and
-/// two upstream requests alive at once with nothing fencing the first, not stitched
-/// output.
+/// first upstream request wrote the whole stream): a retry after the first delta, not
+/// stitched output. Both alive at once is two writers only when the first outlives
+/// the second's start by more than the cancel grace.
 #[test]
 fn a_second_upstream_request_whose_answer_was_dropped_is_a_retry_not_a_stitch() {
     let mut h = H::new();
@@ -137,6 +137,13 @@ fn a_second_upstream_request_whose_answer_was_dropped_is_a_retry_not_a_stitch() 
         .leg_end("r1", 100 * MS, ("b", 3), K::DownstreamClosed, 80 * MS)
         .leg_end("r1", 205 * MS, ("a", 1), K::Completed, 45 * MS);
     let j = h.judge(&plan(&[]));
+    assert_eq!(
+        kinds(&j),
+        vec![FindingKind::RetryAfterFirstDelta],
+        "{:#?}",
+        j.findings
+    );
+    let j = h.judge(&plan(&["evidence.cancel_grace=100ms"]));
     assert_eq!(
         kinds(&j),
         vec![FindingKind::TwoWriters, FindingKind::RetryAfterFirstDelta],
