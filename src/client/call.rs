@@ -113,3 +113,34 @@ pub struct CallResult {
     pub e2e_us: u64,
     pub tokens: u32,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Attribution;
+
+    /// A worker header names a replica by name, by its proxy's or its own address, or
+    /// by a URL of either; anything else is kept as it is.
+    #[test]
+    fn worker_header_values_map_to_replicas_by_name_address_or_url() {
+        let a = Attribution {
+            worker: "x-upstream".into(),
+            attempt: "x-attempt".into(),
+            replicas: vec![
+                (
+                    "vllm-a".into(),
+                    vec!["127.0.0.1:9101".into(), "10.0.0.11:8000".into()],
+                ),
+                ("vllm-b".into(), vec!["127.0.0.1:9102".into()]),
+            ],
+        };
+        for (v, want) in [
+            ("vllm-b", "vllm-b"),
+            ("http://127.0.0.1:9101", "vllm-a"),
+            ("127.0.0.1:9102", "vllm-b"),
+            ("http://10.0.0.11:8000/v1", "vllm-a"),
+            ("http://10.0.0.99:8000", "http://10.0.0.99:8000"),
+        ] {
+            assert_eq!(a.replica(v), want, "{v}");
+        }
+    }
+}

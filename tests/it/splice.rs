@@ -92,11 +92,14 @@ async fn chat(State(gw): State<Gw>, body: Bytes) -> Response {
         Err(_) => return status(502),
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let named = gw.ups[i].clone();
     tokio::spawn(relay(gw, i, body, up, tx));
     let stream =
         futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
     Response::builder()
         .header("content-type", "text/event-stream")
+        // The gateway's own attribution: the upstream's URL (haq's proxy for it).
+        .header("x-upstream", named)
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| status(502))
 }
@@ -352,6 +355,8 @@ async fn a_resend_after_the_first_delta_behind_a_gateway_without_headers_fails_r
 
 /// Probe points fire on the replica that served the probe, found by its marker alone:
 /// a kill after the probe's first delta, and one while the proxy holds it at prefill.
+/// The gateway's own upstream header (`x-upstream: http://127.0.0.1:<port>`) maps to
+/// the replica whose proxy listens there (`evidence.worker_header`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_points_fire_on_the_serving_replica_behind_a_gateway_without_headers() {
     for point in ["first_delta", "prefill"] {
@@ -362,8 +367,28 @@ async fn probe_points_fire_on_the_serving_replica_behind_a_gateway_without_heade
                 "  - {{name: kill-{point}, domain: worker, action: kill, at: {{phase: fault, offset: 500ms}}, when: {{probe: {point}}}}}\n"
             ),
         );
-        let r = run(plan_text(&text, &[]), &format!("probe-{point}")).await;
+        let sets = ["evidence.worker_header=x-upstream"];
+        let r = run(plan_text(&text, &sets), &format!("probe-{point}")).await;
         let evs = events(&r);
+        // The gateway names its upstream by URL: each response names the replica
+        // whose proxy that URL is, the one the proxy saw serve it.
+        let by_proxy: std::collections::BTreeMap<String, String> = legs(&evs)
+            .into_iter()
+            .filter_map(|(replica, id, _)| Some((id?, replica)))
+            .collect();
+        let mut named = 0;
+        for e in &evs {
+            if let Event::Response {
+                id,
+                worker: Some(w),
+                ..
+            } = e
+            {
+                assert_eq!(Some(w), by_proxy.get(id), "{point}: {id}");
+                named += 1;
+            }
+        }
+        assert!(named >= 4, "{point}: {named} responses named a replica");
         let probe = format!("probe-kill-{point}");
         let served: Vec<String> = legs(&evs)
             .into_iter()
