@@ -30,6 +30,9 @@ pub struct Req {
     pub status: Option<u16>,
     /// Replica named by the attribution header (`x-haq-worker`).
     pub worker: Option<String>,
+    /// The replica haq's proxy saw serve it: its last upstream request that completed,
+    /// else the last that sent output, else the last (attributed by marker or header).
+    pub proxy_worker: Option<String>,
     pub attempt: Option<u32>,
     pub retry_after: Option<String>,
     pub first_delta: Option<u64>,
@@ -63,6 +66,7 @@ impl Req {
             dispatch: r.dispatch,
             status: r.status,
             worker: r.worker.clone(),
+            proxy_worker: served_by(r),
             attempt: r.attempt_number(),
             retry_after: None,
             first_delta: r.first_delta_t(),
@@ -102,6 +106,16 @@ impl Req {
             Outcome::Completed | Outcome::Rejected | Outcome::Cancelled | Outcome::Abandoned
         )
     }
+}
+
+/// The replica haq's proxy saw serve `r` (see [`Req::proxy_worker`]).
+fn served_by(r: &RequestRecord) -> Option<String> {
+    let legs = || r.proxy.iter().rev();
+    legs()
+        .find(|l| matches!(l.end, Some((_, crate::trace::ProxyEndKind::Completed))))
+        .or_else(|| legs().find(|l| l.first_event.is_some()))
+        .or_else(|| r.proxy.last())
+        .map(|l| l.replica.clone())
 }
 
 fn short(s: &str) -> String {

@@ -164,6 +164,13 @@ fn judge_set_up<I: IntoIterator<Item = Event>>(
         mono_ns,
     );
     folder.finish(&mut acc);
+    if folder.proxy.legs > 0 {
+        src.report(
+            "haq's proxy",
+            evidence::SourceState::Used,
+            folder.proxy.describe(),
+        );
+    }
     for (source, e) in read_errors {
         src.report(source, evidence::SourceState::Unreadable, e);
     }

@@ -563,6 +563,8 @@ mod tests {
                 replica: "w1".into(),
                 conn: 10_000 + n as u64,
                 id: None,
+                by: None,
+                unattributed: Some(crate::trace::Unattributed::NoMarker),
                 attempt: None,
                 method: "POST".into(),
                 path: "/v1/chat/completions".into(),

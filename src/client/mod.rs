@@ -67,7 +67,7 @@ pub async fn execute(
     if let Some(o) = &call.observe {
         (o.0)(Seen::Head {
             status,
-            worker: h.get(WORKER_HEADER).and_then(|v| v.to_str().ok()),
+            worker: record::worker_of(h, call),
         });
     }
     if status != 200 {

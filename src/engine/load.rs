@@ -23,7 +23,7 @@ use super::progress::Progress;
 use crate::client::{self, Call, Timeouts};
 use crate::plan::Plan;
 use crate::target::Running;
-use crate::trace::{Clock, Edge, Event, Outcome, TraceWriter};
+use crate::trace::{Clock, Edge, Event, Outcome, ReplicaInfo, TraceWriter};
 use crate::workload::{self, Planned, Schedule};
 
 /// What the dispatcher thread owns.
@@ -45,6 +45,8 @@ struct Dispatcher {
     attribution: Option<Arc<client::Attribution>>,
     /// When a client last went away before its answer ended (trace µs; 0: never).
     left: Arc<AtomicU64>,
+    /// Where each body carries its marker, and the run's token.
+    marker: workload::BodyMarker,
 }
 
 /// A request ready to go: body built, event filled but for the dispatch stamp.
@@ -55,21 +57,33 @@ struct Ready {
     intended: u64,
 }
 
+/// What the load shares with the rest of the run.
+pub(super) struct Ctx<'a> {
+    pub clock: &'a Clock,
+    pub tw: &'a TraceWriter,
+    pub cancel: &'a CancellationToken,
+    pub progress: &'a Progress,
+    /// Set to the last time a client went away before its answer ended: its workload
+    /// abandonment, or haq's own stop at the drain timeout.
+    pub left: Arc<AtomicU64>,
+}
+
 /// Offers the schedule and fires phase edges on time from the start of load (told to
-/// `started`, whose clock the fault schedule shares), then drains. `left` is set to
-/// the last time a client went away before its answer ended: its workload
-/// abandonment, or haq's own stop at the drain timeout.
-#[allow(clippy::too_many_arguments)]
+/// `started`, whose clock the fault schedule shares), then drains.
 pub(super) async fn drive(
     plan: &Plan,
     target: &Running,
+    marker: workload::BodyMarker,
     started: tokio::sync::oneshot::Sender<Instant>,
-    clock: &Clock,
-    tw: &TraceWriter,
-    cancel: &CancellationToken,
-    progress: &Progress,
-    left: Arc<AtomicU64>,
+    ctx: Ctx<'_>,
 ) -> anyhow::Result<()> {
+    let Ctx {
+        clock,
+        tw,
+        cancel,
+        progress,
+        left,
+    } = ctx;
     let c = &plan.scenario.client;
     let http = client::Http::new(
         c.connect_timeout.0,
@@ -116,8 +130,9 @@ pub(super) async fn drive(
             .max_concurrency
             .map(|n| Arc::new(Semaphore::new(n as usize))),
         load_start,
-        attribution: attribution(plan),
+        attribution: attribution(plan, &target.replicas),
         left,
+        marker,
     };
     let dispatched = dispatch(d, cancel).await;
     drain(plan, &tracker, cancel, progress).await;
@@ -128,17 +143,34 @@ pub(super) async fn drive(
 }
 
 /// The response headers that name the serving replica and attempt, when the scenario
-/// names others than the sim's.
-fn attribution(plan: &Plan) -> Option<Arc<client::Attribution>> {
+/// names others than the sim's or the target's replicas have addresses a gateway may
+/// name them by (its own upstream header, `evidence.worker_header`).
+pub(super) fn attribution(
+    plan: &Plan,
+    replicas: &[ReplicaInfo],
+) -> Option<Arc<client::Attribution>> {
     let ev = &plan.scenario.evidence;
-    (ev.worker_header != client::WORKER_HEADER || ev.attempt_header != client::ATTEMPT_HEADER).then(
-        || {
-            Arc::new(client::Attribution {
-                worker: ev.worker_header.to_ascii_lowercase(),
-                attempt: ev.attempt_header.to_ascii_lowercase(),
-            })
-        },
-    )
+    let by_address = plan.scenario.target.kind != crate::scenario::TargetKind::Sim;
+    let named =
+        ev.worker_header != client::WORKER_HEADER || ev.attempt_header != client::ATTEMPT_HEADER;
+    (named || by_address).then(|| {
+        Arc::new(client::Attribution {
+            worker: ev.worker_header.to_ascii_lowercase(),
+            attempt: ev.attempt_header.to_ascii_lowercase(),
+            replicas: replicas
+                .iter()
+                .map(|r| {
+                    let addrs = [r.proxy.as_deref(), Some(r.url.as_str())]
+                        .into_iter()
+                        .flatten()
+                        .map(|a| crate::wire::headers::authority(a).to_string())
+                        .filter(|a| !a.is_empty())
+                        .collect();
+                    (r.name.clone(), addrs)
+                })
+                .collect(),
+        })
+    })
 }
 
 /// Opens `client.warm_connections` connections before load and records them.
@@ -257,7 +289,7 @@ impl Dispatcher {
         let mut call = Call::new(
             p.id.clone(),
             format!("{}{}", self.api_url, workload::api_path(class.api)),
-            workload::request_body(plan, &p),
+            workload::request_body(plan, &p, &self.marker),
         );
         call.expect_json = class.response_format.is_some();
         call.leave = p.leave;

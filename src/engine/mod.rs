@@ -61,6 +61,8 @@ struct Run<'a> {
     tw: TraceWriter,
     progress: Progress,
     cancel: &'a CancellationToken,
+    /// Where every request body carries its marker, with this run's token.
+    marker: crate::workload::BodyMarker,
 }
 
 fn fault_env(
@@ -88,6 +90,8 @@ fn fault_env(
             )?,
             url: format!("{}/chat/completions", target.api_url),
             model: plan.scenario.target.model.clone(),
+            marker: r.marker,
+            attribution: load::attribution(plan, &target.replicas),
             timeouts: client::Timeouts {
                 first_token: c.first_token_timeout.0,
                 idle: c.idle_timeout.0,
@@ -158,6 +162,10 @@ pub async fn run(
         tw,
         progress: Progress::new(opts.quiet),
         cancel: &cancel,
+        marker: crate::workload::BodyMarker {
+            field: plan.scenario.client.marker,
+            token: crate::wire::marker::RunToken::fresh(),
+        },
     };
     let target = match start_target(&r, &opts).await {
         Ok(t) => t,
@@ -204,6 +212,7 @@ async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running>
         wall: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         mono_ns: r.clock.base_mono_ns(),
         version: env!("CARGO_PKG_VERSION").into(),
+        token: Some(r.marker.token.to_string()),
     });
     r.progress.line(&format!(
         "haq: starting target ({:?}) · run dir {}",
@@ -216,6 +225,10 @@ async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running>
         t = target::start(plan, opts.haq_bin.as_deref(), &headers, &r.dir, &r.tw, &r.clock, &say) => t?,
         _ = r.cancel.cancelled() => anyhow::bail!("interrupted while starting the target"),
     };
+    if let Some(p) = &target.proxies {
+        // The proxies attribute by this run's markers only.
+        p.board().set_run_token(r.marker.token);
+    }
     r.tw.emit(Event::Target {
         t: r.clock.now_us(),
         url: target.api_url.clone(),
@@ -259,12 +272,15 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
     let driven = load::drive(
         plan,
         &target,
+        r.marker,
         started,
-        &r.clock,
-        &r.tw,
-        r.cancel,
-        &r.progress,
-        left.clone(),
+        load::Ctx {
+            clock: &r.clock,
+            tw: &r.tw,
+            cancel: r.cancel,
+            progress: &r.progress,
+            left: left.clone(),
+        },
     )
     .await;
     load_done.cancel();

@@ -22,6 +22,10 @@ pub struct ProbeClient {
     pub url: String,
     pub model: String,
     pub timeouts: Timeouts,
+    /// The marker the probe's body carries (its proxy attribution).
+    pub marker: crate::workload::BodyMarker,
+    /// How its response names the serving replica (`evidence.worker_header`).
+    pub attribution: Option<Arc<client::Attribution>>,
 }
 
 /// Everything the fault tasks share.

@@ -20,6 +20,11 @@ pub enum Event {
         /// CLOCK_MONOTONIC (ns) at t = 0, to place other processes' journals.
         mono_ns: u64,
         version: String,
+        /// The run's token (8 hex digits): every request body carries the marker
+        /// `haq-<token>-<request id>` (`client.marker`), by which haq's proxy tells this
+        /// run's requests from anyone else's. Absent in older traces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// The system under test as started or reached.
     Target {
@@ -180,15 +185,24 @@ pub enum Event {
         fault: Option<String>,
     },
     /// haq's proxy forwarded a request to a replica (attribution: Routing evidence).
-    /// Inference requests (POST) only; health checks are not recorded.
+    /// Inference requests (POST) only; health checks are not recorded. `t` is when its
+    /// head arrived; the line is written once the body's marker was read (or the body
+    /// ended without one).
     ProxyRequest {
         t: u64,
         replica: String,
         /// Connection number on this replica's proxy.
         conn: u64,
-        /// `x-request-id` (the client's request id, forwarded by the gateway).
+        /// The client's request id: from this run's marker in the body
+        /// (`haq-<token>-<id>`), else from `x-request-id` as the gateway forwarded it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
+        /// How `id` was read (absent in older traces: the header).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<LegBy>,
+        /// Why a request with no `id` could not be attributed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unattributed: Option<Unattributed>,
         /// `x-haq-attempt` (the gateway's attempt id), when sent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<String>,
@@ -283,6 +297,45 @@ impl Event {
             | Event::Warmed { t, .. }
             | Event::TraceStats { t, .. }
             | Event::RunEnd { t, .. } => *t,
+        }
+    }
+}
+
+/// How haq's proxy tied an upstream request to its client request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LegBy {
+    /// This run's marker in the request body (`client.marker`).
+    Marker,
+    /// The `x-request-id` header the gateway forwarded.
+    Header,
+}
+
+/// Why haq's proxy could not tie an upstream request to a client request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unattributed {
+    /// The body was read to its end: no marker of this run, no `x-request-id` (another
+    /// client's traffic, or `client.marker: none` behind a gateway that drops the header).
+    NoMarker,
+    /// Only markers of another run (another haq, an earlier run).
+    OtherRun,
+    /// A body longer than the scan cap (1 MiB) with no marker in its first 1 MiB.
+    OverCap,
+    /// The exchange ended before its body was read (or the body was not HTTP/1.1 framed).
+    Unread,
+    /// The proxy had no run token (bodies are not scanned).
+    NoToken,
+}
+
+impl Unattributed {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unattributed::NoMarker => "no marker",
+            Unattributed::OtherRun => "another run's marker",
+            Unattributed::OverCap => "body over the scan cap",
+            Unattributed::Unread => "body not read",
+            Unattributed::NoToken => "no run token",
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod arrival;
 pub mod body;
 pub mod dist;
+mod marker;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use crate::plan::inputs::Replay;
 pub use arrival::RateProfile;
 pub use body::{api_path, prompt_text, request_body};
 use dist::Sampler;
+pub use marker::BodyMarker;
 
 use crate::scenario::{ArrivalProcess, Leave, Priority};
 

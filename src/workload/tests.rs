@@ -15,6 +15,71 @@ fn plan_with(workload: &str, extra: &[&str]) -> Plan {
 
 const BASIC: &str = "workload:\n  seed: 5\n  mix:\n    classes:\n      - {name: a, weight: 3, prompt_tokens: {uniform: [10, 500]}, output_tokens: {lognormal: {mean: 100, stddev: 80}}}\n      - {name: b, prompt_tokens: {normal: {mean: 200, stddev: 20}}, output_tokens: 7, priority: best_effort, stream: 50%}\n  arrival: {process: poisson, rate: 20/s}";
 
+const NO: BodyMarker = BodyMarker {
+    field: crate::scenario::MarkerField::None,
+    token: crate::wire::marker::RunToken::from_u32(0),
+};
+
+/// Each `client.marker` puts `haq-<token>-<id>` where it says: the `user` field,
+/// `metadata.haq_request_id`, the end of the last user message (or of the prompt);
+/// the rest of the body is the body without a marker.
+#[test]
+fn the_marker_goes_where_the_scenario_says() {
+    use crate::scenario::MarkerField as F;
+    let token = crate::wire::marker::RunToken::from_u32(0xabcd_0123);
+    let p = plan_with(BASIC, &[]);
+    let a = all(&p);
+    let r = a.iter().find(|r| r.class == 0).expect("chat");
+    let json = |m: &BodyMarker| -> serde_json::Value {
+        serde_json::from_slice(&request_body(&p, r, m)).expect("json")
+    };
+    let plain = json(&NO);
+    let want = format!("haq-abcd0123-{}", r.id);
+    for (field, path) in [
+        (F::User, "/user"),
+        (F::Metadata, "/metadata/haq_request_id"),
+    ] {
+        let mut b = json(&BodyMarker { field, token });
+        assert_eq!(b.pointer(path), Some(&want.clone().into()), "{field:?}");
+        let key = path.split('/').nth(1).expect("key");
+        b.as_object_mut().expect("object").remove(key);
+        assert_eq!(b, plain, "{field:?}");
+    }
+    let b = json(&BodyMarker {
+        field: F::Prompt,
+        token,
+    });
+    let last = |v: &serde_json::Value| {
+        v["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .map(str::to_string)
+            .expect("last message")
+    };
+    assert_eq!(last(&b), format!("{} ({want})", last(&plain)));
+    let completions = plan_with(
+        &BASIC.replace("output_tokens: 7,", "output_tokens: 7, api: completions,"),
+        &[],
+    );
+    let c = all(&completions);
+    let r = c.iter().find(|r| r.class == 1).expect("completions");
+    let b: serde_json::Value = serde_json::from_slice(&request_body(
+        &completions,
+        r,
+        &BodyMarker {
+            field: F::Prompt,
+            token,
+        },
+    ))
+    .expect("json");
+    let prompt = b["prompt"].as_str().expect("prompt");
+    assert!(
+        prompt.ends_with(&format!(" (haq-abcd0123-{})", r.id)),
+        "{prompt}"
+    );
+}
+
 fn all(p: &Plan) -> Vec<Planned> {
     Schedule::new(p).expect("schedule").collect()
 }
@@ -37,7 +102,7 @@ fn same_seed_same_requests_other_seed_others() {
     assert_eq!(times(&a), times(&d));
     // Bodies are deterministic too.
     let p = plan_with(BASIC, &[]);
-    assert_eq!(request_body(&p, &a[3]), request_body(&p, &b[3]));
+    assert_eq!(request_body(&p, &a[3], &NO), request_body(&p, &b[3], &NO));
     // streaming share and priority
     let b_class: Vec<_> = a.iter().filter(|r| r.class == 1).collect();
     let streamed = b_class.iter().filter(|r| r.stream).count() as f64 / b_class.len() as f64;
@@ -47,6 +112,7 @@ fn same_seed_same_requests_other_seed_others() {
     let body: serde_json::Value = serde_json::from_slice(&request_body(
         &p,
         b_class.iter().find(|r| !r.stream).expect("one"),
+        &NO,
     ))
     .expect("json");
     assert_eq!(body["stream"], false);
@@ -140,7 +206,8 @@ fn sessions_prefixes_tools_and_structured_output() {
     let (g, n) = third.prefix.expect("prefix");
     assert!(g < 2 && (50..=60).contains(&n));
     assert_eq!(third.total_prompt_tokens(), 20 + 2 * (20 + 10) + n);
-    let body: serde_json::Value = serde_json::from_slice(&request_body(&p, third)).expect("json");
+    let body: serde_json::Value =
+        serde_json::from_slice(&request_body(&p, third, &NO)).expect("json");
     let msgs = body["messages"].as_array().expect("messages");
     assert_eq!(
         msgs.len(),
@@ -155,7 +222,7 @@ fn sessions_prefixes_tools_and_structured_output() {
     let texts: std::collections::BTreeSet<String> = reqs
         .iter()
         .filter_map(|r| {
-            let b: serde_json::Value = serde_json::from_slice(&request_body(&p, r)).ok()?;
+            let b: serde_json::Value = serde_json::from_slice(&request_body(&p, r, &NO)).ok()?;
             b["messages"][0]["content"].as_str().map(str::to_string)
         })
         .collect();
@@ -194,7 +261,7 @@ fn trace_replay_with_time_scaling_and_shared_blocks() {
     );
     assert_eq!((reqs[1].prompt_tokens, reqs[1].max_tokens), (700, 6));
     let text = |r: &Planned| {
-        let b: serde_json::Value = serde_json::from_slice(&request_body(&p, r)).expect("json");
+        let b: serde_json::Value = serde_json::from_slice(&request_body(&p, r, &NO)).expect("json");
         b["messages"][0]["content"]
             .as_str()
             .expect("text")

@@ -15,6 +15,7 @@ mod report;
 mod run;
 mod secrets;
 mod simkit;
+mod splice;
 mod support;
 mod testgw;
 mod url;

@@ -13,19 +13,8 @@ use haq::target::sim::SimProcess;
 use haq::trace::{Event, FaultLine, ReplacementStage};
 use serde_json::json;
 
-use crate::simkit::{Proc, eventually, http, worker_in};
+use crate::simkit::{Proc, eventually, free_port, host_port, http, worker_in};
 use crate::support::{events, haq_bin, plan_text, run, scratch, verdict};
-
-/// A port nobody listens on right now (for a proxy listen address the gateway must
-/// know before haq starts).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-fn host_port(url: &str) -> String {
-    url.trim_start_matches("http://").to_string()
-}
 
 /// Two workers and a gateway in front of the proxy ports `listens`.
 struct External {

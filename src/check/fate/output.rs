@@ -161,6 +161,9 @@ pub fn stitched(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
         if v.deltas.len() <= at {
             continue; // nothing delivered after the hand-over
         }
+        if s.source == super::SeamSource::Proxy && !proxy_spliced(v, &s) {
+            continue; // the first upstream request wrote the rest itself
+        }
         let broken = if ctx.policy.streaming == Fate::Migrate {
             match continuity(v, &s) {
                 Ok(()) => continue,
@@ -171,11 +174,16 @@ pub fn stitched(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
             }
         } else {
             format!(
-                "{at} deltas from `{}`, then {} deltas from `{}` in the same stream (the policy declares `{}` for streaming, not `migrate`)",
+                "{at} deltas from `{}`, then {} deltas from `{}` in the same stream (the policy declares `{}` for streaming, not `migrate`){}",
                 s.from,
                 v.deltas.len() - at,
                 s.to,
-                ctx.policy.streaming.as_str()
+                ctx.policy.streaming.as_str(),
+                if s.source == super::SeamSource::Proxy {
+                    "; seen by haq's proxy: the client's chunk ids do not change at the seam"
+                } else {
+                    ""
+                }
             )
         };
         out.find(FindingKind::StitchedOutput, id, broken)
@@ -187,6 +195,22 @@ pub fn stitched(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
                 v.excerpt(at, at + 3)
             ));
         return;
+    }
+}
+
+/// A hand-over only haq's proxy saw (the client's chunk ids run on): the deltas after
+/// it came from the new upstream request when the old one had ended before the client's
+/// last delta and the new one had sent output by then.
+fn proxy_spliced(v: &View, s: &Seam) -> bool {
+    let leg = |id: &str| v.r.proxy.iter().find(|l| l.id() == id);
+    let Some(last) = v.deltas.last().map(|&i| v.r.chunks[i].t) else {
+        return false;
+    };
+    match (leg(&s.from), leg(&s.to)) {
+        (Some(a), Some(b)) => {
+            a.end.is_some_and(|(t, _)| t < last) && b.first_event.is_some_and(|t| t < last)
+        }
+        _ => false,
     }
 }
 
@@ -213,8 +237,14 @@ pub fn continuity(v: &View, s: &Seam) -> Result<(), String> {
         && a.delivered_at_start as usize != at
     {
         return Err(format!(
-            "the journal says `{}` started after {} delivered deltas, but its text begins after delta {at}",
-            a.id, a.delivered_at_start
+            "{} `{}` started after {} delivered deltas, but its text begins after delta {at}",
+            if a.proxy_leg {
+                "haq's proxy saw"
+            } else {
+                "the journal says"
+            },
+            a.id,
+            a.delivered_at_start
         ));
     }
     Ok(())

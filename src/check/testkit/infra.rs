@@ -112,6 +112,8 @@ impl Tb {
             replica: replica.into(),
             conn,
             id: Some(id.into()),
+            by: Some(crate::trace::LegBy::Marker),
+            unattributed: None,
             attempt: None,
             method: "POST".into(),
             path: "/v1/chat/completions".into(),
@@ -129,14 +131,39 @@ impl Tb {
         self.proxy_end_after(id, t, (replica, conn), end, None)
     }
 
-    /// As [`Tb::proxy_end`], with the time the replica's first event passed the proxy.
+    /// As [`Tb::proxy_end`], with the time the replica's first event passed the proxy
+    /// (that event held back at a probe point).
     pub fn proxy_end_after(
+        &mut self,
+        id: &str,
+        t: u64,
+        leg: (&str, u64),
+        end: ProxyEndKind,
+        first_event: Option<u64>,
+    ) -> &mut Self {
+        self.push_leg_end(id, t, leg, end, (first_event, first_event.map(|_| 1)))
+    }
+
+    /// How an upstream request ended at the proxy, with when the replica's first event
+    /// passed it (none held back).
+    pub fn leg_end(
+        &mut self,
+        id: &str,
+        t: u64,
+        leg: (&str, u64),
+        end: ProxyEndKind,
+        first_event: u64,
+    ) -> &mut Self {
+        self.push_leg_end(id, t, leg, end, (Some(first_event), None))
+    }
+
+    fn push_leg_end(
         &mut self,
         id: &str,
         t: u64,
         (replica, conn): (&str, u64),
         end: ProxyEndKind,
-        first_event: Option<u64>,
+        (first_event, held): (Option<u64>, Option<u32>),
     ) -> &mut Self {
         self.ev(Event::ProxyEnd {
             t,
@@ -148,7 +175,7 @@ impl Tb {
             events: u32::from(first_event.is_some()),
             first_event,
             end,
-            held: first_event.map(|_| 1),
+            held,
         })
     }
 }

@@ -133,6 +133,7 @@ impl Tb {
             wall: wall.into(),
             mono_ns,
             version: "test".into(),
+            token: None,
         })
     }
 

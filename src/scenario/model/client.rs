@@ -53,6 +53,40 @@ pub struct ClientCfg {
     /// Which HTTP client sends the requests.
     #[serde(default)]
     pub transport: Transport,
+    /// Where each request body carries its marker, `haq-<run token>-<request id>`,
+    /// by which haq's proxy ties every upstream request to its client request when
+    /// the gateway forwards no `x-request-id` (docs/evidence.md, Attribution).
+    #[serde(default)]
+    pub marker: MarkerField,
+}
+
+/// Where the per-request marker goes in the body (`client.marker`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkerField {
+    /// The OpenAI `user` field (forwarded by OpenAI-compatible gateways; the answer
+    /// does not depend on it).
+    #[default]
+    User,
+    /// `metadata: {haq_request_id: …}` (for gateways that set `user` themselves).
+    Metadata,
+    /// A short nonce appended to the last user message (chat) or the prompt
+    /// (completions): it changes the prompt by a few tokens; the last resort for
+    /// gateways that forward neither field.
+    Prompt,
+    /// No marker: legs are attributed by `x-request-id` only.
+    None,
+}
+
+impl MarkerField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerField::User => "user",
+            MarkerField::Metadata => "metadata",
+            MarkerField::Prompt => "prompt",
+            MarkerField::None => "none",
+        }
+    }
 }
 
 /// The HTTP client requests go through (`client.transport`).
@@ -125,6 +159,7 @@ impl Default for ClientCfg {
             max_slip_p99: None,
             warm_connections: 0,
             transport: Transport::Auto,
+            marker: MarkerField::User,
         }
     }
 }
