@@ -3,6 +3,7 @@
 //! stop and clean up whatever happens — and stop there: judging the trace is the next
 //! stage's job (`crate::run` goes on to `check` and `report`).
 
+mod calibrate;
 mod dir;
 mod evidence;
 mod headers;
@@ -155,7 +156,7 @@ pub async fn run(
     let (tw, th) = TraceWriter::create(&dir.join(trace::TRACE_FILE))
         .context("creating the trace")
         .map_err(env)?;
-    let r = Run {
+    let mut r = Run {
         plan: &plan,
         dir,
         clock,
@@ -168,7 +169,10 @@ pub async fn run(
         },
     };
     let target = match start_target(&r, &opts).await {
-        Ok(t) => t,
+        Ok((t, field)) => {
+            r.marker.field = field;
+            t
+        }
         Err(e) => {
             r.tw.emit(Event::RunEnd {
                 t: r.clock.now_us(),
@@ -202,8 +206,12 @@ pub async fn run(
     })
 }
 
-/// The run's first lines, then the target started (sim) or reached (url) and recorded.
-async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running> {
+/// The run's first lines, then the target started (sim) or reached (url) and
+/// recorded, with the place its request markers go.
+async fn start_target(
+    r: &Run<'_>,
+    opts: &RunOptions,
+) -> anyhow::Result<(Running, crate::scenario::MarkerField)> {
     let plan = r.plan;
     r.tw.emit(Event::RunStart {
         t: 0,
@@ -229,12 +237,15 @@ async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running>
         // The proxies attribute by this run's markers only.
         p.board().set_run_token(r.marker.token);
     }
+    let (field, used) =
+        calibrate::marker_field(plan, &target, r.marker, &headers, r.cancel, &say).await?;
     r.tw.emit(Event::Target {
         t: r.clock.now_us(),
         url: target.api_url.clone(),
         replicas: target.replicas.clone(),
+        marker: used,
     });
-    Ok(target)
+    Ok((target, field))
 }
 
 /// The load through every phase with the faults on its clock; then every fault

@@ -31,6 +31,10 @@ pub enum Event {
         t: u64,
         url: String,
         replicas: Vec<ReplicaInfo>,
+        /// Where the request markers go, when `client.marker: auto` learned it at
+        /// the start (absent otherwise, and in older traces).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        marker: Option<MarkerUse>,
     },
     Phase {
         t: u64,
@@ -394,6 +398,27 @@ pub struct ReplicaInfo {
     /// The node the replica is declared on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+}
+
+/// What `client.marker: auto` learned before the load: one small request per place,
+/// in order, until haq's proxy read one upstream and the answer was a success.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarkerUse {
+    /// Where the run's markers went (`user`, `metadata`, `top_level`, `prompt`, `none`).
+    pub field: String,
+    /// Each place tried, in order.
+    pub tried: Vec<MarkerTry>,
+}
+
+/// One place tried by `client.marker: auto`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarkerTry {
+    pub field: String,
+    /// haq's proxy read the marker from an upstream request (the gateway forwarded it).
+    pub forwarded: bool,
+    /// How the request ended (`completed`, `http_error`, …; `unanswered` when the
+    /// calibration's time ran out first).
+    pub outcome: String,
 }
 
 /// Q11 stages of a replacement that haq can see.

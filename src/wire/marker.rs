@@ -19,6 +19,9 @@ pub const PREFIX: &[u8] = b"haq-";
 pub const TOKEN_LEN: usize = 8;
 /// Longest encoded request id read from a marker; a longer one is not a marker.
 pub const MAX_ID: usize = 256;
+/// Request ids of `client.marker: auto`'s requests before the load (`calibrate-user`,
+/// …): never a request of the load, counted apart by the judgement.
+pub const CALIBRATE_PREFIX: &str = "calibrate-";
 /// Body bytes scanned for the marker: a body longer than this, with no marker in its
 /// first `SCAN_CAP` bytes, is not attributed by its marker.
 pub const SCAN_CAP: u64 = 1 << 20;

@@ -33,13 +33,17 @@ impl BodyMarker {
         let Some(m) = self.value(id) else { return };
         match self.field {
             MarkerField::None => {}
-            MarkerField::User => {
+            // Resolved before any body is built (`engine`); `user` if it were not.
+            MarkerField::Auto | MarkerField::User => {
                 body.insert("user".into(), m.into());
             }
             MarkerField::Metadata => {
                 let mut md = Map::new();
                 md.insert("haq_request_id".into(), m.into());
                 body.insert("metadata".into(), Value::Object(md));
+            }
+            MarkerField::TopLevel => {
+                body.insert("haq_marker".into(), m.into());
             }
             MarkerField::Prompt => {
                 let nonce = format!(" ({m})");

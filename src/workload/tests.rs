@@ -21,7 +21,8 @@ const NO: BodyMarker = BodyMarker {
 };
 
 /// Each `client.marker` puts `haq-<token>-<id>` where it says: the `user` field,
-/// `metadata.haq_request_id`, the end of the last user message (or of the prompt);
+/// `metadata.haq_request_id`, a top-level `haq_marker`, the end of the last user
+/// message (or of the prompt);
 /// the rest of the body is the body without a marker.
 #[test]
 fn the_marker_goes_where_the_scenario_says() {
@@ -38,6 +39,7 @@ fn the_marker_goes_where_the_scenario_says() {
     for (field, path) in [
         (F::User, "/user"),
         (F::Metadata, "/metadata/haq_request_id"),
+        (F::TopLevel, "/haq_marker"),
     ] {
         let mut b = json(&BodyMarker { field, token });
         assert_eq!(b.pointer(path), Some(&want.clone().into()), "{field:?}");

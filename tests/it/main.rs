@@ -11,6 +11,7 @@ mod gateway;
 mod layers;
 mod load;
 mod m9;
+mod marker;
 mod report;
 mod run;
 mod secrets;

@@ -3,8 +3,9 @@
 //! upstreams the client's body and `x-request-id` and nothing else, and relays back
 //! only the status, `content-type` and the body. Its flaws are switches:
 //! how often it retries a failed upstream request (and whether on the same upstream),
-//! whether it checks its upstreams' readiness, and whether it cancels the upstream
-//! request when its client goes away.
+//! whether it checks its upstreams' readiness, whether it cancels the upstream
+//! request when its client goes away, and which top-level body fields it drops (as
+//! sglang-router drops `user` and LiteLLM consumes `metadata`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -29,6 +30,8 @@ pub struct Policy {
     /// Closes the upstream request when its client goes away (else reads it to its
     /// end and throws the rest away).
     pub cancel: bool,
+    /// Top-level fields of the request body it does not pass on.
+    pub drops: &'static [&'static str],
 }
 
 impl Default for Policy {
@@ -39,6 +42,7 @@ impl Default for Policy {
             sticky: false,
             health: None,
             cancel: true,
+            drops: &[],
         }
     }
 }
@@ -139,6 +143,7 @@ async fn relay(State(gw): State<Arc<Gw>>, uri: Uri, headers: HeaderMap, body: By
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
+    let body = without(body, gw.policy.drops);
     let mut at = gw.pick(gw.next.fetch_add(1, Ordering::Relaxed));
     let mut tries = 0;
     loop {
@@ -168,6 +173,22 @@ async fn relay(State(gw): State<Arc<Gw>>, uri: Uri, headers: HeaderMap, body: By
         if !gw.policy.sticky {
             at = gw.pick(at + 1);
         }
+    }
+}
+
+/// `body` re-encoded without the top-level fields `drops` (as it is when none).
+fn without(body: Bytes, drops: &[&str]) -> Bytes {
+    if drops.is_empty() {
+        return body;
+    }
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body) {
+        Ok(mut m) => {
+            for k in drops {
+                m.remove(*k);
+            }
+            Bytes::from(serde_json::Value::Object(m).to_string())
+        }
+        Err(_) => body,
     }
 }
 

@@ -132,6 +132,11 @@ pub struct ProxyStats {
     pub unknown: std::collections::BTreeMap<String, u64>,
     /// Why the unattributed ones were (`unknown` also counts ids of no request).
     pub reasons: std::collections::BTreeMap<crate::trace::Unattributed, u64>,
+    /// `client.marker: auto`'s own requests before the load (not traffic of the load).
+    pub calibration: u64,
+    /// Where the markers went, when `auto` learned it (the `target` line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub marker: Option<crate::trace::MarkerUse>,
 }
 
 impl ProxyStats {
@@ -142,6 +147,25 @@ impl ProxyStats {
             "{} upstream requests: {} tied to their client request by the body's marker, {} by x-request-id, {unknown} of unknown requests",
             self.legs, self.by_marker, self.by_header
         );
+        if let Some(m) = &self.marker {
+            let dropped: Vec<&str> = m
+                .tried
+                .iter()
+                .filter(|t| !t.forwarded)
+                .map(|t| t.field.as_str())
+                .collect();
+            s.push_str(&format!("; markers in `{}` (learned at the start", m.field));
+            if !dropped.is_empty() {
+                s.push_str(&format!(": not forwarded in {}", dropped.join(", ")));
+            }
+            s.push(')');
+        }
+        if self.calibration > 0 {
+            s.push_str(&format!(
+                "; {} of the marker calibration before the load",
+                self.calibration
+            ));
+        }
         if unknown > 0 {
             let per: Vec<String> = self
                 .unknown
@@ -255,8 +279,8 @@ impl Folder {
             }
             ev @ Event::ProxyRequest { .. } => self.proxy_leg(ev),
             ev @ Event::ProxyEnd { id: Some(_), .. } => self.proxy_leg_end(ev),
-            Event::Target { .. }
-            | Event::Heal { .. }
+            Event::Target { marker, .. } => self.proxy.marker = marker,
+            Event::Heal { .. }
             | Event::Observation { .. }
             | Event::Replacement { .. }
             | Event::Exited { .. }
@@ -410,6 +434,13 @@ impl Folder {
                     start: t,
                     ..Default::default()
                 });
+            }
+            None if id
+                .as_deref()
+                .is_some_and(|id| id.starts_with(crate::wire::marker::CALIBRATE_PREFIX)) =>
+            {
+                st.calibration += 1;
+                st.legs -= 1;
             }
             None => {
                 if let Some(u) = unattributed {

@@ -97,6 +97,7 @@ impl Tb {
                     node: None,
                 })
                 .collect(),
+            marker: None,
         });
         tb
     }

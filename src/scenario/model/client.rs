@@ -64,12 +64,23 @@ pub struct ClientCfg {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MarkerField {
-    /// The OpenAI `user` field (forwarded by OpenAI-compatible gateways; the answer
-    /// does not depend on it).
+    /// Learned at the start of the run: one small request per place (`user`, then
+    /// `metadata`, `top_level`, `prompt`) with the marker there only; the first whose
+    /// marker haq's proxy reads upstream and whose answer is a success is used (the
+    /// gateway forwards it and the replica accepts it). The
+    /// sim's gateway forwards `user`; with no proxy in the path nothing reads a
+    /// marker and bodies carry none.
     #[default]
+    Auto,
+    /// The OpenAI `user` field (the answer does not depend on it; vllm-router forwards
+    /// it, sglang-router and LiteLLM drop it).
     User,
-    /// `metadata: {haq_request_id: …}` (for gateways that set `user` themselves).
+    /// `metadata: {haq_request_id: …}` (vllm-router, sglang-router and nginx forward
+    /// it; LiteLLM consumes it).
     Metadata,
+    /// A top-level field of its own, `haq_marker` (LiteLLM, vllm-router and nginx
+    /// forward it; sglang-router drops it; a strict server may refuse it).
+    TopLevel,
     /// A short nonce appended to the last user message (chat) or the prompt
     /// (completions): it changes the prompt by a few tokens; the last resort for
     /// gateways that forward neither field.
@@ -81,8 +92,10 @@ pub enum MarkerField {
 impl MarkerField {
     pub fn as_str(self) -> &'static str {
         match self {
+            MarkerField::Auto => "auto",
             MarkerField::User => "user",
             MarkerField::Metadata => "metadata",
+            MarkerField::TopLevel => "top_level",
             MarkerField::Prompt => "prompt",
             MarkerField::None => "none",
         }
@@ -159,7 +172,7 @@ impl Default for ClientCfg {
             max_slip_p99: None,
             warm_connections: 0,
             transport: Transport::Auto,
-            marker: MarkerField::User,
+            marker: MarkerField::Auto,
         }
     }
 }
