@@ -277,6 +277,7 @@ fn judgement(
     let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
     let seconds = acc.series.finish(intervals);
     let level = acc.run.finish(plan, &folder.faults, &phases, &seconds);
+    let protected_load = super::capacity::protected_load(plan, &phases);
     let verdicts = verdicts::judge(&verdicts::Judged {
         plan,
         level: &level,
@@ -284,7 +285,9 @@ fn judgement(
         fate: &acc.fate,
         sources: &src.reports,
         complete: folder.info.complete,
+        load: &protected_load,
     });
+    let gates = super::gates::judge(plan, &verdicts);
     let unfinished = folder.unfinished();
     let client = super::validity::judge(plan, &acc.slip.finish(), &phases);
     let fate_table = acc.fate.table_rows();
@@ -307,6 +310,8 @@ fn judgement(
         facts: level.evidence,
         seconds,
         client,
+        gates,
+        protected_load,
     }
 }
 

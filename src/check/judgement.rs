@@ -42,6 +42,10 @@ pub struct Judgement {
     pub seconds: Vec<crate::metrics::SecondStats>,
     /// haq's own sends per phase; `valid: false` makes the run INVALID.
     pub client: super::validity::ClientHealth,
+    /// `criteria.require` and the warnings about verdicts exercised but not judged.
+    pub gates: super::gates::Gates,
+    /// Each phase's offered load against the protected load (Q12, Capacity).
+    pub protected_load: capacity::ProtectedLoad,
 }
 
 impl Judgement {
@@ -66,13 +70,16 @@ impl Judgement {
     }
 
     /// The run's one result, which every renderer prints and the exit code follows:
-    /// INTERRUPTED beats INVALID beats the verdicts' overall status.
+    /// INTERRUPTED beats INVALID beats a required verdict not judged (FAIL) beats the
+    /// verdicts' overall status.
     pub fn result(&self) -> RunResult {
         if self.run.interrupted {
             // A partial report, whatever the verdicts of the part say.
             RunResult::Interrupted
         } else if self.invalid() {
             RunResult::Invalid
+        } else if !self.gates.unmet.is_empty() {
+            RunResult::Fail
         } else {
             match self.overall() {
                 Status::Pass | Status::NotEvaluated => RunResult::Pass,

@@ -13,6 +13,7 @@ pub mod evidence;
 pub mod facts;
 pub mod failure_domain;
 pub mod fate;
+pub mod gates;
 pub mod history;
 mod judge;
 mod judgement;

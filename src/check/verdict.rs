@@ -24,67 +24,7 @@ impl Status {
     }
 }
 
-/// The eight verdicts of Q13. The one table that runs them is `super::verdicts`: a
-/// verdict is judged by name there, in an exhaustive match, never by a string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum VerdictName {
-    #[serde(rename = "Failure-Domain")]
-    FailureDomain,
-    Routing,
-    #[serde(rename = "Request-Fate")]
-    RequestFate,
-    Capacity,
-    Latency,
-    Overload,
-    Recovery,
-    Maintenance,
-}
-
-impl VerdictName {
-    /// Every verdict, in report order.
-    pub const ALL: [VerdictName; 8] = [
-        VerdictName::FailureDomain,
-        VerdictName::Routing,
-        VerdictName::RequestFate,
-        VerdictName::Capacity,
-        VerdictName::Latency,
-        VerdictName::Overload,
-        VerdictName::Recovery,
-        VerdictName::Maintenance,
-    ];
-
-    /// The name reports and `criteria` use (`Failure-Domain`, `Request-Fate`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerdictName::FailureDomain => "Failure-Domain",
-            VerdictName::Routing => "Routing",
-            VerdictName::RequestFate => "Request-Fate",
-            VerdictName::Capacity => "Capacity",
-            VerdictName::Latency => "Latency",
-            VerdictName::Overload => "Overload",
-            VerdictName::Recovery => "Recovery",
-            VerdictName::Maintenance => "Maintenance",
-        }
-    }
-}
-
-impl std::fmt::Display for VerdictName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl PartialEq<str> for VerdictName {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for VerdictName {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
+pub use crate::scenario::VerdictName;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Verdict {

@@ -21,6 +21,8 @@ pub struct Judged<'a> {
     pub sources: &'a [SourceReport],
     /// The trace has its last line (a run cut short passes nothing).
     pub complete: bool,
+    /// Each phase's offered load against the protected load (Capacity).
+    pub load: &'a capacity::ProtectedLoad,
 }
 
 /// The eight verdicts, in report order. A trace with no end (the run was killed)
@@ -51,7 +53,7 @@ fn one(name: VerdictName, j: &Judged) -> Verdict {
             fate::verdict(j.fate, &fate::fate_faults(plan), &ev.faults, j.sources, sim)
         }
         VerdictName::Capacity => {
-            capacity::verdict(plan, tl, &j.level.window, j.level.capacity.as_ref())
+            capacity::verdict(plan, tl, &j.level.window, j.load, j.level.capacity.as_ref())
         }
         VerdictName::Latency => latency::verdict(plan, j.phases),
         VerdictName::Overload => overload::verdict(plan, ev, j.phases),

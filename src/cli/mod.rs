@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{EnvironmentError, RunOptions};
 use crate::report::compare;
 use crate::scenario;
+use crate::scenario::words::plural;
 
 /// Cancels `token` on SIGINT or SIGTERM.
 pub fn cancel_on_signals(token: CancellationToken) {
@@ -39,16 +40,19 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
     match cli.command {
         Command::Run(a) => run(a, cancel).await,
         Command::Validate(a) => {
-            match crate::plan::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
-                Ok(plan) => {
+            match crate::plan::check(&a.scenario, &a.overrides.set, a.overrides.seed) {
+                Ok(crate::plan::Checked { plan, warnings }) => {
+                    for w in &warnings {
+                        eprintln!("warning: {w}");
+                    }
                     println!(
-                        "{}: valid · {} phases over {:.0}s · {} req/s offered (protected {}) · {} faults · seed {}",
+                        "{}: valid · {} over {:.0}s · {:.2} req/s offered (protected {}) · {} · seed {}",
                         a.scenario.display(),
-                        plan.phases.len(),
+                        plural(plan.phases.len() as u64, "phase"),
                         plan.total.as_secs_f64(),
                         plan.rate,
                         plan.scenario.protected_load,
-                        plan.faults.len(),
+                        plural(plan.faults.len() as u64, "fault"),
                         plan.seed
                     );
                     Exit::Pass
@@ -113,8 +117,13 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
 }
 
 async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
-    let plan = match crate::plan::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
-        Ok(p) => p,
+    let plan = match crate::plan::check(&a.scenario, &a.overrides.set, a.overrides.seed) {
+        Ok(c) => {
+            for w in &c.warnings {
+                eprintln!("warning: {w}");
+            }
+            c.plan
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return Exit::Unusable;

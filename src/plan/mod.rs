@@ -5,11 +5,13 @@
 pub mod capacity;
 mod checks;
 pub mod faults;
+pub mod implied;
 pub mod inputs;
 mod phase;
 pub mod rate;
 mod types;
 mod validate;
+pub mod warnings;
 mod workload;
 
 use std::path::Path;
@@ -38,8 +40,32 @@ pub fn load_str(
     resolve(scenario::parse_str(text, file, base, sets, seed)?)
 }
 
+/// A valid plan with the warnings about it: what makes it unable to pass
+/// ([`warnings`]), each placed at file:line:col like an error.
+pub struct Checked {
+    pub plan: Plan,
+    pub warnings: Vec<ScenarioError>,
+}
+
+/// As [`load`], with the plan's warnings (`haq validate`, `haq run`).
+pub fn check(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Checked, ScenarioError> {
+    let parsed = scenario::parse(path, sets, seed)?;
+    let (plan, place) = resolve_placed(parsed)?;
+    let mut warnings: Vec<ScenarioError> = warnings::warnings(&plan)
+        .into_iter()
+        .map(|i| place.error(&i.field, i.value, i.reason))
+        .collect();
+    scenario::error::sort_in_file_order(&mut warnings);
+    Ok(Checked { plan, warnings })
+}
+
 /// Validates a parsed scenario and reads the workload's data files.
 fn resolve(parsed: Parsed) -> Result<Plan, ScenarioError> {
+    resolve_placed(parsed).map(|(plan, _)| plan)
+}
+
+/// As [`resolve`], keeping what places issues in the scenario's files.
+fn resolve_placed(parsed: Parsed) -> Result<(Plan, scenario::Place), ScenarioError> {
     let Parsed { scenario, place } = parsed;
     let mut plan = validate(scenario).map_err(|i| place.error(&i.field, i.value, i.reason))?;
     let inputs =
@@ -58,7 +84,7 @@ fn resolve(parsed: Parsed) -> Result<Plan, ScenarioError> {
         plan.profile = rate::RateProfile::constant(plan.rate);
     }
     plan.inputs = Arc::new(inputs);
-    Ok(plan)
+    Ok((plan, place))
 }
 
 /// Reads back the effective scenario recorded in a run directory.

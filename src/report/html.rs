@@ -331,6 +331,14 @@ fn summary(o: &mut String, plan: &Plan, j: &Judgement) {
             esc(&j.client.reasons().join("; "))
         );
     }
+    for g in super::rows::gate_lines(j) {
+        let class = if g.starts_with("FAIL: ") {
+            "FAIL"
+        } else {
+            "UNKNOWN"
+        };
+        let _ = write!(o, "<p class=\"{class}\">{}</p>", esc(&g));
+    }
 }
 
 /// The verdict table, each verdict's evidence folded under its reason.

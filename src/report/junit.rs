@@ -28,7 +28,13 @@ pub fn xml(s: &str) -> String {
 pub fn render(plan: &Plan, j: &Judgement) -> String {
     let name = format!("haq.{}", plan.scenario.name);
     let n = j.verdicts.len();
-    let count = |s: Status| j.verdicts.iter().filter(|v| v.status == s).count();
+    let unmet = |v: &crate::check::Verdict| j.gates.unmet.iter().find(|u| u.verdict == v.name);
+    // A required verdict not judged is a failure of the run (`criteria.require`).
+    let status = |v: &crate::check::Verdict| match unmet(v) {
+        Some(_) => Status::Fail,
+        None => v.status,
+    };
+    let count = |s: Status| j.verdicts.iter().filter(|v| status(v) == s).count();
     let invalid = j.invalid();
     let (failures, skipped) = (count(Status::Fail), count(Status::NotEvaluated));
     let errors = if invalid {
@@ -67,16 +73,21 @@ pub fn render(plan: &Plan, j: &Judgement) -> String {
             xml(v.name.as_str())
         );
         let evidence = v.evidence.join("\n");
-        let body = match (v.status, invalid) {
-            (Status::Fail, _) => format!(
+        let body = match (status(v), invalid, unmet(v)) {
+            (_, _, Some(u)) => format!(
+                "\n      <failure type=\"REQUIRED\" message=\"{}\">{}</failure>",
+                xml(&u.describe()),
+                xml(&evidence)
+            ),
+            (Status::Fail, _, _) => format!(
                 "\n      <failure type=\"FAIL\" message=\"{}\">{}</failure>",
                 xml(&v.summary),
                 xml(&evidence)
             ),
-            (Status::NotEvaluated, _) => {
+            (Status::NotEvaluated, _, _) => {
                 format!("\n      <skipped message=\"{}\"/>", xml(&v.summary))
             }
-            (_, true) => format!(
+            (_, true, _) => format!(
                 "\n      <error type=\"INVALID\" message=\"{}\">{}</error>",
                 xml(&format!(
                     "the run is INVALID ({}): {}",
@@ -85,12 +96,12 @@ pub fn render(plan: &Plan, j: &Judgement) -> String {
                 )),
                 xml(&evidence)
             ),
-            (Status::Unknown, false) => format!(
+            (Status::Unknown, false, _) => format!(
                 "\n      <error type=\"UNKNOWN\" message=\"{}\">{}</error>",
                 xml(&v.summary),
                 xml(&evidence)
             ),
-            (Status::Pass, false) => String::new(),
+            (Status::Pass, false, _) => String::new(),
         };
         out.push_str(&body);
         let sysout = format!("{}\n{}", v.summary, evidence);

@@ -47,6 +47,7 @@ fn section(out: &mut String, s: &Section) {
 pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
     let mut out = String::new();
     summary(&mut out, plan, j);
+    gates(&mut out, j);
     verdicts(&mut out, j);
     timeline(&mut out, j);
     out.push_str("## Latency per phase\n\n");
@@ -125,6 +126,22 @@ fn summary(out: &mut String, plan: &Plan, j: &Judgement) {
             j.run.reason.as_deref().unwrap_or("no run_end in the trace")
         );
     }
+}
+
+/// What the gates say, as a list under the summary (nothing when all is quiet).
+fn gates(out: &mut String, j: &Judgement) {
+    let lines = super::rows::gate_lines(j);
+    if lines.is_empty() {
+        return;
+    }
+    for l in lines {
+        let l = l.replace('\n', " ");
+        let _ = match l.strip_prefix("FAIL: ") {
+            Some(rest) => writeln!(out, "- ❌ **{rest}**"),
+            None => writeln!(out, "- ⚠️ {}", l.strip_prefix("warning: ").unwrap_or(&l)),
+        };
+    }
+    out.push('\n');
 }
 
 /// The verdict table: name, result, why.

@@ -80,6 +80,11 @@ pub struct Report<'a> {
     pub finding_counts: Vec<FindingCount>,
     /// Which evidence sources the judgement read, and how they stood.
     pub evidence_sources: &'a [crate::check::evidence::SourceReport],
+    /// `criteria.require` and what it found unmet; warnings about verdicts the
+    /// scenario exercises that were not judged.
+    pub gates: &'a crate::check::gates::Gates,
+    /// Each phase's offered load against the protected load (Q12).
+    pub protected_load: &'a crate::check::capacity::ProtectedLoad,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -122,6 +127,8 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
             })
             .collect(),
         evidence_sources: &j.evidence,
+        gates: &j.gates,
+        protected_load: &j.protected_load,
     }
 }
 

@@ -9,7 +9,7 @@ pub const PHASE_HEAD: [&str; 11] = [
     "ok",
     "failed",
     "rejected",
-    "offered/s",
+    "offered/s (planned)",
     "goodput/s",
     "TTFT p50/p95/p99 ms",
     "ITL p50/p95 ms",
@@ -20,6 +20,16 @@ pub fn phases(j: &Judgement) -> Vec<Vec<String>> {
     j.phases
         .iter()
         .map(|p| {
+            let load = j.protected_load.phases.iter().find(|l| l.phase == p.name);
+            let offered = match load {
+                Some(l) => format!(
+                    "{:.2} ({:.2}){}",
+                    p.offered_rps,
+                    l.planned_rps,
+                    if l.short { " ⚠ short" } else { "" }
+                ),
+                None => format!("{:.2}", p.offered_rps),
+            };
             vec![
                 p.name.clone(),
                 p.kind.to_string(),
@@ -27,7 +37,7 @@ pub fn phases(j: &Judgement) -> Vec<Vec<String>> {
                 p.completed.to_string(),
                 p.failed.to_string(),
                 p.rejected.to_string(),
-                format!("{:.2}", p.offered_rps),
+                offered,
                 format!("{:.2}", p.goodput_rps),
                 format!(
                     "{:.0} / {:.0} / {:.0}",
@@ -58,4 +68,32 @@ pub fn timeline(j: &Judgement) -> Vec<Vec<String>> {
             ]
         })
         .collect()
+}
+
+/// What the gates say, one line each: a required verdict not judged (it fails the
+/// run), a verdict exercised but not judged, a phase short of the protected load.
+pub fn gate_lines(j: &Judgement) -> Vec<String> {
+    let mut out: Vec<String> = j
+        .gates
+        .unmet
+        .iter()
+        .map(|u| format!("FAIL: {}", u.describe()))
+        .collect();
+    out.extend(j.gates.warnings.iter().map(|w| format!("warning: {w}")));
+    let short: Vec<String> = j
+        .protected_load
+        .phases
+        .iter()
+        .filter(|p| p.short)
+        .map(|p| p.describe())
+        .collect();
+    if !short.is_empty() {
+        out.push(format!(
+            "warning: {} offered less than the protected load {}/s: {}",
+            crate::scenario::words::plural(short.len() as u64, "phase"),
+            j.protected_load.rps,
+            short.join("; ")
+        ));
+    }
+    out
 }

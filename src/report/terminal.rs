@@ -40,6 +40,10 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
     findings(&mut out, j);
     out.push_str(&verdict_table(j).to_string());
     out.push('\n');
+    for g in super::rows::gate_lines(j) {
+        out.push_str(&g);
+        out.push('\n');
+    }
     client(&mut out, j);
     out.push_str(&format!("result: {} · {}\n", j.result(), run_dir.display()));
     out
@@ -61,6 +65,7 @@ fn verdict_table(j: &Judgement) -> Table {
 
 /// One row per phase: request counts and the p50/p95 latencies.
 fn phase_table(j: &Judgement) -> Table {
+    let rows = super::rows::phases(j);
     let mut p = table();
     p.set_header(vec![
         "Phase",
@@ -68,17 +73,19 @@ fn phase_table(j: &Judgement) -> Table {
         "OK",
         "Fail",
         "Rej",
+        "Offered/s (planned)",
         "TTFT p50/p95 ms",
         "ITL p50/p95 ms",
         "E2E p50/p95 ms",
     ]);
-    for s in &j.phases {
+    for (s, r) in j.phases.iter().zip(&rows) {
         p.add_row(vec![
             s.name.clone(),
             s.requests.to_string(),
             s.completed.to_string(),
             s.failed.to_string(),
             s.rejected.to_string(),
+            r[6].clone(),
             format!("{:.0} / {:.0}", s.ttft_ms.p50, s.ttft_ms.p95),
             format!("{:.1} / {:.1}", s.itl_ms.p50, s.itl_ms.p95),
             format!("{:.0} / {:.0}", s.e2e_ms.p50, s.e2e_ms.p95),

@@ -36,6 +36,22 @@ impl fmt::Display for ScenarioError {
 
 impl std::error::Error for ScenarioError {}
 
+/// Sorts problems as a reader meets them: `--set` overrides first (the command line),
+/// then each file's in line and column order (the scenario before the files it names,
+/// which keep their first-mention order).
+pub fn sort_in_file_order(errors: &mut [ScenarioError]) {
+    let mut files: Vec<String> = Vec::new();
+    for e in errors.iter() {
+        if !e.source.starts_with("--set ") && !files.contains(&e.source) {
+            files.push(e.source.clone());
+        }
+    }
+    errors.sort_by_key(|e| {
+        let file = files.iter().position(|f| *f == e.source);
+        (file.is_some(), file, e.pos.map(|p| (p.line, p.col)))
+    });
+}
+
 /// A semantic problem found by validation, before it is given a location.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Issue {

@@ -7,6 +7,7 @@ pub mod error;
 pub mod located;
 pub mod model;
 pub mod overrides;
+pub mod words;
 
 use std::path::{Path, PathBuf};
 

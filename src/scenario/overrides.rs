@@ -103,9 +103,12 @@ pub fn apply(root: &mut Value, segs: &[Seg], value: Value) -> Result<(), String>
                     .as_array_mut()
                     .ok_or_else(|| format!("`{here}` is not a list"))?;
                 let len = list.len();
-                let slot = list
-                    .get_mut(*idx)
-                    .ok_or_else(|| format!("`{here}` has {len} items, no index {idx}"))?;
+                let slot = list.get_mut(*idx).ok_or_else(|| {
+                    format!(
+                        "`{here}` has {}, no index {idx}",
+                        super::words::plural(len as u64, "item")
+                    )
+                })?;
                 if last {
                     *slot = value;
                     return Ok(());

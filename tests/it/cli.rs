@@ -114,3 +114,86 @@ fn every_subcommand_is_documented() {
     let (_, out, _) = haq(&["run", "--help"]);
     assert!(out.contains("--set") && out.contains("--seed") && out.contains("--out"));
 }
+
+/// A stored run re-judged with `criteria.require` added to its recorded scenario.
+fn fixture_requiring(require: serde_json::Value) -> std::path::PathBuf {
+    let dir = crate::report::fixture();
+    let p = dir.join("scenario.json");
+    let mut s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).expect("read")).expect("json");
+    s["criteria"]["require"] = require;
+    std::fs::write(&p, serde_json::to_string_pretty(&s).expect("json")).expect("write");
+    dir
+}
+
+#[test]
+fn a_required_verdict_not_evaluated_fails_a_passing_run_and_says_why() {
+    // The fixture run PASSes with Overload, Recovery and Maintenance NOT_EVALUATED.
+    let dir = fixture_requiring(serde_json::json!(["Routing", "Capacity"]));
+    let (code, out, _) = haq(&["check", dir.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "required verdicts judged: {out}");
+    assert!(out.contains("result: PASS"), "{out}");
+    let dir = fixture_requiring(serde_json::json!(["Routing", "Overload"]));
+    let (code, out, _) = haq(&["check", dir.to_str().expect("utf8")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL: Overload is NOT_EVALUATED (the scenario has no overload phase) but criteria.require lists it"),
+        "{out}"
+    );
+    assert!(out.contains("result: FAIL"), "{out}");
+    // The other reports say the same.
+    let (code, _, _) = haq(&["report", dir.to_str().expect("utf8")]);
+    assert_eq!(code, 1);
+    let md = std::fs::read_to_string(dir.join("report.md")).expect("md");
+    assert!(md.starts_with("# haq · sample · FAIL"), "{md}");
+    assert!(md.contains("- ❌ **Overload is NOT_EVALUATED"), "{md}");
+    let xml = std::fs::read_to_string(dir.join("junit.xml")).expect("xml");
+    assert!(
+        xml.contains("name=\"Overload\">\n      <failure type=\"REQUIRED\""),
+        "{xml}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).expect("json"))
+            .expect("json");
+    assert_eq!(json["result"], "FAIL");
+    assert_eq!(json["gates"]["unmet"][0]["verdict"], "Overload");
+    crate::report::assert_valid_report(&json);
+}
+
+#[test]
+fn a_misspelt_required_verdict_is_refused_with_its_place() {
+    let (code, _, err) = haq(&[
+        "validate",
+        "scenarios/quickstart.yaml",
+        "--set",
+        "criteria.require=[Routng]",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("`criteria.require[0]`: unknown variant `Routng`, expected one of `Failure-Domain`, `Routing`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn validate_warns_about_a_plan_that_cannot_pass() {
+    let dir = scratch("cannot-pass");
+    let f = dir.join("all-gone.yaml");
+    let text = std::fs::read_to_string(root().join("scenarios/quickstart.yaml"))
+        .expect("read")
+        .replace(
+            "../workloads/chat.yaml",
+            &root().join("workloads/chat.yaml").display().to_string(),
+        )
+        + "  - {name: kill-w1, target: {replica: w1}, at: {phase: degraded, offset: 1s}}\n  - {name: kill-w3, target: {replica: w3}, at: {phase: degraded, offset: 2s}}\n";
+    std::fs::write(&f, &text).expect("write");
+    let line = text.lines().count();
+    let (code, out, err) = haq(&["validate", f.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "a warning, not an error: {err}");
+    assert!(out.contains("valid"), "{out}");
+    let want = format!(
+        "warning: {}:{line}:5: `faults[2]`: cannot pass: at +37s (degraded) every replica is out of service",
+        f.display()
+    );
+    assert!(err.contains(&want), "{err}\nwanted {want}");
+}

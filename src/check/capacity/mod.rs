@@ -4,6 +4,14 @@
 //! and rejections count against it (rejecting protected traffic is a Capacity FAIL,
 //! not a pass by load shedding). With a capacity search the gate is the measured
 //! C_degraded ≥ L_protected (see `crate::capacity`).
+//!
+//! The protected load is an offered rate of the whole mix (best-effort classes
+//! included: the target may shed them first). Each phase's offered load is checked
+//! against it ([`ProtectedLoad`]: planned, and offered as drawn — a Poisson schedule
+//! at exactly the protected rate falls short in about half its phases): a phase of
+//! the degraded interval that offered less than the protected load, beyond
+//! `client.max_load_error`, leaves Capacity unproven (UNKNOWN, or FAIL when it failed
+//! even so): the degraded topology was never offered the load it must carry (Q12).
 
 pub mod search;
 
@@ -29,26 +37,7 @@ pub struct WindowAcc {
     acc: PhaseAcc,
 }
 
-/// The phases of the degraded interval that starts in `phase`: it and the fault,
-/// drain and degraded phases that follow it.
-pub fn degraded_phases(plan: &Plan, phase: &str) -> Vec<String> {
-    let Some(i) = plan.phases.iter().position(|p| p.name == phase) else {
-        return Vec::new();
-    };
-    let mut out = vec![plan.phases[i].name.clone()];
-    out.extend(
-        plan.phases[i + 1..]
-            .iter()
-            .take_while(|p| {
-                matches!(
-                    p.kind,
-                    PhaseKind::Fault | PhaseKind::Degraded | PhaseKind::Drain
-                )
-            })
-            .map(|p| p.name.clone()),
-    );
-    out
-}
+pub use crate::plan::implied::degraded_phases;
 
 impl WindowAcc {
     pub fn new(plan: &Plan, faults: &[FaultRec]) -> Self {
@@ -105,11 +94,96 @@ pub struct Window {
     pub e2e_ms: Pcts,
 }
 
+/// Each phase's offered load against the protected load (Q12).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProtectedLoad {
+    /// `protected_load` (req/s, every class of the mix).
+    pub rps: f64,
+    /// A phase is short when it offered less than the protected load by more than this
+    /// share of it (`client.max_load_error`) and by more than one request.
+    pub tolerance: f64,
+    /// Every phase but the capacity search's steps and settle phase (they offer their
+    /// own rates).
+    pub phases: Vec<PhaseLoad>,
+}
+
+/// One phase's offered load.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PhaseLoad {
+    pub phase: String,
+    /// The rate the plan offers in the phase (req/s).
+    pub planned_rps: f64,
+    /// The rate the drawn schedule offered: the phase's requests (by intended send
+    /// time, probes excluded) per second of phase.
+    pub offered_rps: f64,
+    pub requests: u64,
+    pub duration_s: f64,
+    /// Offered less than the protected load, beyond the tolerance.
+    pub short: bool,
+}
+
+impl PhaseLoad {
+    /// `fault: offered 2.86/s (43 requests in 15.0s, planned 4.00/s)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: offered {:.2}/s ({} in {:.1}s, planned {:.2}/s)",
+            self.phase,
+            self.offered_rps,
+            crate::scenario::words::plural(self.requests, "request"),
+            self.duration_s,
+            self.planned_rps
+        )
+    }
+}
+
+/// The offered load of every phase against the protected load.
+pub fn protected_load(plan: &Plan, phases: &[super::latency::PhaseStats]) -> ProtectedLoad {
+    let rps = plan.scenario.protected_load.0;
+    let tolerance = plan.scenario.client.max_load_error.0;
+    let phases = plan
+        .phases
+        .iter()
+        .filter(|p| !matches!(p.kind, PhaseKind::Capacity | PhaseKind::Settle))
+        .map(|p| {
+            let requests = phases
+                .iter()
+                .find(|s| s.name == p.name)
+                .map_or(0, |s| s.requests);
+            let secs = p.duration.as_secs_f64();
+            let due = rps * secs;
+            let allowed = (tolerance * due).max(1.0);
+            PhaseLoad {
+                phase: p.name.clone(),
+                planned_rps: p.rate,
+                offered_rps: if secs > 0.0 {
+                    requests as f64 / secs
+                } else {
+                    0.0
+                },
+                requests,
+                duration_s: secs,
+                short: (requests as f64) + allowed < due,
+            }
+        })
+        .collect();
+    ProtectedLoad {
+        rps,
+        tolerance,
+        phases,
+    }
+}
+
 /// The Capacity verdict: with a capacity search, the measured gate C_degraded ≥
 /// L_protected (and the plain check of the fault's degraded interval, when there is
 /// one); without, the plain check alone.
-pub fn verdict(plan: &Plan, tl: &Timeline, w: &Window, search: Option<&Search>) -> Verdict {
-    let plain = plain_verdict(plan, tl, w);
+pub fn verdict(
+    plan: &Plan,
+    tl: &Timeline,
+    w: &Window,
+    load: &ProtectedLoad,
+    search: Option<&Search>,
+) -> Verdict {
+    let plain = plain_verdict(plan, tl, w, load);
     let Some(s) = search else { return plain };
     let mut evidence = Vec::new();
     for (name, l) in [("healthy", &s.healthy), ("degraded", &s.degraded)] {
@@ -173,8 +247,8 @@ pub fn verdict(plan: &Plan, tl: &Timeline, w: &Window, search: Option<&Search>) 
 }
 
 /// The plain check: the protected traffic of the first removing fault's degraded
-/// interval against the SLO.
-fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
+/// interval against the SLO, at the protected load in each of its phases.
+fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window, load: &ProtectedLoad) -> Verdict {
     let Some(f) = tl
         .faults
         .iter()
@@ -200,7 +274,33 @@ fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
         );
     }
     let m = Served::measure(plan, f, w);
-    let evidence = m.evidence(plan, f, w);
+    let window: Vec<&PhaseLoad> = load
+        .phases
+        .iter()
+        .filter(|p| w.phases.contains(&p.phase))
+        .collect();
+    let mut evidence = m.evidence(plan, f, w);
+    for p in &window {
+        evidence.push(format!(
+            "{} — {} the protected load {}",
+            p.describe(),
+            if p.short { "SHORT of" } else { "holds" },
+            plan.scenario.protected_load
+        ));
+    }
+    let short: Vec<String> = window
+        .iter()
+        .filter(|p| p.short)
+        .map(|p| p.describe())
+        .collect();
+    let short_why = (!short.is_empty()).then(|| {
+        format!(
+            "the protected load {} was not offered in {} ({}): Capacity cannot pass on a load that was never reached (Q12) — offer more than protected_load (workload.arrival.rate), lengthen the phase or use `process: constant`",
+            plan.scenario.protected_load,
+            if short.len() == 1 { "phase" } else { "phases" },
+            short.join("; ")
+        )
+    });
     if w.requests < MIN_SAMPLES {
         return Verdict::new(
             NAME,
@@ -214,16 +314,23 @@ fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
     }
     let over = m.over_slo(plan, w);
     if !over.is_empty() {
+        let at = match &short_why {
+            Some(_) => " even at the lower load it was offered",
+            None => "",
+        };
         return Verdict::new(
             NAME,
             Status::Fail,
             format!(
-                "the degraded topology did not serve the protected load {} within the SLO: {}",
+                "the degraded topology did not serve the protected load {} within the SLO{at}: {}",
                 plan.scenario.protected_load,
                 over.join("; ")
             ),
             evidence,
         );
+    }
+    if let Some(why) = short_why {
+        return Verdict::new(NAME, Status::Unknown, why, evidence);
     }
     Verdict::new(
         NAME,
@@ -246,7 +353,7 @@ fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window) -> Verdict {
 struct Served {
     /// Length of the interval (s).
     secs: f64,
-    /// Protected requests sent per second in it.
+    /// Protected-class requests sent per second in it.
     offered: f64,
     /// Shares of the requests that failed and that were rejected.
     err: f64,
@@ -289,7 +396,7 @@ impl Served {
         } = *self;
         let mut evidence = vec![
             format!(
-                "degraded interval: {secs:.1}s after {} (phases {}); protected load {} offered {offered:.2}/s",
+                "degraded interval: {secs:.1}s after {} (phases {}); {offered:.2}/s of protected-class requests sent in it (the protected load {} counts every class)",
                 f.fault,
                 w.phases.join(", "),
                 plan.scenario.protected_load
@@ -387,6 +494,7 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("fault", 11.0, 21.0, 10.0, rr(&["w1", "w3"]));
         tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("degraded", 21.0, 26.0, 10.0, rr(&["w1", "w3"]));
         // Whole answers in 1.5 s: over the TTFT SLO as a first token, inside it as E2E.
@@ -418,6 +526,57 @@ mod tests {
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(v.summary.contains("were rejected"), "{}", v.summary);
         assert!(v.summary.contains("Q10"), "{}", v.summary);
+    }
+
+    /// The standard run with the fault phase offering `n` requests instead of 100.
+    fn with_fault_phase_requests(n: u32, ttft_ms: f64) -> crate::check::Judgement {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        for k in 0..n {
+            let t = 11.0 + f64::from(k) * 10.0 / f64::from(n);
+            let w = if k % 2 == 0 { "w1" } else { "w3" };
+            tb.request(R::ok(format!("f{k}"), "fault", t, w).ttft(ttft_ms));
+        }
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
+        tb.run_end(us(32.0));
+        tb.judge(&p)
+    }
+
+    #[test]
+    fn a_degraded_phase_that_offered_less_than_the_protected_load_cannot_pass() {
+        // 10/s protected, 10 s of fault phase: 72 requests is 7.2/s, short by more than
+        // the 5% tolerance (the "protected load 4/s, offered 2.86/s").
+        let j = with_fault_phase_requests(72, 100.0);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.summary.contains("the protected load 10/s was not offered in phase (fault: offered 7.20/s (72 requests in 10.0s, planned 10.00/s))"),
+            "{}",
+            v.summary
+        );
+        let fault = j.protected_load.phases.iter().find(|p| p.phase == "fault");
+        assert!(fault.is_some_and(|p| p.short), "{:?}", j.protected_load);
+        assert!(
+            v.evidence
+                .iter()
+                .any(|e| e.starts_with("degraded: offered 10.00/s") && e.contains("holds")),
+            "{:?}",
+            v.evidence
+        );
+        // Within the tolerance (96 of 100 due): the same run passes.
+        let v = pick(&with_fault_phase_requests(96, 100.0), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        // Short and outside the SLO even so: FAIL, saying at what load.
+        let v = pick(&with_fault_phase_requests(72, 1500.0), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary.contains("even at the lower load it was offered"),
+            "{}",
+            v.summary
+        );
     }
 
     #[test]

@@ -10,6 +10,11 @@ use crate::wire::units::{Dur, Rate};
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Criteria {
+    /// Verdicts the run must judge: one that ends NOT_EVALUATED or UNKNOWN fails the
+    /// run (exit 1), so a CI gate cannot pass on what it never tested, e.g.
+    /// `require: [Failure-Domain, Routing, Request-Fate, Capacity]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require: Vec<VerdictName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingCriteria>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,4 +117,70 @@ impl Default for OverloadCriteria {
 pub struct MaintenanceCriteria {
     /// Longest time from the start of the drain until the endpoint is out of rotation.
     pub removal_max: Dur,
+}
+
+/// The eight verdicts of Q13, by the names reports and `criteria.require` use. The one
+/// table that runs them is `check::verdicts`: a verdict is judged by name there, in an
+/// exhaustive match, never by a string. (Defined here, below `check`, so a scenario can
+/// name the verdicts it requires.)
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum VerdictName {
+    #[serde(rename = "Failure-Domain")]
+    FailureDomain,
+    Routing,
+    #[serde(rename = "Request-Fate")]
+    RequestFate,
+    Capacity,
+    Latency,
+    Overload,
+    Recovery,
+    Maintenance,
+}
+
+impl VerdictName {
+    /// Every verdict, in report order.
+    pub const ALL: [VerdictName; 8] = [
+        VerdictName::FailureDomain,
+        VerdictName::Routing,
+        VerdictName::RequestFate,
+        VerdictName::Capacity,
+        VerdictName::Latency,
+        VerdictName::Overload,
+        VerdictName::Recovery,
+        VerdictName::Maintenance,
+    ];
+
+    /// The name reports and `criteria` use (`Failure-Domain`, `Request-Fate`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictName::FailureDomain => "Failure-Domain",
+            VerdictName::Routing => "Routing",
+            VerdictName::RequestFate => "Request-Fate",
+            VerdictName::Capacity => "Capacity",
+            VerdictName::Latency => "Latency",
+            VerdictName::Overload => "Overload",
+            VerdictName::Recovery => "Recovery",
+            VerdictName::Maintenance => "Maintenance",
+        }
+    }
+}
+
+impl std::fmt::Display for VerdictName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for VerdictName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for VerdictName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
