@@ -14,6 +14,7 @@ mod m9;
 mod marker;
 mod report;
 mod run;
+mod schema;
 mod secrets;
 mod simkit;
 mod splice;

@@ -247,7 +247,7 @@ pub enum ResponseFormat {
 /// `{normal: {mean, stddev}}`, `{lognormal: {mean, stddev}}` (of the lengths, in
 /// tokens), `{empirical: {file, column}}` (values drawn from a CSV column). Draws are
 /// clamped to `[min, max]` (default 1 and the field's limit).
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dist {
     Fixed(u32),
@@ -294,14 +294,38 @@ pub struct Empirical {
     pub column: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// A length distribution written as a map (one key).
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 enum DistSpec {
+    /// Always this many tokens.
     Fixed(u32),
+    /// Uniform between `[min, max]`, both included.
     Uniform([u32; 2]),
+    /// Normal, of the lengths in tokens.
     Normal(Shape),
+    /// Lognormal: `mean` and `stddev` of the lengths in tokens (not of their log).
     Lognormal(Shape),
+    /// Values drawn from a CSV column.
     Empirical(Empirical),
+}
+
+/// Written as a bare token count (`150`, what `Deserialize` reads first) or as one of
+/// the maps of [`DistSpec`]: the schema says both (hand-written for that reason).
+impl JsonSchema for Dist {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Dist".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let spec = g.subschema_for::<DistSpec>();
+        schemars::json_schema!({
+            "description": "A length in tokens: a number (fixed), or one of {fixed: N}, {uniform: [min, max]}, {normal: {mean, stddev, min, max}}, {lognormal: {mean, stddev, min, max}}, {empirical: {file, column}}. Draws are clamped to [min, max] (default 1 and the field's limit).",
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": u32::MAX},
+                spec
+            ]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for Dist {

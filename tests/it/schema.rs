@@ -1,0 +1,95 @@
+//! `haq schema` tells the truth (issue 20 item 3): `haq init`'s starter, every shipped
+//! scenario, workload and example scenario validates against the JSON Schema it
+//! prints, and a file haq refuses fails it too.
+
+use std::path::{Path, PathBuf};
+
+use crate::cli::haq;
+use crate::support::{root, scratch};
+
+/// The schema `haq schema` prints, compiled; with `def` the same document checking
+/// one of its definitions (a workload file is a `Mix`).
+fn validator(def: Option<&str>) -> jsonschema::Validator {
+    let (code, out, err) = haq(&["schema"]);
+    assert_eq!(code, 0, "{err}");
+    let mut schema: serde_json::Value = serde_json::from_str(&out).expect("schema is JSON");
+    if let Some(d) = def {
+        let defs = schema["$defs"].clone();
+        assert!(defs[d].is_object(), "no $defs/{d}");
+        schema = serde_json::json!({"$ref": format!("#/$defs/{d}"), "$defs": defs});
+    }
+    jsonschema::validator_for(&schema).expect("a valid JSON Schema")
+}
+
+/// A YAML file's document in the JSON data model.
+fn yaml(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).expect("read");
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn errors(v: &jsonschema::Validator, doc: &serde_json::Value) -> Vec<String> {
+    v.iter_errors(doc)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect()
+}
+
+fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_starter_and_every_shipped_file_validate_against_haq_schema() {
+    let scenario = validator(None);
+    let mix = validator(Some("Mix"));
+    let dir = scratch("schema-init");
+    let starter = dir.join("s.yaml");
+    let (code, _, err) = haq(&["init", starter.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "{err}");
+    let mut scenarios = vec![starter];
+    scenarios.extend(files("scenarios", "yaml"));
+    let mut bad = Vec::new();
+    for f in &scenarios {
+        // haq itself accepts it…
+        let (code, _, err) = haq(&["validate", f.to_str().expect("utf8")]);
+        assert_eq!(code, 0, "{}: {err}", f.display());
+        // …and so does its schema.
+        for e in errors(&scenario, &yaml(f)) {
+            bad.push(format!("{}: {e}", f.display()));
+        }
+    }
+    let workloads = files("workloads", "yaml");
+    assert!(workloads.len() >= 3);
+    for f in &workloads {
+        for e in errors(&mix, &yaml(f)) {
+            bad.push(format!("{}: {e}", f.display()));
+        }
+    }
+    assert!(scenarios.len() >= 9, "{scenarios:?}");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_schema_refuses_what_haq_refuses() {
+    let scenario = validator(None);
+    let mut doc = yaml(&root().join("scenarios/quickstart.yaml"));
+    assert!(errors(&scenario, &doc).is_empty());
+    // A misspelt field, a length that is neither a number nor a distribution, an
+    // unknown verdict name: three errors.
+    doc["phases"][0]["duraton"] = "5s".into();
+    doc["workload"]["mix"] = serde_json::json!({"classes": [
+        {"name": "c", "prompt_tokens": "many", "output_tokens": 150}
+    ]});
+    doc["criteria"] = serde_json::json!({"require": ["Routng"]});
+    let e = errors(&scenario, &doc);
+    assert!(e.len() >= 3, "{e:#?}");
+    for at in ["/phases/0", "/workload/mix", "/criteria/require/0"] {
+        assert!(e.iter().any(|x| x.contains(at)), "nothing at {at}: {e:#?}");
+    }
+}
