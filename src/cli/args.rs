@@ -84,6 +84,11 @@ pub struct RunArgs {
     /// No progress output (the verdict table is still printed).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print the plan — phases with their rates, faults with their targets and
+    /// triggers, what each backend will do, the verdicts it exercises — and start
+    /// nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub overrides: Overrides,
 }
@@ -92,8 +97,19 @@ pub struct RunArgs {
 pub struct ValidateArgs {
     /// The scenario file (YAML).
     pub scenario: PathBuf,
+    /// Print the effective scenario (defaults filled, `--set` applied, the workload
+    /// file inlined, credentials redacted) on stdout, as `helm template` does.
+    #[arg(long, short, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
     #[command(flatten)]
     pub overrides: Overrides,
+}
+
+/// How `haq validate -o` prints the effective scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Yaml,
+    Json,
 }
 
 #[derive(Debug, Args)]

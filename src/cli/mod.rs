@@ -3,6 +3,7 @@
 //! exit code (0 PASS · 1 FAIL or UNKNOWN · 2 unusable or INVALID · 3 interrupted).
 
 mod args;
+mod dry_run;
 mod exit;
 mod sim;
 
@@ -39,30 +40,7 @@ pub fn cancel_on_signals(token: CancellationToken) {
 pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
     match cli.command {
         Command::Run(a) => run(a, cancel).await,
-        Command::Validate(a) => {
-            match crate::plan::check(&a.scenario, &a.overrides.set, a.overrides.seed) {
-                Ok(crate::plan::Checked { plan, warnings }) => {
-                    for w in &warnings {
-                        eprintln!("warning: {w}");
-                    }
-                    println!(
-                        "{}: valid · {} over {:.0}s · {:.2} req/s offered (protected {}) · {} · seed {}",
-                        a.scenario.display(),
-                        plural(plan.phases.len() as u64, "phase"),
-                        plan.total.as_secs_f64(),
-                        plan.rate,
-                        plan.scenario.protected_load,
-                        plural(plan.faults.len() as u64, "fault"),
-                        plan.seed
-                    );
-                    Exit::Pass
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    Exit::Unusable
-                }
-            }
-        }
+        Command::Validate(a) => validate(&a),
         Command::Check(a) => match crate::check::judge_dir(&a.run_dir) {
             Ok((plan, j)) => {
                 print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
@@ -116,6 +94,63 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
     }
 }
 
+/// `haq validate`: every error, or the warnings and a summary line — and with `-o`,
+/// the effective scenario on stdout (the summary then goes to stderr).
+fn validate(a: &ValidateArgs) -> Exit {
+    let crate::plan::Checked { plan, warnings } =
+        match crate::plan::check(&a.scenario, &a.overrides.set, a.overrides.seed) {
+            Ok(c) => c,
+            Err(all) => {
+                for e in &all {
+                    eprintln!("error: {e}");
+                }
+                return Exit::Unusable;
+            }
+        };
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    let summary = format!(
+        "{}: valid · {} over {:.0}s · {:.2} req/s offered (protected {}) · {} · seed {}",
+        a.scenario.display(),
+        plural(plan.phases.len() as u64, "phase"),
+        plan.total.as_secs_f64(),
+        plan.rate,
+        plan.scenario.protected_load,
+        plural(plan.faults.len() as u64, "fault"),
+        plan.seed
+    );
+    let effective = plan.scenario.redacted();
+    let doc = match a.output {
+        None => {
+            println!("{summary}");
+            return Exit::Pass;
+        }
+        Some(OutputFormat::Json) => serde_json::to_string_pretty(&effective)
+            .map(|j| j + "\n")
+            .map_err(|e| e.to_string()),
+        Some(OutputFormat::Yaml) => serde_saphyr::to_string(&effective)
+            .map(|y| {
+                format!(
+                    "# effective scenario of {} (defaults filled, overrides applied, workload inlined, credentials redacted)\n{y}",
+                    a.scenario.display()
+                )
+            })
+            .map_err(|e| e.to_string()),
+    };
+    match doc {
+        Ok(d) => {
+            print!("{d}");
+            eprintln!("{summary}");
+            Exit::Pass
+        }
+        Err(e) => {
+            eprintln!("error: printing the effective scenario: {e}");
+            Exit::Unusable
+        }
+    }
+}
+
 async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
     let plan = match crate::plan::check(&a.scenario, &a.overrides.set, a.overrides.seed) {
         Ok(c) => {
@@ -124,11 +159,17 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
             }
             c.plan
         }
-        Err(e) => {
-            eprintln!("error: {e}");
+        Err(all) => {
+            for e in &all {
+                eprintln!("error: {e}");
+            }
             return Exit::Unusable;
         }
     };
+    if a.dry_run {
+        print!("{}", dry_run::render(&plan));
+        return Exit::Pass;
+    }
     let opts = RunOptions {
         out: a.out,
         reports_dir: a.reports_dir,

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 
 use crate::plan::Plan;
-use crate::scenario::HeaderSource;
 use crate::trace;
 
 fn utc_stamp() -> String {
@@ -45,15 +44,7 @@ pub fn make_run_dir(
 /// The effective scenario as the run keeps it: a credential header written as a value
 /// (not through `env` or `file`) is kept as `[redacted]`.
 fn recorded(plan: &Plan) -> crate::scenario::Scenario {
-    let mut s = plan.scenario.clone();
-    for (k, v) in &mut s.target.headers {
-        if let HeaderSource::Value(x) = v
-            && crate::wire::redact::is_credential(k)
-        {
-            *x = crate::wire::redact::REDACTED.into();
-        }
-    }
-    s
+    plan.scenario.redacted()
 }
 
 pub fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {

@@ -4,11 +4,13 @@
 
 pub mod capacity;
 mod checks;
+pub mod describe;
 pub mod faults;
 pub mod implied;
 pub mod inputs;
 mod phase;
 pub mod rate;
+mod target;
 mod types;
 mod validate;
 pub mod warnings;
@@ -23,9 +25,12 @@ pub use validate::validate;
 
 use crate::scenario::{self, Parsed, Scenario, ScenarioError};
 
-/// Reads, overrides, resolves and validates a scenario file.
+/// Reads, overrides, resolves and validates a scenario file; its first problem in file
+/// order.
 pub fn load(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Plan, ScenarioError> {
-    resolve(scenario::parse(path, sets, seed)?)
+    resolve(scenario::parse_all(path, sets, seed))
+        .map(|(plan, _)| plan)
+        .map_err(scenario::first)
 }
 
 /// As [`load`], from text already read (`file` names it in errors, `base` resolves
@@ -37,7 +42,9 @@ pub fn load_str(
     sets: &[String],
     seed: Option<u64>,
 ) -> Result<Plan, ScenarioError> {
-    resolve(scenario::parse_str(text, file, base, sets, seed)?)
+    resolve(scenario::parse_str_all(text, file, base, sets, seed))
+        .map(|(plan, _)| plan)
+        .map_err(scenario::first)
 }
 
 /// A valid plan with the warnings about it: what makes it unable to pass
@@ -47,29 +54,38 @@ pub struct Checked {
     pub warnings: Vec<ScenarioError>,
 }
 
-/// As [`load`], with the plan's warnings (`haq validate`, `haq run`).
-pub fn check(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Checked, ScenarioError> {
-    let parsed = scenario::parse(path, sets, seed)?;
-    let (plan, place) = resolve_placed(parsed)?;
+/// As [`load`], with every problem in file order, or the plan with its warnings
+/// (`haq validate`, `haq run`).
+pub fn check(
+    path: &Path,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<Checked, Vec<ScenarioError>> {
+    let (plan, place) = resolve(scenario::parse_all(path, sets, seed))?;
     let mut warnings: Vec<ScenarioError> = warnings::warnings(&plan)
         .into_iter()
         .map(|i| place.error(&i.field, i.value, i.reason))
         .collect();
-    scenario::error::sort_in_file_order(&mut warnings);
+    scenario::error::sort_in_file_order(&mut warnings, place.file());
     Ok(Checked { plan, warnings })
 }
 
-/// Validates a parsed scenario and reads the workload's data files.
-fn resolve(parsed: Parsed) -> Result<Plan, ScenarioError> {
-    resolve_placed(parsed).map(|(plan, _)| plan)
-}
-
-/// As [`resolve`], keeping what places issues in the scenario's files.
-fn resolve_placed(parsed: Parsed) -> Result<(Plan, scenario::Place), ScenarioError> {
-    let Parsed { scenario, place } = parsed;
-    let mut plan = validate(scenario).map_err(|i| place.error(&i.field, i.value, i.reason))?;
-    let inputs =
-        inputs::load(&plan.scenario).map_err(|e| place.error(&e.field, Some(e.value), e.reason))?;
+/// Validates a parsed scenario (every issue, placed, in file order) and reads the
+/// workload's data files; keeps what places issues in the scenario's files.
+fn resolve(
+    parsed: Result<Parsed, Vec<ScenarioError>>,
+) -> Result<(Plan, scenario::Place), Vec<ScenarioError>> {
+    let Parsed { scenario, place } = parsed?;
+    let mut plan = validate::validate_all(scenario).map_err(|all| {
+        let mut e: Vec<ScenarioError> = all
+            .into_iter()
+            .map(|i| place.error(&i.field, i.value, i.reason))
+            .collect();
+        scenario::error::sort_in_file_order(&mut e, place.file());
+        e
+    })?;
+    let inputs = inputs::load(&plan.scenario)
+        .map_err(|e| vec![place.error(&e.field, Some(e.value), e.reason)])?;
     if let Some(r) = &inputs.replay {
         // A replayed trace offers what it recorded: its mean rate over the run.
         let scale = plan

@@ -7,54 +7,137 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::checks::{at_least, pos_finite, positive};
+use super::checks::{pos_finite, positive};
 use super::rate::RateProfile;
-use super::types::{MAX_RATE, MAX_SIM_REPLICAS, MAX_TOTAL, MAX_WARM_CONNECTIONS, PhasePlan, Plan};
+use super::types::{MAX_RATE, MAX_TOTAL, MAX_WARM_CONNECTIONS, PhasePlan, Plan};
 use super::workload::{overlay_phase_rates, validate_arrival, validate_mix};
 use crate::scenario::{Issue, *};
 
-/// Checks a scenario in a fixed order (the first issue found is the one reported)
-/// and resolves it into its plan.
+/// Checks a scenario and resolves it into its plan; the first issue in the fixed order
+/// of [`validate_all`].
 pub fn validate(s: Scenario) -> Result<Plan, Issue> {
-    validate_name(&s.name)?;
-    validate_target(&s.target)?;
-    validate_readiness_watch(&s.evidence)?;
-    let replica_decls = super::faults::validate_replicas(&s.target)?;
-    let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
-    let mix = inline_mix(&s.workload.mix)?;
-    validate_mix(&mix)?;
-    let Load {
-        phases,
-        total,
-        rate,
-        profile,
-    } = plan_load(&s)?;
-    validate_slo(&s.slo)?;
-    validate_policy(&s.policy)?;
-    validate_evidence(&s.evidence)?;
-    if total > MAX_TOTAL {
-        return Err(Issue::new(
+    validate_all(s).map_err(|mut all| all.swap_remove(0))
+}
+
+/// Collects the issues of a scenario.
+#[derive(Default)]
+struct Issues(Vec<Issue>);
+
+impl Issues {
+    fn check(&mut self, r: Result<(), Issue>) {
+        if let Err(i) = r {
+            self.0.push(i);
+        }
+    }
+    fn take<T>(&mut self, r: Result<T, Issue>) -> Option<T> {
+        r.map_err(|i| self.0.push(i)).ok()
+    }
+}
+
+/// Checks a scenario, every section that can be checked on its own, and resolves it
+/// into its plan — or every issue found, in a fixed order (`haq validate` prints them
+/// all). What needs an earlier part valid is checked only when it is: the faults need
+/// the phases and the replicas.
+pub fn validate_all(s: Scenario) -> Result<Plan, Vec<Issue>> {
+    let mut k = Issues::default();
+    k.check(validate_name(&s.name));
+    k.check(super::target::validate_target(&s.target));
+    k.check(validate_readiness_watch(&s.evidence));
+    let replica_decls = k.take(super::faults::validate_replicas(&s.target));
+    let mix = k.take(inline_mix(&s.workload.mix));
+    if let Some(m) = &mix {
+        k.0.extend(validate_mix(m));
+    }
+    let load = match plan_load(&s) {
+        Ok(l) => Some(l),
+        Err(all) => {
+            k.0.extend(all);
+            None
+        }
+    };
+    k.0.extend(validate_slo(&s.slo));
+    k.check(validate_policy(&s.policy));
+    k.check(validate_evidence(&s.evidence));
+    if let Some(l) = &load
+        && l.total > MAX_TOTAL
+    {
+        k.0.push(Issue::new(
             "phases",
-            crate::wire::units::format_duration(total),
+            crate::wire::units::format_duration(l.total),
             "the run would last more than 24h",
         ));
     }
-    let faults = super::faults::validate_faults(&s, &phases, &replica_decls)?;
-    validate_criteria(&s.criteria)?;
-    validate_client(&s.client)?;
-    Ok(Plan {
-        seed: s.workload.seed,
-        mix,
-        rate,
-        profile,
-        inputs: Arc::default(),
-        phases,
-        faults,
-        total,
-        replicas,
-        replica_decls,
-        scenario: s,
-    })
+    let faults = match (&load, &replica_decls) {
+        (Some(l), Some(d)) => match super::faults::validate_faults(&s, &l.phases, d) {
+            Ok(f) => Some(f),
+            Err(all) => {
+                k.0.extend(all);
+                None
+            }
+        },
+        // With broken phases, the faults at the phases that are fine are still checked.
+        (None, Some(d)) => {
+            let (phases, broken) = lenient_phases(&s.phases);
+            if let Err(all) = super::faults::validate_faults(&s, &phases, d) {
+                k.0.extend(all.into_iter().filter(|i| {
+                    let at = fault_index(&i.field).and_then(|f| s.faults.get(f));
+                    !at.is_some_and(|f| broken.contains(&f.at.phase.as_str()))
+                }));
+            }
+            None
+        }
+        _ => None,
+    };
+    k.check(validate_criteria(&s.criteria));
+    k.check(validate_client(&s.client));
+    match (k.0.is_empty(), load, faults, replica_decls, mix) {
+        (true, Some(l), Some(faults), Some(replica_decls), Some(mix)) => Ok(Plan {
+            seed: s.workload.seed,
+            mix,
+            rate: l.rate,
+            profile: l.profile,
+            inputs: Arc::default(),
+            phases: l.phases,
+            faults,
+            total: l.total,
+            replicas: replica_decls.iter().map(|d| d.name.clone()).collect(),
+            replica_decls,
+            scenario: s,
+        }),
+        _ => Err(k.0),
+    }
+}
+
+/// The phases that are fine on their own, laid end to end (their rates unresolved),
+/// and the names of the others: what faults are checked against when some phase is not.
+fn lenient_phases(phases: &[Phase]) -> (Vec<PhasePlan>, Vec<&str>) {
+    let mut out = Vec::new();
+    let mut broken = Vec::new();
+    let mut start = Duration::ZERO;
+    for (i, p) in phases.iter().enumerate() {
+        match validate_phase(&format!("phases[{i}]"), p, true, 0.0) {
+            Ok((kind, _)) => out.push(PhasePlan {
+                name: p.name.clone(),
+                kind,
+                start,
+                duration: p.duration.0,
+                rate: 0.0,
+            }),
+            Err(_) => broken.push(p.name.as_str()),
+        }
+        start += p.duration.0;
+    }
+    (out, broken)
+}
+
+/// `i` of a `faults[i]…` field.
+fn fault_index(field: &str) -> Option<usize> {
+    field
+        .strip_prefix("faults[")?
+        .split(']')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The scenario's name names the run directory.
@@ -110,25 +193,25 @@ struct Load {
 
 /// The protected load, the phases, the capacity search's ladders around them (Q4)
 /// and the arrival profile with the phases' own rates laid over it.
-fn plan_load(s: &Scenario) -> Result<Load, Issue> {
+fn plan_load(s: &Scenario) -> Result<Load, Vec<Issue>> {
     if !pos_finite(s.protected_load.0) {
-        return Err(Issue::new(
+        return Err(vec![Issue::new(
             "protected_load",
             s.protected_load,
             "must be greater than 0",
-        ));
+        )]);
     }
     // The scenario's phases first (errors name their own index), then with the
     // capacity search's ladders around them (Q4).
     validate_phases(&s.phases, s.protected_load.0)?;
     let search = s.criteria.capacity.as_ref().map(|c| &c.search);
     if let Some(cs) = search {
-        validate_search(cs)?;
+        validate_search(cs).map_err(|e| vec![e])?;
     }
     let expanded = super::capacity::expand(&s.phases, search, s.protected_load.0);
     let (mut phases, explicit) = validate_phases(&expanded, s.protected_load.0)?;
     let total = phases.last().map(|p| p.end()).unwrap_or_default();
-    let (rate, profile) = validate_arrival(s, &phases, total)?;
+    let (rate, profile) = validate_arrival(s, &phases, total).map_err(|e| vec![e])?;
     let profile = overlay_phase_rates(profile, &phases, &explicit);
     for p in &mut phases {
         let (a, b) = (p.start.as_secs_f64(), p.end().as_secs_f64());
@@ -143,18 +226,23 @@ fn plan_load(s: &Scenario) -> Result<Load, Issue> {
 }
 
 /// The latency objectives: positive, and end-to-end no shorter than the first token.
-fn validate_slo(slo: &Slo) -> Result<(), Issue> {
-    positive("slo.ttft_p95", slo.ttft_p95)?;
-    positive("slo.itl_p95", slo.itl_p95)?;
-    positive("slo.e2e_p95", slo.e2e_p95)?;
-    if slo.e2e_p95 < slo.ttft_p95 {
-        return Err(Issue::new(
+fn validate_slo(slo: &Slo) -> Vec<Issue> {
+    let mut out: Vec<Issue> = [
+        positive("slo.ttft_p95", slo.ttft_p95),
+        positive("slo.itl_p95", slo.itl_p95),
+        positive("slo.e2e_p95", slo.e2e_p95),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    if out.is_empty() && slo.e2e_p95 < slo.ttft_p95 {
+        out.push(Issue::new(
             "slo.e2e_p95",
             slo.e2e_p95,
             format!("is shorter than slo.ttft_p95 ({})", slo.ttft_p95),
         ));
     }
-    Ok(())
+    out
 }
 
 /// The criteria's bounds: positive durations, a retry amplification of at least 1.
@@ -221,219 +309,74 @@ fn validate_client(c: &ClientCfg) -> Result<(), Issue> {
     Ok(())
 }
 
-fn validate_target(t: &Target) -> Result<(), Issue> {
-    validate_headers(&t.headers)?;
-    match t.kind {
-        TargetKind::Sim => {
-            if let Some(u) = &t.url {
-                return Err(Issue::new(
-                    "target.url",
-                    u,
-                    "is only used with `kind: url`; the sim target starts its own gateway",
-                ));
-            }
-            let n = t.replica_set().count();
-            if n == 0 || n > MAX_SIM_REPLICAS {
-                return Err(Issue::new(
-                    "target.replicas",
-                    n,
-                    format!("must be between 1 and {MAX_SIM_REPLICAS}"),
-                ));
-            }
-            validate_engine(&t.engine)?;
-            validate_gateway(&t.gateway)?;
-            Ok(())
-        }
-        TargetKind::Url => {
-            let u = t
-                .url
-                .as_deref()
-                .ok_or_else(|| Issue::missing("target.url", "is required with `kind: url`"))?;
-            let parsed = reqwest::Url::parse(u)
-                .map_err(|e| Issue::new("target.url", u, format!("is not a URL: {e}")))?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(Issue::new("target.url", u, "must be http:// or https://"));
-            }
-            if let Some(Replicas::Count(n)) = t.replicas {
-                return Err(Issue::new(
-                    "target.replicas",
-                    n,
-                    "a `url` target lists its replicas (name, upstream, listen, process, node); a count only starts sim workers",
-                ));
-            }
-            Ok(())
-        }
-    }
-}
+/// Phases laid end to end, and the rate each sets itself (`None`: the arrival's).
+type LaidOut = (Vec<PhasePlan>, Vec<Option<f64>>);
 
-/// `target.headers`: names and values an HTTP request can carry (no CR, LF or NUL: a
-/// header that would split the request is refused here, not after the target started).
-fn validate_headers(h: &std::collections::BTreeMap<String, HeaderSource>) -> Result<(), Issue> {
-    for (k, src) in h {
-        if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
-            return Err(Issue::new(
-                format!("target.headers.{k}"),
-                format!("{k:?}"),
-                "is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
-            ));
-        }
-        let v = match src {
-            HeaderSource::Value(v) => v.as_str(),
-            HeaderSource::Env { env, .. } if env.is_empty() => {
-                return Err(Issue::new(
-                    format!("target.headers.{k}.env"),
-                    "\"\"",
-                    "names no environment variable",
-                ));
-            }
-            HeaderSource::File { file, .. } if file.is_empty() => {
-                return Err(Issue::new(
-                    format!("target.headers.{k}.file"),
-                    "\"\"",
-                    "names no file",
-                ));
-            }
-            // Read when the run starts (a CI job validates without its secrets).
-            HeaderSource::Env { prefix, .. } | HeaderSource::File { prefix, .. } => {
-                prefix.as_deref().unwrap_or("")
-            }
-        };
-        if reqwest::header::HeaderValue::from_str(v).is_err() {
-            return Err(Issue::new(
-                format!("target.headers.{k}"),
-                "(not shown)",
-                "is not a valid header value (no CR, LF, NUL or other control characters)",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The sim engine's knobs (docs/sim.md).
-fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
-    if !pos_finite(e.prefill_tokens_per_s) {
-        return Err(Issue::new(
-            "target.engine.prefill_tokens_per_s",
-            e.prefill_tokens_per_s,
-            "must be greater than 0",
-        ));
-    }
-    positive("target.engine.decode_step", e.decode_step)?;
-    at_least("target.engine.max_num_seqs", e.max_num_seqs, 1)?;
-    at_least("target.engine.block_size", e.block_size, 1)?;
-    at_least(
-        "target.engine.max_num_batched_tokens",
-        e.max_num_batched_tokens,
-        e.max_num_seqs.min(e.block_size),
-    )?;
-    if e.kv_cache_tokens / e.block_size < 2 {
-        return Err(Issue::new(
-            "target.engine.kv_cache_tokens",
-            e.kv_cache_tokens,
-            format!("must hold at least 2 blocks of {} tokens", e.block_size),
-        ));
-    }
-    at_least("target.engine.max_model_len", e.max_model_len, 2)?;
-    if e.revision.trim().is_empty() || !e.revision.is_ascii() {
-        return Err(Issue::new(
-            "target.engine.revision",
-            format!("{:?}", e.revision),
-            "must be a non-empty ASCII name",
-        ));
-    }
-    at_least("target.engine.tool_call_tokens", e.tool_call_tokens, 1)?;
-    Ok(())
-}
-
-/// The sim gateway's knobs (docs/sim.md).
-fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
-    positive("target.gateway.health_interval", g.health_interval)?;
-    at_least("target.gateway.health_failures", g.health_failures, 1)?;
-    if let Some(t) = g.health_timeout {
-        positive("target.gateway.health_timeout", t)?;
-    }
-    if !(g.retry_ratio.is_finite() && g.retry_ratio >= 0.0) {
-        return Err(Issue::new(
-            "target.gateway.retry_ratio",
-            g.retry_ratio,
-            "must be a number >= 0",
-        ));
-    }
-    positive("target.gateway.lease_ttl", g.lease_ttl)?;
-    if g.lease_ttl.0 < Duration::from_millis(30) {
-        return Err(Issue::new(
-            "target.gateway.lease_ttl",
-            g.lease_ttl,
-            "must be at least 30ms (it is renewed every third of it)",
-        ));
-    }
-    positive("target.gateway.soft_timeout", g.soft_timeout)?;
-    positive("target.gateway.upstream_timeout", g.upstream_timeout)?;
-    positive("target.gateway.connect_timeout", g.connect_timeout)?;
-    positive("target.gateway.queue_timeout", g.queue_timeout)?;
-    at_least(
-        "target.gateway.max_inflight_per_worker",
-        g.max_inflight_per_worker,
-        1,
-    )?;
-    if g.best_effort_queue_limit > g.queue_limit {
-        return Err(Issue::new(
-            "target.gateway.best_effort_queue_limit",
-            g.best_effort_queue_limit,
-            format!(
-                "must not exceed target.gateway.queue_limit ({}): best-effort traffic is shed first",
-                g.queue_limit
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn validate_phases(
-    phases: &[Phase],
-    protected: f64,
-) -> Result<(Vec<PhasePlan>, Vec<Option<f64>>), Issue> {
+/// The phases laid end to end, each with the rate it sets itself — or each phase's
+/// first issue.
+fn validate_phases(phases: &[Phase], protected: f64) -> Result<LaidOut, Vec<Issue>> {
     let mut explicit = Vec::new();
     if phases.is_empty() {
-        return Err(Issue::missing("phases", "needs at least one phase"));
+        return Err(vec![Issue::missing("phases", "needs at least one phase")]);
     }
     let mut names = BTreeSet::new();
     let mut start = Duration::ZERO;
     let mut out = Vec::new();
+    let mut issues = Vec::new();
     for (i, p) in phases.iter().enumerate() {
-        let f = format!("phases[{i}]");
-        if p.name.is_empty() || !names.insert(p.name.as_str()) {
-            return Err(Issue::new(
-                format!("{f}.name"),
-                format!("{:?}", p.name),
-                "phase names must be non-empty and unique",
-            ));
+        let unique = !p.name.is_empty() && names.insert(p.name.as_str());
+        match validate_phase(&format!("phases[{i}]"), p, unique, protected) {
+            Ok((kind, rate)) => {
+                explicit.push(rate);
+                out.push(PhasePlan {
+                    name: p.name.clone(),
+                    kind,
+                    start,
+                    duration: p.duration.0,
+                    rate: 0.0,
+                });
+            }
+            Err(e) => issues.push(e),
         }
-        let kind = match p.kind {
-            Some(k) => k,
-            None => serde_json::from_value::<PhaseKind>(serde_json::Value::String(p.name.clone()))
-                .map_err(|_| {
-                    Issue::missing(
-                        format!("{f}.kind"),
-                        format!(
-                            "is required: the name `{}` is not a phase kind (baseline, fault, degraded, recovery, overload, drain, recovered)",
-                            p.name
-                        ),
-                    )
-                })?,
-        };
-        positive(&format!("{f}.duration"), p.duration)?;
-        explicit.push(phase_rate(&f, p, kind, protected)?);
-        out.push(PhasePlan {
-            name: p.name.clone(),
-            kind,
-            start,
-            duration: p.duration.0,
-            rate: 0.0,
-        });
         start += p.duration.0;
     }
-    Ok((out, explicit))
+    if issues.is_empty() {
+        Ok((out, explicit))
+    } else {
+        Err(issues)
+    }
+}
+
+/// One phase (`unique`: its name is non-empty and no earlier phase's): its kind and
+/// the rate it sets itself.
+fn validate_phase(
+    f: &str,
+    p: &Phase,
+    unique: bool,
+    protected: f64,
+) -> Result<(PhaseKind, Option<f64>), Issue> {
+    if !unique {
+        return Err(Issue::new(
+            format!("{f}.name"),
+            format!("{:?}", p.name),
+            "phase names must be non-empty and unique",
+        ));
+    }
+    let kind = match p.kind {
+        Some(k) => k,
+        None => serde_json::from_value::<PhaseKind>(serde_json::Value::String(p.name.clone()))
+            .map_err(|_| {
+                Issue::missing(
+                    format!("{f}.kind"),
+                    format!(
+                        "is required: the name `{}` is not a phase kind (baseline, fault, degraded, recovery, overload, drain, recovered)",
+                        p.name
+                    ),
+                )
+            })?,
+    };
+    positive(&format!("{f}.duration"), p.duration)?;
+    Ok((kind, phase_rate(f, p, kind, protected)?))
 }
 
 /// The rate a phase sets itself: `rate`, or `load` × protected; `None` when the

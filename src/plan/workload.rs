@@ -218,76 +218,86 @@ fn protected_load_held(
     Ok(())
 }
 
-pub(super) fn validate_mix(m: &Mix) -> Result<(), Issue> {
+/// The mix's issues: each class's first (`haq validate` lists every class's).
+pub(super) fn validate_mix(m: &Mix) -> Vec<Issue> {
     if m.classes.is_empty() {
-        return Err(Issue::missing(
+        return vec![Issue::missing(
             "workload.mix.classes",
             "needs at least one class",
-        ));
+        )];
     }
     let mut names = BTreeSet::new();
-    for (i, c) in m.classes.iter().enumerate() {
-        let f = format!("workload.mix.classes[{i}]");
-        if !names.insert(c.name.as_str()) {
+    m.classes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let dup = !names.insert(c.name.as_str());
+            validate_class(&format!("workload.mix.classes[{i}]"), c, dup).err()
+        })
+        .collect()
+}
+
+/// One class of the mix (`dup`: an earlier class has its name).
+fn validate_class(f: &str, c: &RequestClass, dup: bool) -> Result<(), Issue> {
+    if dup {
+        return Err(Issue::new(
+            format!("{f}.name"),
+            &c.name,
+            "is used by two classes",
+        ));
+    }
+    if !pos_finite(c.weight) {
+        return Err(Issue::new(
+            format!("{f}.weight"),
+            c.weight,
+            "must be greater than 0",
+        ));
+    }
+    validate_dist(
+        &format!("{f}.prompt_tokens"),
+        &c.prompt_tokens,
+        MAX_PROMPT_TOKENS,
+    )?;
+    validate_dist(
+        &format!("{f}.output_tokens"),
+        &c.output_tokens,
+        MAX_OUTPUT_TOKENS,
+    )?;
+    if let Some(p) = &c.shared_prefix {
+        if p.groups == 0 || p.groups > 100_000 {
             return Err(Issue::new(
-                format!("{f}.name"),
-                &c.name,
-                "is used by two classes",
-            ));
-        }
-        if !pos_finite(c.weight) {
-            return Err(Issue::new(
-                format!("{f}.weight"),
-                c.weight,
-                "must be greater than 0",
+                format!("{f}.shared_prefix.groups"),
+                p.groups,
+                "must be between 1 and 100000",
             ));
         }
         validate_dist(
-            &format!("{f}.prompt_tokens"),
-            &c.prompt_tokens,
+            &format!("{f}.shared_prefix.tokens"),
+            &p.tokens,
             MAX_PROMPT_TOKENS,
         )?;
-        validate_dist(
-            &format!("{f}.output_tokens"),
-            &c.output_tokens,
-            MAX_OUTPUT_TOKENS,
-        )?;
-        if let Some(p) = &c.shared_prefix {
-            if p.groups == 0 || p.groups > 100_000 {
-                return Err(Issue::new(
-                    format!("{f}.shared_prefix.groups"),
-                    p.groups,
-                    "must be between 1 and 100000",
-                ));
-            }
-            validate_dist(
-                &format!("{f}.shared_prefix.tokens"),
-                &p.tokens,
-                MAX_PROMPT_TOKENS,
-            )?;
-        }
-        if let Some(se) = &c.session {
-            validate_dist(&format!("{f}.session.turns"), &se.turns, 10_000)?;
-            if se.parallel == 0 || se.parallel > 100_000 {
-                return Err(Issue::new(
-                    format!("{f}.session.parallel"),
-                    se.parallel,
-                    "must be between 1 and 100000",
-                ));
-            }
-        }
-        if let Some(t) = &c.tools
-            && (t.count == 0 || t.count > 8)
-        {
+    }
+    if let Some(se) = &c.session {
+        validate_dist(&format!("{f}.session.turns"), &se.turns, 10_000)?;
+        if se.parallel == 0 || se.parallel > 100_000 {
             return Err(Issue::new(
-                format!("{f}.tools.count"),
-                t.count,
-                "must be between 1 and 8",
+                format!("{f}.session.parallel"),
+                se.parallel,
+                "must be between 1 and 100000",
             ));
         }
-        if let Some(a) = &c.abandon {
-            validate_abandon(&format!("{f}.abandon"), a)?;
-        }
+    }
+    if let Some(t) = &c.tools
+        && (t.count == 0 || t.count > 8)
+    {
+        return Err(Issue::new(
+            format!("{f}.tools.count"),
+            t.count,
+            "must be between 1 and 8",
+        ));
+    }
+    if let Some(a) = &c.abandon {
+        validate_abandon(&format!("{f}.abandon"), a)?;
     }
     Ok(())
 }

@@ -37,10 +37,10 @@ impl fmt::Display for ScenarioError {
 impl std::error::Error for ScenarioError {}
 
 /// Sorts problems as a reader meets them: `--set` overrides first (the command line),
-/// then each file's in line and column order (the scenario before the files it names,
-/// which keep their first-mention order).
-pub fn sort_in_file_order(errors: &mut [ScenarioError]) {
-    let mut files: Vec<String> = Vec::new();
+/// then each file's in line and column order (the scenario file `main` before the files
+/// it names, which keep their first-mention order).
+pub fn sort_in_file_order(errors: &mut [ScenarioError], main: &str) {
+    let mut files: Vec<String> = vec![main.to_string()];
     for e in errors.iter() {
         if !e.source.starts_with("--set ") && !files.contains(&e.source) {
             files.push(e.source.clone());

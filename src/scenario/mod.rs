@@ -3,6 +3,7 @@
 //! [`ScenarioError`] naming file:line:col, field, value and reason; [`Parsed::error`]
 //! places the problems the next stage (`plan`, validation) finds in the same way.
 
+pub mod diagnose;
 pub mod error;
 pub mod located;
 pub mod model;
@@ -34,6 +35,11 @@ impl Place {
     /// `--set` argument).
     pub fn error(&self, field: &str, value: Option<String>, reason: String) -> ScenarioError {
         self.0.error(field, value, reason, false)
+    }
+
+    /// The scenario file (errors in it sort first).
+    pub fn file(&self) -> &str {
+        &self.0.main.0
     }
 }
 
@@ -93,18 +99,41 @@ impl Sources {
     }
 }
 
-/// Reads a scenario file, applies the overrides and inlines its workload file.
+/// Reads a scenario file, applies the overrides and inlines its workload file; the
+/// first problem in file order.
 pub fn parse(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Parsed, ScenarioError> {
-    let file = path.display().to_string();
-    let text = read_bounded(path).map_err(|e| ScenarioError {
-        source: file.clone(),
+    parse_all(path, sets, seed).map_err(first)
+}
+
+/// The first of `errors` (they are sorted in file order).
+pub fn first(errors: Vec<ScenarioError>) -> ScenarioError {
+    errors.into_iter().next().unwrap_or_else(|| ScenarioError {
+        source: String::new(),
         pos: None,
         field: String::new(),
         value: None,
-        reason: format!("cannot read the scenario file: {e}"),
-    })?;
+        reason: "invalid scenario".into(),
+    })
+}
+
+/// As [`parse`], with every problem the parse finds, in file order.
+pub fn parse_all(
+    path: &Path,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<Parsed, Vec<ScenarioError>> {
+    let file = path.display().to_string();
+    let text = read_bounded(path)
+        .map_err(|e| ScenarioError {
+            source: file.clone(),
+            pos: None,
+            field: String::new(),
+            value: None,
+            reason: format!("cannot read the scenario file: {e}"),
+        })
+        .map_err(|e| vec![e])?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    parse_str(&text, &file, &base, sets, seed)
+    parse_str_all(&text, &file, &base, sets, seed)
 }
 
 /// Largest scenario or workload file read (a scenario is a page of YAML).
@@ -144,6 +173,56 @@ pub fn parse_str(
     sets: &[String],
     seed: Option<u64>,
 ) -> Result<Parsed, ScenarioError> {
+    parse_str_all(text, file, base, sets, seed).map_err(first)
+}
+
+/// As [`parse_str`], with every problem: the first that stops the parse (the YAML, an
+/// override, the workload file), or every field that does not deserialize
+/// ([`diagnose`]), in file order.
+pub fn parse_str_all(
+    text: &str,
+    file: &str,
+    base: &Path,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<Parsed, Vec<ScenarioError>> {
+    let (value, src) = document(text, file, base, sets, seed).map_err(|e| vec![e])?;
+    let scenario: Scenario = match serde_path_to_error::deserialize(&value) {
+        Ok(s) => s,
+        Err(e) => {
+            let mut all: Vec<ScenarioError> = diagnose::scenario_errors(&value)
+                .into_iter()
+                .map(|f| src.error(&f.field, None, tidy_serde_message(&f.message), f.unknown))
+                .collect();
+            if all.is_empty() {
+                let mut field = e.path().to_string();
+                if field == "." {
+                    field.clear();
+                }
+                let msg = e.inner().to_string();
+                let unknown = msg.starts_with("unknown field");
+                all.push(src.error(&field, None, tidy_serde_message(&msg), unknown));
+            }
+            all.dedup();
+            error::sort_in_file_order(&mut all, file);
+            return Err(all);
+        }
+    };
+    Ok(Parsed {
+        scenario,
+        place: Place(src),
+    })
+}
+
+/// The effective document: the file parsed, the overrides applied, the workload file
+/// inlined, input paths made absolute — with where each part came from.
+fn document(
+    text: &str,
+    file: &str,
+    base: &Path,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<(serde_json::Value, Sources), ScenarioError> {
     let main = Located::parse(text).map_err(|e| ScenarioError {
         source: file.into(),
         pos: e.pos,
@@ -181,21 +260,7 @@ pub fn parse_str(
         src.sets.push((path, spec.clone()));
     }
     resolve_files(&mut value, base);
-
-    let scenario: Scenario = serde_path_to_error::deserialize(&value).map_err(|e| {
-        let mut field = e.path().to_string();
-        if field == "." {
-            field.clear();
-        }
-        let msg = e.inner().to_string();
-        let unknown = msg.starts_with("unknown field");
-        src.error(&field, None, tidy_serde_message(&msg), unknown)
-    })?;
-
-    Ok(Parsed {
-        scenario,
-        place: Place(src),
-    })
+    Ok((value, src))
 }
 
 /// Makes the input-file paths of a mix (`classes[*]…empirical.file`) absolute.
@@ -305,4 +370,21 @@ fn tidy_serde_message(m: &str) -> String {
 /// JSON Schema of the scenario file.
 pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(Scenario)).unwrap_or_default()
+}
+
+impl Scenario {
+    /// The scenario as haq shows and records it: a credential header written as a value
+    /// (not through `env` or `file`, which name where the secret is, not the secret) is
+    /// `[redacted]`.
+    pub fn redacted(&self) -> Scenario {
+        let mut s = self.clone();
+        for (k, v) in &mut s.target.headers {
+            if let HeaderSource::Value(x) = v
+                && crate::wire::redact::is_credential(k)
+            {
+                *x = crate::wire::redact::REDACTED.into();
+            }
+        }
+        s
+    }
 }

@@ -197,3 +197,164 @@ fn validate_warns_about_a_plan_that_cannot_pass() {
     );
     assert!(err.contains(&want), "{err}\nwanted {want}");
 }
+
+/// The quickstart with its workload path made absolute, changed by `edit`, in a file.
+fn quickstart_copy(name: &str, edit: impl Fn(String) -> String) -> std::path::PathBuf {
+    let f = scratch(name).join(format!("{name}.yaml"));
+    let text = std::fs::read_to_string(root().join("scenarios/quickstart.yaml"))
+        .expect("read")
+        .replace(
+            "../workloads/chat.yaml",
+            &root().join("workloads/chat.yaml").display().to_string(),
+        );
+    std::fs::write(&f, edit(text)).expect("write");
+    f
+}
+
+#[test]
+fn validate_reports_every_mistake_in_file_order() {
+    // Three mistakes haq finds by checking values, in three sections.
+    let f = quickstart_copy("three-mistakes", |t| {
+        t.replace("  ttft_p95: 1s", "  ttft_p95: 0s")
+            .replace(
+                "{name: baseline, duration: 20s}",
+                "{name: baseline, duration: 0s}",
+            )
+            .replace("target: {replica: w2}", "target: {replica: w9}")
+    });
+    let (code, _, err) = haq(&["validate", f.to_str().expect("utf8")]);
+    assert_eq!(code, 2, "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    for (l, want) in lines.iter().zip([
+        "`slo.ttft_p95`: must be greater than 0",
+        "`phases[0].duration`: must be greater than 0",
+        "`faults[0].target.replica`: no such replica",
+    ]) {
+        assert!(
+            l.starts_with("error: ") && l.contains(want),
+            "{l}\nwanted {want}"
+        );
+    }
+    let at = |l: &str| -> u64 {
+        let rest = &l[l.find(".yaml:").expect("place") + 6..];
+        rest.split(':')
+            .next()
+            .expect("line")
+            .parse()
+            .expect("number")
+    };
+    assert!(
+        at(lines[0]) < at(lines[1]) && at(lines[1]) < at(lines[2]),
+        "{err}"
+    );
+    // Three that the file's types refuse: a misspelt key, a value of the wrong type,
+    // an unknown name; each at its own line and column.
+    let f = quickstart_copy("three-typos", |t| {
+        t.replace("  ttft_p95: 1s", "  ttft_p95: soon")
+            .replace(
+                "{name: fault, duration: 15s}",
+                "{name: fault, duraton: 15s}",
+            )
+            .replace("    domain: worker", "    domain: wrker")
+    });
+    let (code, _, err) = haq(&["validate", f.to_str().expect("utf8")]);
+    assert_eq!(code, 2, "{err}");
+    for want in [
+        "`slo.ttft_p95`: `soon` is not a duration",
+        "`phases[1].duraton`: unknown field `duraton`",
+        "`faults[0].domain`: unknown variant `wrker`",
+    ] {
+        assert!(err.contains(want), "{err}\nwanted {want}");
+    }
+    assert!(
+        err.lines()
+            .all(|l| l.starts_with("error: ") && l.contains(".yaml:")),
+        "{err}"
+    );
+}
+
+#[test]
+fn validate_prints_the_effective_scenario_with_credentials_redacted() {
+    let secret = "sk-live-0123456789abcdef";
+    let auth = format!("target.headers={{authorization: \"Bearer {secret}\", x-team: ci}}");
+    let args = |fmt: &'static str| {
+        vec![
+            "validate".to_string(),
+            "scenarios/quickstart.yaml".into(),
+            "-o".into(),
+            fmt.into(),
+            "--set".into(),
+            "target.replicas=5".into(),
+            "--set".into(),
+            auth.clone(),
+        ]
+    };
+    let run = |fmt| {
+        let a = args(fmt);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        haq(&a)
+    };
+    let (code, out, err) = run("yaml");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("valid"), "the summary goes to stderr: {err}");
+    assert!(!out.contains(secret) && !err.contains(secret), "{out}");
+    let doc: serde_json::Value = serde_saphyr::from_str(&out).expect("YAML");
+    assert_eq!(doc["target"]["replicas"], 5, "--set applied: {out}");
+    assert_eq!(doc["target"]["headers"]["authorization"], "[redacted]");
+    assert_eq!(doc["target"]["headers"]["x-team"], "ci");
+    // Defaults filled, the workload inlined.
+    assert_eq!(doc["client"]["max_load_error"], "5%", "{out}");
+    assert_eq!(doc["workload"]["mix"]["classes"][0]["name"], "chat");
+    // The output is itself a valid scenario.
+    let f = scratch("effective").join("effective.yaml");
+    std::fs::write(&f, &out).expect("write");
+    let (code, _, err) = haq(&["validate", f.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run("json");
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["target"]["replicas"], 5);
+    assert!(!out.contains(secret));
+}
+
+#[test]
+fn run_dry_run_prints_the_plan_and_starts_nothing() {
+    let dir = scratch("dry-run");
+    let (code, out, err) = haq(&[
+        "run",
+        "scenarios/full.yaml",
+        "--dry-run",
+        "--reports-dir",
+        dir.to_str().expect("utf8"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for want in [
+        "dry run of full: nothing was started",
+        "embedded sim: starts 4 worker processes (w1, w2, w3 and w4)",
+        "+15s     fault (fault) for 20s: 5.00/s, about 100 requests (Poisson arrivals)",
+        "+45s     overload (overload) for 8s: 12.00/s",
+        "kill-w2: process kill on w2 (domain worker)",
+        "fires at +18s (fault +3s)",
+        "does: SIGKILL to sim worker w2's process",
+        "then: a replacement 2s after the removal, cold start 8s",
+        "does: SIGTERM (a planned drain) to sim worker w3's process",
+        "Maintenance: judged from the planned drain drain-w3",
+    ] {
+        assert!(out.contains(want), "dry run lacks {want:?}:\n{out}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).expect("dir").count(),
+        0,
+        "nothing written"
+    );
+    // Probe triggers and command faults say what they will do.
+    let (code, out, _) = haq(&["run", "scenarios/m9-4-network-cut.yaml", "--dry-run"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("sends a probe request")
+            && out.contains("fires when it reaches after_deltas k=3"),
+        "{out}"
+    );
+    assert!(out.contains("forwards nothing either way"), "{out}");
+}

@@ -23,19 +23,27 @@ use context::Ctx;
 pub use replicas::validate_replicas;
 pub use types::{FaultPlan, Trigger};
 
-/// Validates every fault (in order), then what holds across them.
+/// Validates every fault (in order; each fault's first issue), then, when each is
+/// valid, what holds across them.
 pub fn validate_faults(
     s: &Scenario,
     phases: &[PhasePlan],
     decls: &[ReplicaDecl],
-) -> Result<Vec<FaultPlan>, Issue> {
+) -> Result<Vec<FaultPlan>, Vec<Issue>> {
     let cx = Ctx { s, phases, decls };
     let mut out: Vec<FaultPlan> = Vec::new();
+    let mut issues = Vec::new();
     for (i, f) in s.faults.iter().enumerate() {
-        out.push(fault::one(&cx, &format!("faults[{i}]"), f)?);
+        match fault::one(&cx, &format!("faults[{i}]"), f) {
+            Ok(p) => out.push(p),
+            Err(e) => issues.push(e),
+        }
     }
-    not_faulted_once_gone(&out)?;
-    names_unique(&out)?;
+    if !issues.is_empty() {
+        return Err(issues);
+    }
+    not_faulted_once_gone(&out).map_err(|e| vec![e])?;
+    names_unique(&out).map_err(|e| vec![e])?;
     Ok(out)
 }
 
