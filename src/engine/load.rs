@@ -55,6 +55,9 @@ struct Ready {
     event: Event,
     at: Duration,
     intended: u64,
+    /// The plan's index of the request's phase, and whether it streams (progress).
+    phase: usize,
+    stream: bool,
 }
 
 /// What the load shares with the rest of the run.
@@ -319,6 +322,8 @@ impl Dispatcher {
             event,
             at: p.at,
             intended,
+            phase: p.phase,
+            stream: p.stream,
         }
     }
 
@@ -330,7 +335,7 @@ impl Dispatcher {
             edge,
         });
         match edge {
-            Edge::Start => self.progress.phase(p),
+            Edge::Start => self.progress.phase(i, p),
             Edge::End => self.progress.phase_end(),
         }
     }
@@ -370,7 +375,7 @@ impl Dispatcher {
             if !sleep_until(self.load_start + r.at, &self.cancel) {
                 return Ok(());
             }
-            self.progress.offered();
+            self.progress.offered(r.phase);
             let Some((permit, admitted)) = self.admit(&mut edges, r.intended, &mut released) else {
                 return Ok(());
             };
@@ -431,6 +436,8 @@ impl Dispatcher {
             call,
             mut event,
             intended,
+            phase,
+            stream,
             ..
         } = r;
         let (http, tw, clock, stop, progress, timeouts) = (
@@ -455,14 +462,11 @@ impl Dispatcher {
                     if r.outcome == Outcome::Abandoned {
                         left.fetch_max(clock.now_us(), Ordering::Relaxed);
                     }
-                    progress.done(
-                        r.outcome,
-                        r.first_delta_us.map(|f| f.saturating_sub(intended)),
-                    );
+                    progress.done(phase, r.outcome, stream, intended, r.first_delta_us);
                 }
                 None => {
                     left.fetch_max(clock.now_us(), Ordering::Relaxed);
-                    progress.done(Outcome::Cancelled, None);
+                    progress.done(phase, Outcome::Cancelled, stream, intended, None);
                 }
             }
         };

@@ -161,7 +161,7 @@ pub async fn run(
         dir,
         clock,
         tw,
-        progress: Progress::new(opts.quiet),
+        progress: Progress::new(opts.quiet, plan.phases.len()),
         cancel: &cancel,
         marker: crate::workload::BodyMarker {
             field: plan.scenario.client.marker,

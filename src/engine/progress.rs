@@ -1,35 +1,35 @@
 //! Live progress on stderr: on a terminal, an indicatif bar per phase (elapsed/total,
-//! offered vs achieved rate, in flight, p95 TTFT, errors); not on a terminal, one line
-//! per phase start and end and per fault, no bar; nothing with `--quiet`. Fed by the
-//! engine's counters; never on the per-event path (one update per request).
+//! offered and completed rate, in flight, p95 TTFT, failed and rejected); not on a
+//! terminal, one line per phase start and end and per fault, no bar; nothing with
+//! `--quiet`. Its figures are the phase table's ([`LivePhase`]: a request counts in the
+//! phase of its intended time, TTFT only for streamed requests that completed, the same
+//! percentile), for the requests ended so far. Fed by the engine as requests start and
+//! end; never on the per-event path (one update per request).
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::metrics::hist::{interval_hist, rec};
+use crate::metrics::live::LivePhase;
 use crate::plan::PhasePlan;
 use crate::trace::Outcome;
 
+/// Requests sent and ended, over the run (what is in flight).
 #[derive(Default)]
 struct Counters {
-    offered: AtomicU64,
     sent: AtomicU64,
-    completed: AtomicU64,
-    failed: AtomicU64,
+    ended: AtomicU64,
 }
 
 struct PhaseView {
+    /// Index of the phase in the plan.
+    index: usize,
     name: String,
     started: Instant,
     duration: Duration,
-    /// Counters when the phase started.
-    base: [u64; 4],
-    ttft: Histogram<u64>,
     bar: Option<ProgressBar>,
 }
 
@@ -37,6 +37,8 @@ struct Live {
     tty: bool,
     c: Counters,
     phase: Mutex<Option<PhaseView>>,
+    /// Every phase's figures, by plan index.
+    phases: Mutex<Vec<LivePhase>>,
 }
 
 /// Cheap to clone; all methods are no-ops with `--quiet`.
@@ -47,38 +49,40 @@ pub struct Progress {
 }
 
 impl Live {
-    fn counts(&self) -> [u64; 4] {
-        let c = &self.c;
-        [
-            c.offered.load(Ordering::Relaxed),
-            c.sent.load(Ordering::Relaxed),
-            c.completed.load(Ordering::Relaxed),
-            c.failed.load(Ordering::Relaxed),
-        ]
-    }
-
     /// The status text of the current phase.
     fn status(&self, v: &PhaseView) -> String {
-        let now = self.counts();
-        let d = |i: usize| now[i].saturating_sub(v.base[i]);
-        let secs = v.started.elapsed().as_secs_f64().max(1e-3);
-        let in_flight = now[1].saturating_sub(now[2] + now[3]);
-        let p95 = if v.ttft.is_empty() {
-            "-".to_string()
-        } else {
-            format!("{:.0} ms", v.ttft.value_at_quantile(0.95) as f64 / 1000.0)
+        let secs = v
+            .started
+            .elapsed()
+            .as_secs_f64()
+            .clamp(1e-3, v.duration.as_secs_f64().max(1e-3));
+        let in_flight = self
+            .c
+            .sent
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.c.ended.load(Ordering::Relaxed));
+        let Ok(phases) = self.phases.lock() else {
+            return String::new();
         };
+        let Some(p) = phases.get(v.index) else {
+            return String::new();
+        };
+        let p95 = p
+            .ttft_p95_ms()
+            .map_or_else(|| "-".to_string(), |ms| format!("{ms:.0} ms"));
         format!(
-            "offered {:.1}/s · achieved {:.1}/s · in flight {in_flight} · p95 TTFT {p95} · errors {}",
-            d(0) as f64 / secs,
-            d(2) as f64 / secs,
-            d(3)
+            "offered {:.1}/s · completed {:.1}/s · in flight {in_flight} · p95 TTFT {p95} · failed {} · rejected {}",
+            p.requests as f64 / secs,
+            p.completed as f64 / secs,
+            p.failed,
+            p.rejected
         )
     }
 }
 
 impl Progress {
-    pub fn new(quiet: bool) -> Self {
+    /// Progress for a run of `phases` phases.
+    pub fn new(quiet: bool, phases: usize) -> Self {
         if quiet {
             return Progress {
                 live: None,
@@ -89,6 +93,7 @@ impl Progress {
             tty: std::io::stderr().is_terminal(),
             c: Counters::default(),
             phase: Mutex::new(None),
+            phases: Mutex::new((0..phases).map(|_| LivePhase::default()).collect()),
         });
         let ticker = live.tty.then(|| {
             let l = live.clone();
@@ -126,8 +131,8 @@ impl Progress {
         }
     }
 
-    /// A phase starts: a new bar on a terminal, a line otherwise.
-    pub fn phase(&self, p: &PhasePlan) {
+    /// Phase `index` of the plan starts: a new bar on a terminal, a line otherwise.
+    pub fn phase(&self, index: usize, p: &PhasePlan) {
         let Some(l) = &self.live else { return };
         self.phase_end();
         let bar = l.tty.then(|| {
@@ -155,7 +160,7 @@ impl Progress {
         });
         if !l.tty {
             eprintln!(
-                "phase {} ({:?}) · {:.0}s",
+                "phase {} ({}) · {:.0}s",
                 p.name,
                 p.kind,
                 p.duration.as_secs_f64()
@@ -163,11 +168,10 @@ impl Progress {
         }
         if let Ok(mut g) = l.phase.lock() {
             *g = Some(PhaseView {
+                index,
                 name: p.name.clone(),
                 started: Instant::now(),
                 duration: p.duration,
-                base: l.counts(),
-                ttft: interval_hist(),
                 bar,
             });
         }
@@ -188,10 +192,9 @@ impl Progress {
         }
     }
 
-    pub fn offered(&self) {
-        if let Some(l) = &self.live {
-            l.c.offered.fetch_add(1, Ordering::Relaxed);
-        }
+    /// A request of phase `phase` (its intended time's) is due.
+    pub fn offered(&self, phase: usize) {
+        self.with_phase(phase, LivePhase::offered);
     }
 
     pub fn sent(&self) {
@@ -200,18 +203,28 @@ impl Progress {
         }
     }
 
-    /// A request ended; `ttft_us` from its intended time.
-    pub fn done(&self, o: Outcome, ttft_us: Option<u64>) {
-        let Some(l) = &self.live else { return };
-        if o == Outcome::Completed {
-            l.c.completed.fetch_add(1, Ordering::Relaxed);
-        } else {
-            l.c.failed.fetch_add(1, Ordering::Relaxed);
+    /// A request of phase `phase` ended (`stream`: sent streaming; `intended` and
+    /// `first_delta` in trace µs).
+    pub fn done(
+        &self,
+        phase: usize,
+        o: Outcome,
+        stream: bool,
+        intended: u64,
+        first_delta: Option<u64>,
+    ) {
+        if let Some(l) = &self.live {
+            l.c.ended.fetch_add(1, Ordering::Relaxed);
         }
-        if let (Some(t), Ok(mut g)) = (ttft_us, l.phase.lock())
-            && let Some(v) = g.as_mut()
+        self.with_phase(phase, |p| p.ended(o, stream, intended, first_delta));
+    }
+
+    fn with_phase(&self, phase: usize, f: impl FnOnce(&mut LivePhase)) {
+        if let Some(l) = &self.live
+            && let Ok(mut g) = l.phases.lock()
+            && let Some(p) = g.get_mut(phase)
         {
-            rec(&mut v.ttft, t);
+            f(p);
         }
     }
 
@@ -220,5 +233,52 @@ impl Progress {
         if let Some(t) = &self.ticker {
             t.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_counts_by_intended_phase_and_takes_ttft_from_streamed_completions() {
+        let p = Progress::new(false, 2);
+        let plan = |name: &str| PhasePlan {
+            name: name.into(),
+            kind: crate::scenario::PhaseKind::Baseline,
+            start: Duration::ZERO,
+            duration: Duration::from_secs(60),
+            rate: 1.0,
+        };
+        p.phase(1, &plan("fault"));
+        for i in 0..20u64 {
+            p.offered(1);
+            p.sent();
+            // Streamed: 40 ms; whole answers (not streamed): 2.7 s.
+            let (stream, ttft) = if i % 4 == 0 {
+                (false, 2_700_000)
+            } else {
+                (true, 40_000)
+            };
+            p.done(
+                1,
+                Outcome::Completed,
+                stream,
+                i * 1000,
+                Some(i * 1000 + ttft),
+            );
+        }
+        // A request of the previous phase ending now counts there, not here.
+        p.sent();
+        p.done(0, Outcome::Rejected, true, 0, None);
+        p.offered(1);
+        p.sent();
+        let l = p.live.as_ref().expect("live");
+        let g = l.phase.lock().expect("lock");
+        let status = l.status(g.as_ref().expect("phase"));
+        assert!(status.contains("p95 TTFT 40 ms"), "{status}");
+        assert!(status.contains("in flight 1"), "{status}");
+        assert!(status.ends_with("failed 0 · rejected 0"), "{status}");
+        assert_eq!(l.phases.lock().expect("lock")[0].rejected, 1);
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod hist;
 pub mod hlog;
+pub mod live;
 pub mod phase;
 pub mod request;
 pub mod series;
@@ -11,6 +12,6 @@ pub mod slip;
 
 pub use hist::{EaPcts, Ms, Pcts, ea_pcts, p95_us, pcts};
 pub use phase::{PhaseAcc, PhaseStats};
-pub use request::Measured;
+pub use request::{Measured, Tally, ttft_us};
 pub use series::{SecondStats, SeriesAcc};
 pub use slip::{Sends, SlipAcc};

@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::hist::{EaPcts, INF_US, Pcts, ea_pcts, hist, pcts, rec, rec_n};
-use super::request::Measured;
+use super::request::{Measured, Tally};
 use crate::scenario::PhaseKind;
 use crate::trace::Outcome;
 use crate::trace::record::RequestRecord;
@@ -97,12 +97,12 @@ impl PhaseAcc {
         }
         let Some(end) = &r.end else { return };
         *self.outcomes.entry(end.outcome).or_default() += 1;
-        match end.outcome {
-            Outcome::Completed => self.completed += 1,
-            Outcome::Rejected => self.rejected += 1,
-            Outcome::Cancelled => self.cancelled += 1,
-            Outcome::Abandoned => self.abandoned += 1,
-            _ => self.failed += 1,
+        match Tally::of(end.outcome) {
+            Tally::Completed => self.completed += 1,
+            Tally::Rejected => self.rejected += 1,
+            Tally::Cancelled => self.cancelled += 1,
+            Tally::Abandoned => self.abandoned += 1,
+            Tally::Failed => self.failed += 1,
         }
         self.tool_calls += end.tool_calls.len() as u64;
         self.tool_args_invalid +=

@@ -15,6 +15,47 @@ use crate::scenario::Slo;
 use crate::trace::Outcome;
 use crate::trace::record::RequestRecord;
 
+/// A request's TTFT as every figure has it (the phase table, the per-second series, the
+/// progress line): its first output delta from its intended send time — for a request
+/// that streamed and completed; a whole answer or a cut stream has none.
+pub fn ttft_us(
+    outcome: Outcome,
+    stream: bool,
+    intended: u64,
+    first_delta: Option<u64>,
+) -> Option<u64> {
+    (outcome == Outcome::Completed && stream)
+        .then_some(first_delta?)
+        .map(|f| f.saturating_sub(intended))
+}
+
+/// How a finished request counts in the phase table and the progress line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tally {
+    Completed,
+    /// Rejected (429/503): counted apart from failures (`slo.rejection_rate_max`).
+    Rejected,
+    /// Stopped by haq at the drain timeout.
+    Cancelled,
+    /// The client left on purpose (workload abandonment): neither a success nor a
+    /// failure of the target.
+    Abandoned,
+    /// Every other end: an error, a timeout, a cut stream.
+    Failed,
+}
+
+impl Tally {
+    pub fn of(o: Outcome) -> Tally {
+        match o {
+            Outcome::Completed => Tally::Completed,
+            Outcome::Rejected => Tally::Rejected,
+            Outcome::Cancelled => Tally::Cancelled,
+            Outcome::Abandoned => Tally::Abandoned,
+            _ => Tally::Failed,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Measured {
     pub ok: bool,
@@ -80,8 +121,8 @@ impl Measured {
                 }
                 prev = Some(c.t);
             }
+            m.ttft = ttft_us(end.outcome, r.stream, r.intended, first);
             if let Some(f) = first {
-                m.ttft = Some(f.saturating_sub(r.intended));
                 m.ttft_dispatch = Some(f.saturating_sub(r.dispatch));
                 if let (Some(l), true) = (prev, m.tokens > 1) {
                     m.tpot = Some(l.saturating_sub(f) / (m.tokens - 1));
