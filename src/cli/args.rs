@@ -47,8 +47,10 @@ pub enum Command {
     /// reports directory. Exit 0 when nothing is left applied, 1 when something is.
     Heal(CheckArgs),
     /// Compare two stored runs (or a phase of each, e.g. healthy vs degraded): latency
-    /// percentiles, throughput, goodput and errors side by side. Exit 1 when B regresses
-    /// against A beyond the thresholds.
+    /// percentiles, throughput, goodput, errors and the verdicts side by side. Exit 1
+    /// when B regresses against A beyond the thresholds or a verdict got worse; exit 2
+    /// when the runs are not like for like (other scenario, mix, offered load or
+    /// phases: each named) unless --allow-different.
     Compare(CompareArgs),
     /// Print the JSON Schema of scenario files (for editors).
     Schema,
@@ -137,6 +139,14 @@ pub struct CompareArgs {
     /// Largest allowed increase of the error or the rejection rate, in points.
     #[arg(long, default_value = "1%", value_parser = wire::units::parse_fraction)]
     pub max_error_increase: f64,
+    /// Compare even when the scenarios, request mixes, offered loads or phases differ
+    /// (each is then named in a warning); without it such runs are refused (exit 2).
+    #[arg(long)]
+    pub allow_different: bool,
+    /// Print the comparison as one JSON document (metrics, verdicts, differences,
+    /// `regressed`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -71,16 +71,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
             }
         },
         Command::Heal(a) => heal(&a.run_dir),
-        Command::Compare(a) => compare_runs(
-            &a.run_a,
-            &a.run_b,
-            a.phase_a.as_deref(),
-            a.phase_b.as_deref(),
-            compare::Thresholds {
-                max_regression: a.max_regression,
-                max_error_increase: a.max_error_increase,
-            },
-        ),
+        Command::Compare(a) => compare_runs(&a),
         Command::Schema => {
             println!(
                 "{}",
@@ -264,31 +255,75 @@ async fn bench(cmd: BenchCommand) -> Exit {
 /// The starter scenario `haq init` writes.
 pub const STARTER: &str = include_str!("../starter.yaml");
 
-/// `haq compare`: judges both runs from their traces, prints the comparison, and
-/// returns the exit code (0 no regression, 1 regressed, 2 unusable input).
-fn compare_runs(
-    a: &Path,
-    b: &Path,
-    phase_a: Option<&str>,
-    phase_b: Option<&str>,
-    t: compare::Thresholds,
-) -> Exit {
-    let side = |dir: &Path, phase: Option<&str>| -> anyhow::Result<compare::Side> {
-        let mut hlog = Vec::new();
-        let (_, j) = crate::check::judge_dir_with(dir, Some(&mut hlog))?;
-        compare::side(dir, &j, &hlog, phase)
-    };
-    match (side(a, phase_a), side(b, phase_b)) {
-        (Ok(sa), Ok(sb)) => {
-            let c = compare::compare(sa, sb, t);
-            print!("{}", compare::render(&c));
-            if c.regressed { Exit::Fail } else { Exit::Pass }
-        }
+/// `haq compare`: judges both runs from their traces, refuses them when they are not
+/// like for like (unless `--allow-different`), prints the comparison (or its JSON)
+/// and returns the exit code (0 no regression, 1 regressed, 2 unusable input).
+fn compare_runs(a: &CompareArgs) -> Exit {
+    let judged =
+        |dir: &Path| -> anyhow::Result<(crate::plan::Plan, crate::check::Judgement, Vec<u8>)> {
+            let mut hlog = Vec::new();
+            let (plan, j) = crate::check::judge_dir_with(dir, Some(&mut hlog))?;
+            Ok((plan, j, hlog))
+        };
+    let (ra, rb) = match (judged(&a.run_a), judged(&a.run_b)) {
+        (Ok(x), Ok(y)) => (x, y),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("error: {e:#}");
-            Exit::Unusable
+            return Exit::Unusable;
         }
+    };
+    let (pa, pb) = (a.phase_a.as_deref(), a.phase_b.as_deref());
+    let sides = compare::side(&a.run_a, &ra.1, &ra.2, pa)
+        .and_then(|sa| Ok((sa, compare::side(&a.run_b, &rb.1, &rb.2, pb)?)));
+    let (sa, sb) = match sides {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Exit::Unusable;
+        }
+    };
+    let differences = compare::differences(
+        &compare::Of {
+            plan: &ra.0,
+            phase: pa,
+        },
+        &compare::Of {
+            plan: &rb.0,
+            phase: pb,
+        },
+    );
+    if !differences.is_empty() && !a.allow_different {
+        for d in &differences {
+            eprintln!("error: not like for like: {d}");
+        }
+        eprintln!(
+            "error: refusing to compare runs that differ (--allow-different compares them anyway, with these warnings)"
+        );
+        return Exit::Unusable;
     }
+    let same_run = std::fs::canonicalize(&a.run_a).ok() == std::fs::canonicalize(&a.run_b).ok();
+    let verdicts = if same_run {
+        Vec::new()
+    } else {
+        compare::verdict_diff(&ra.1, &rb.1)
+    };
+    let t = compare::Thresholds {
+        max_regression: a.max_regression,
+        max_error_increase: a.max_error_increase,
+    };
+    let c = compare::compare(sa, sb, t, verdicts, differences);
+    if a.json {
+        match serde_json::to_string_pretty(&c) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Exit::Unusable;
+            }
+        }
+    } else {
+        print!("{}", compare::render(&c));
+    }
+    if c.regressed { Exit::Fail } else { Exit::Pass }
 }
 
 /// `haq heal RUN_DIR`: undoes what the ledger of a killed run leaves open.

@@ -1,6 +1,9 @@
 //! `haq compare RUN_A RUN_B`: latency percentiles, throughput, goodput, errors and
 //! rejections of two stored runs (or of one phase of each: healthy vs degraded) side
-//! by side, with an exit code for regression thresholds.
+//! by side, the verdicts of each, with an exit code for regression thresholds. Two runs
+//! are compared like for like only: what differs between them — the scenario, the
+//! request mix, the offered load, the phases — is named ([`differences`]), and the
+//! command refuses them unless told to go on.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,8 +12,9 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::check::Judgement;
+use crate::check::{Judgement, Status, VerdictName};
 use crate::metrics::{Pcts, pcts};
+use crate::plan::Plan;
 
 /// One side of a comparison.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -52,7 +56,155 @@ pub struct Comparison {
     pub a: Side,
     pub b: Side,
     pub rows: Vec<Row>,
+    /// Each verdict of A and of B, when they are two runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<VerdictRow>,
+    /// What makes the two sides not like for like (empty: comparable).
+    pub differences: Vec<String>,
     pub regressed: bool,
+}
+
+/// One verdict in both runs.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VerdictRow {
+    pub verdict: VerdictName,
+    pub a: Status,
+    pub b: Status,
+    /// B's is worse than A's (a PASS gone FAIL or UNKNOWN, an UNKNOWN gone FAIL).
+    pub worse: bool,
+}
+
+/// How bad a status is, for the verdict diff (NOT_EVALUATED: nothing judged).
+fn rank(s: Status) -> u8 {
+    match s {
+        Status::NotEvaluated => 0,
+        Status::Pass => 1,
+        Status::Unknown => 2,
+        Status::Fail => 3,
+    }
+}
+
+/// The verdicts of two runs side by side.
+pub fn verdict_diff(a: &Judgement, b: &Judgement) -> Vec<VerdictRow> {
+    a.verdicts
+        .iter()
+        .filter_map(|va| {
+            let vb = b.verdicts.iter().find(|v| v.name == va.name)?;
+            Some(VerdictRow {
+                verdict: va.name,
+                a: va.status,
+                b: vb.status,
+                worse: rank(vb.status) > rank(va.status) && va.status != Status::NotEvaluated,
+            })
+        })
+        .collect()
+}
+
+/// What one side is: its plan and the phase compared (`None`: the whole run).
+pub struct Of<'a> {
+    pub plan: &'a Plan,
+    pub phase: Option<&'a str>,
+}
+
+/// Everything that makes two sides not like for like, each named: the scenario, the
+/// request mix (class by class), the offered load, and for whole runs the phases.
+pub fn differences(a: &Of, b: &Of) -> Vec<String> {
+    let mut out = Vec::new();
+    let (sa, sb) = (&a.plan.scenario, &b.plan.scenario);
+    if sa.name != sb.name {
+        out.push(format!(
+            "scenarios differ: A is `{}`, B is `{}`",
+            sa.name, sb.name
+        ));
+    }
+    out.extend(mix_differences(&a.plan.mix, &b.plan.mix));
+    let rate = |o: &Of| match o.phase {
+        Some(p) => o.plan.phases.iter().find(|x| x.name == p).map(|x| x.rate),
+        None => Some(o.plan.rate),
+    };
+    if let (Some(ra), Some(rb)) = (rate(a), rate(b))
+        && (ra - rb).abs() > 0.01 * ra.max(rb)
+    {
+        out.push(format!(
+            "offered loads differ: A {ra:.2}/s, B {rb:.2}/s{}",
+            match (a.phase, b.phase) {
+                (Some(x), Some(y)) => format!(" (phases {x} and {y})"),
+                _ => String::new(),
+            }
+        ));
+    }
+    if sa.protected_load.0 != sb.protected_load.0 {
+        out.push(format!(
+            "protected loads differ: A {}, B {}",
+            sa.protected_load, sb.protected_load
+        ));
+    }
+    if a.phase.is_none() && b.phase.is_none() {
+        let phases = |p: &Plan| -> Vec<String> {
+            p.phases
+                .iter()
+                .map(|x| {
+                    format!(
+                        "{} {}",
+                        x.name,
+                        crate::wire::units::format_duration(x.duration)
+                    )
+                })
+                .collect()
+        };
+        let (pa, pb) = (phases(a.plan), phases(b.plan));
+        if pa != pb {
+            out.push(format!(
+                "phases differ: A {}, B {}",
+                pa.join(" → "),
+                pb.join(" → ")
+            ));
+        }
+    }
+    out
+}
+
+/// The classes of two mixes that differ, each named with the fields that do.
+fn mix_differences(a: &crate::scenario::Mix, b: &crate::scenario::Mix) -> Vec<String> {
+    let json = |c: &crate::scenario::RequestClass| serde_json::to_value(c).unwrap_or_default();
+    let mut out = Vec::new();
+    for ca in &a.classes {
+        match b.classes.iter().find(|cb| cb.name == ca.name) {
+            None => out.push(format!("mixes differ: class `{}` is only in A", ca.name)),
+            Some(cb) => {
+                let (ja, jb) = (json(ca), json(cb));
+                let (Some(oa), Some(ob)) = (ja.as_object(), jb.as_object()) else {
+                    continue;
+                };
+                let mut keys: Vec<&String> = oa.keys().chain(ob.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                let fields: Vec<String> = keys
+                    .into_iter()
+                    .filter(|k| oa.get(*k) != ob.get(*k))
+                    .map(|k| {
+                        let v = |o: &serde_json::Map<String, serde_json::Value>| {
+                            o.get(k).map_or("-".to_string(), |v| v.to_string())
+                        };
+                        format!("{k} {} vs {}", v(oa), v(ob))
+                    })
+                    .collect();
+                if !fields.is_empty() {
+                    out.push(format!(
+                        "mixes differ: class `{}`: {}",
+                        ca.name,
+                        fields.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    for cb in &b.classes {
+        if !a.classes.iter().any(|ca| ca.name == cb.name) {
+            out.push(format!("mixes differ: class `{}` is only in B", cb.name));
+        }
+    }
+    out
 }
 
 fn rel(a: f64, b: f64) -> Option<f64> {
@@ -64,8 +216,15 @@ fn signed_pct(x: Option<f64>) -> String {
         .unwrap_or_else(|| "—".into())
 }
 
-/// Compares B against A.
-pub fn compare(a: Side, b: Side, t: Thresholds) -> Comparison {
+/// Compares B against A (`verdicts`: [`verdict_diff`], empty for one run's phases;
+/// `differences`: [`differences`]). A verdict worse in B is a regression.
+pub fn compare(
+    a: Side,
+    b: Side,
+    t: Thresholds,
+    verdicts: Vec<VerdictRow>,
+    differences: Vec<String>,
+) -> Comparison {
     let mut rows = Vec::new();
     latency_rows(&mut rows, &a, &b, t);
     rate_rows(&mut rows, &a, &b, t);
@@ -78,11 +237,13 @@ pub fn compare(a: Side, b: Side, t: Thresholds) -> Comparison {
         limit: String::new(),
         regressed: false,
     });
-    let regressed = rows.iter().any(|r| r.regressed);
+    let regressed = rows.iter().any(|r| r.regressed) || verdicts.iter().any(|v| v.worse);
     Comparison {
         a,
         b,
         rows,
+        verdicts,
+        differences,
         regressed,
     }
 }
@@ -234,13 +395,17 @@ pub fn side(dir: &Path, j: &Judgement, hlog: &[u8], phase: Option<&str>) -> anyh
     })
 }
 
-/// The comparison as a terminal table.
+/// The comparison as a terminal table: what differs first, the metrics, the verdicts.
 pub fn render(c: &Comparison) -> String {
-    let mut t = comfy_table::Table::new();
-    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
-        .set_width(110)
-        .set_header(vec!["metric", "A", "B", "B vs A", "limit", ""]);
+    let table = || {
+        let mut t = comfy_table::Table::new();
+        t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
+            .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
+            .set_width(110);
+        t
+    };
+    let mut t = table();
+    t.set_header(vec!["metric", "A", "B", "B vs A", "limit", ""]);
     for r in &c.rows {
         t.add_row(vec![
             r.metric.clone(),
@@ -255,16 +420,45 @@ pub fn render(c: &Comparison) -> String {
             },
         ]);
     }
-    format!(
-        "A: {}\nB: {}\n{t}\n{}\n",
-        c.a.label,
-        c.b.label,
-        if c.regressed {
-            "result: B regressed against A"
-        } else {
-            "result: no regression beyond the thresholds"
+    let mut out = format!("A: {}\nB: {}\n", c.a.label, c.b.label);
+    for d in &c.differences {
+        out.push_str(&format!("warning: not like for like: {d}\n"));
+    }
+    out.push_str(&format!("{t}\n"));
+    if !c.verdicts.is_empty() {
+        let mut v = table();
+        v.set_header(vec!["verdict", "A", "B", ""]);
+        for r in &c.verdicts {
+            v.add_row(vec![
+                r.verdict.to_string(),
+                r.a.as_str().to_string(),
+                r.b.as_str().to_string(),
+                match (r.worse, r.a == r.b) {
+                    (true, _) => "WORSE".to_string(),
+                    (false, true) => String::new(),
+                    (false, false) => "changed".to_string(),
+                },
+            ]);
         }
-    )
+        out.push_str(&format!("{v}\n"));
+    }
+    let worse: Vec<String> = c
+        .verdicts
+        .iter()
+        .filter(|v| v.worse)
+        .map(|v| format!("{} {} → {}", v.verdict, v.a.as_str(), v.b.as_str()))
+        .collect();
+    let result = match (c.regressed, worse.is_empty()) {
+        (false, _) => "result: no regression beyond the thresholds".to_string(),
+        (true, true) => "result: B regressed against A".to_string(),
+        (true, false) => format!("result: B regressed against A ({})", worse.join(", ")),
+    };
+    out.push_str(&result);
+    if !c.differences.is_empty() {
+        out.push_str(" — but the runs are not like for like (see the warnings)");
+    }
+    out.push('\n');
+    out
 }
 
 #[cfg(test)]
@@ -302,23 +496,135 @@ mod tests {
     };
 
     #[test]
+    fn what_makes_two_runs_not_like_for_like_is_named() {
+        use crate::check::testkit::plan;
+        let a = plan(&[]);
+        let of = |p| Of {
+            plan: p,
+            phase: None,
+        };
+        assert_eq!(differences(&of(&a), &of(&a)), Vec::<String>::new());
+        let b = plan(&[
+            "name=other",
+            "workload.mix.classes[0].output_tokens=200",
+            "workload.arrival.rate=12/s",
+        ]);
+        let d = differences(&of(&a), &of(&b));
+        assert_eq!(
+            d,
+            [
+                "scenarios differ: A is `hand`, B is `other`",
+                "mixes differ: class `chat`: output_tokens {\"fixed\":10} vs {\"fixed\":200}",
+                "offered loads differ: A 10.00/s, B 12.00/s",
+            ]
+        );
+        // Phases of one run: compared by their own offered load.
+        let c = plan(&["phases[2].rate=20/s"]);
+        let ph = |name| Of {
+            plan: &c,
+            phase: Some(name),
+        };
+        assert!(differences(&ph("baseline"), &ph("fault")).is_empty());
+        assert_eq!(
+            differences(&ph("baseline"), &ph("degraded")),
+            ["offered loads differ: A 10.00/s, B 20.00/s (phases baseline and degraded)"]
+        );
+    }
+
+    #[test]
+    fn a_verdict_worse_in_b_is_a_regression() {
+        use crate::check::Verdict;
+        let j = |s: Status| {
+            let mut j = crate::check::testkit::standard(&crate::check::testkit::plan(&[]))
+                .judge(&crate::check::testkit::plan(&[]));
+            j.verdicts = vec![
+                Verdict::new(VerdictName::Routing, Status::Pass, "", Vec::new()),
+                Verdict::new(VerdictName::Latency, s, "", Vec::new()),
+            ];
+            j
+        };
+        let rows = verdict_diff(&j(Status::Pass), &j(Status::Fail));
+        assert_eq!(rows.iter().filter(|r| r.worse).count(), 1);
+        assert_eq!(rows[1].verdict, VerdictName::Latency);
+        let c = compare(
+            s(100.0, 10.0, 0.0),
+            s(100.0, 10.0, 0.0),
+            T,
+            rows,
+            Vec::new(),
+        );
+        assert!(c.regressed);
+        assert!(render(&c).contains("result: B regressed against A (Latency PASS → FAIL)"));
+        // Better is not worse; nothing judged before is not worse either.
+        assert!(
+            !verdict_diff(&j(Status::Fail), &j(Status::Pass))
+                .iter()
+                .any(|r| r.worse)
+        );
+        assert!(
+            !verdict_diff(&j(Status::NotEvaluated), &j(Status::Unknown))
+                .iter()
+                .any(|r| r.worse)
+        );
+    }
+
+    #[test]
     fn within_the_thresholds_is_no_regression() {
-        let c = compare(s(100.0, 10.0, 0.0), s(109.0, 9.5, 0.005), T);
+        let c = compare(
+            s(100.0, 10.0, 0.0),
+            s(109.0, 9.5, 0.005),
+            T,
+            Vec::new(),
+            Vec::new(),
+        );
         assert!(!c.regressed, "{:?}", c.rows);
     }
 
     #[test]
     fn slower_p95_less_goodput_or_more_errors_regress() {
-        let c = compare(s(100.0, 10.0, 0.0), s(130.0, 10.0, 0.0), T);
+        let c = compare(
+            s(100.0, 10.0, 0.0),
+            s(130.0, 10.0, 0.0),
+            T,
+            Vec::new(),
+            Vec::new(),
+        );
         assert!(c.regressed);
         let r = c.rows.iter().find(|r| r.regressed).expect("row");
         assert_eq!(
             (r.metric.as_str(), r.change.as_str()),
             ("TTFT p95 (ms)", "+30.0%")
         );
-        assert!(compare(s(100.0, 10.0, 0.0), s(100.0, 8.0, 0.0), T).regressed);
-        assert!(compare(s(100.0, 10.0, 0.0), s(100.0, 10.0, 0.05), T).regressed);
+        assert!(
+            compare(
+                s(100.0, 10.0, 0.0),
+                s(100.0, 8.0, 0.0),
+                T,
+                Vec::new(),
+                Vec::new()
+            )
+            .regressed
+        );
+        assert!(
+            compare(
+                s(100.0, 10.0, 0.0),
+                s(100.0, 10.0, 0.05),
+                T,
+                Vec::new(),
+                Vec::new()
+            )
+            .regressed
+        );
         // Faster is never a regression.
-        assert!(!compare(s(100.0, 10.0, 0.0), s(50.0, 12.0, 0.0), T).regressed);
+        assert!(
+            !compare(
+                s(100.0, 10.0, 0.0),
+                s(50.0, 12.0, 0.0),
+                T,
+                Vec::new(),
+                Vec::new()
+            )
+            .regressed
+        );
     }
 }

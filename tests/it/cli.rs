@@ -117,13 +117,7 @@ fn every_subcommand_is_documented() {
 
 /// A stored run re-judged with `criteria.require` added to its recorded scenario.
 fn fixture_requiring(require: serde_json::Value) -> std::path::PathBuf {
-    let dir = crate::report::fixture();
-    let p = dir.join("scenario.json");
-    let mut s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&p).expect("read")).expect("json");
-    s["criteria"]["require"] = require;
-    std::fs::write(&p, serde_json::to_string_pretty(&s).expect("json")).expect("write");
-    dir
+    crate::report::fixture_with(|s| s["criteria"]["require"] = require.clone())
 }
 
 #[test]

@@ -428,3 +428,75 @@ fn haq_check_writes_nothing_and_needs_no_network() {
         after.iter().map(|f| &f.0).collect::<Vec<_>>()
     );
 }
+
+/// A copy of the fixture run whose recorded scenario `edit` changes.
+pub fn fixture_with(edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+    let dir = fixture();
+    let p = dir.join("scenario.json");
+    let mut s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).expect("read")).expect("json");
+    edit(&mut s);
+    std::fs::write(&p, serde_json::to_string_pretty(&s).expect("json")).expect("write");
+    dir
+}
+
+#[test]
+fn haq_compare_refuses_runs_that_are_not_like_for_like_and_names_why() {
+    let a = fixture();
+    let b = fixture_with(|s| {
+        s["workload"]["mix"]["classes"][0]["output_tokens"] = serde_json::json!(400);
+        s["workload"]["arrival"]["rate"] = "12/s".into();
+    });
+    let (a, b) = (a.to_str().expect("utf8"), b.to_str().expect("utf8"));
+    let (code, out, err) = crate::cli::haq(&["compare", a, b]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("error: not like for like: mixes differ: class `chat`: output_tokens"),
+        "{err}"
+    );
+    assert!(
+        err.contains("error: not like for like: offered loads differ: A 8.00/s, B 12.00/s"),
+        "{err}"
+    );
+    let (code, out, _) = crate::cli::haq(&["compare", a, b, "--allow-different"]);
+    assert!(code == 0 || code == 1, "{out}");
+    assert!(
+        out.contains("warning: not like for like: offered loads differ"),
+        "{out}"
+    );
+    assert!(out.contains("but the runs are not like for like"), "{out}");
+    let (_, out, _) = crate::cli::haq(&["compare", a, b, "--allow-different", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(j["differences"].as_array().map(Vec::len), Some(2), "{j}");
+    assert_eq!(j["verdicts"].as_array().map(Vec::len), Some(8), "{j}");
+    assert!(j["rows"].as_array().is_some_and(|r| !r.is_empty()));
+}
+
+#[test]
+fn haq_compare_shows_the_verdict_diff_and_a_worse_verdict_regresses() {
+    let a = fixture();
+    // The same run judged against a 10 ms TTFT objective: Latency FAILs in B.
+    let b = fixture_with(|s| s["slo"]["ttft_p95"] = "10ms".into());
+    let (a, b) = (a.to_str().expect("utf8"), b.to_str().expect("utf8"));
+    let (code, out, err) = crate::cli::haq(&["compare", a, b]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("│ Latency"), "{out}");
+    assert!(out.contains("WORSE"), "{out}");
+    assert!(
+        out.contains("result: B regressed against A (") && out.contains("Latency PASS → FAIL"),
+        "{out}"
+    );
+    let (code, out, _) = crate::cli::haq(&["compare", a, b, "--json"]);
+    assert_eq!(code, 1);
+    let j: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let lat = j["verdicts"]
+        .as_array()
+        .and_then(|v| v.iter().find(|r| r["verdict"] == "Latency"))
+        .expect("Latency row");
+    assert_eq!(
+        (&lat["a"], &lat["b"], &lat["worse"]),
+        (&"PASS".into(), &"FAIL".into(), &true.into())
+    );
+    assert_eq!(j["regressed"], true);
+    assert_eq!(j["differences"], serde_json::json!([]));
+}
