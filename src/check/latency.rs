@@ -62,8 +62,11 @@ pub fn verdict(plan: &Plan, phases: &[PhaseStats]) -> Verdict {
         (
             Status::Pass,
             format!(
-                "p95 TTFT, ITL and E2E inside the SLO in all {} phases",
-                judged.len()
+                "p95 TTFT, ITL and E2E inside the SLO in {}",
+                match judged.len() {
+                    1 => "its one phase".to_string(),
+                    n => format!("all {n} phases"),
+                }
             ),
         )
     };

@@ -5,6 +5,7 @@
 //! requests stopped reaching it (haq's proxy, the gateway journal, observers), not
 //! when haq's own readiness poll saw it draining.
 
+use crate::scenario::words::plural;
 use std::collections::HashSet;
 
 use super::facts::{Evidence, Req};
@@ -119,9 +120,9 @@ fn in_flight_rule(
         })
         .collect();
     evidence.push(format!(
-        "{}: {} requests in flight on {} at the drain, {} lost or truncated{}",
+        "{}: {} in flight on {} at the drain, {} lost or truncated{}",
         d.fault,
-        inflight.len(),
+        plural(inflight.len() as u64, "request"),
         d.replica,
         lost.len(),
         if lost.is_empty() {

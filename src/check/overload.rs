@@ -7,6 +7,7 @@
 //! journal or not, from haq's own proxy (its upstream requests by request id): both
 //! figures against the one bound.
 
+use crate::scenario::words::plural;
 use std::collections::HashSet;
 
 use super::facts::{Evidence, GwEntry, Proxied, Req};
@@ -75,7 +76,10 @@ fn judge_phase(
     if n < MIN_SAMPLES {
         return (
             Status::Unknown,
-            format!("{name}: only {n} requests ended (need {MIN_SAMPLES})"),
+            format!(
+                "{name}: only {} ended (need {MIN_SAMPLES})",
+                plural(n, "request")
+            ),
             Vec::new(),
         );
     }
@@ -396,8 +400,9 @@ fn retry_amplification(
     }
     let amp = attempts as f64 / attempted.len() as f64;
     ev_lines.push(format!(
-        "{name}: {attempts} gateway attempts for {} requests sent upstream ({amp:.2} per request, bound {:.2})",
-        attempted.len(),
+        "{name}: {} for {} sent upstream ({amp:.2} per request, bound {:.2})",
+        plural(attempts, "gateway attempt"),
+        plural(attempted.len() as u64, "request"),
         crit.retry_amplification_max
     ));
     if amp > crit.retry_amplification_max {

@@ -223,8 +223,8 @@ async fn start_target(
         token: Some(r.marker.token.to_string()),
     });
     r.progress.line(&format!(
-        "haq: starting target ({:?}) · run dir {}",
-        plan.scenario.target.kind,
+        "haq: starting the {} target · run dir {}",
+        crate::scenario::words::name(&plan.scenario.target.kind),
         r.dir.display()
     ));
     let headers = headers::request_headers(plan)?;

@@ -21,8 +21,10 @@ fn emit(
 ) {
     if let Some(d) = &detail {
         (env.say)(format!(
-            "replacement of {} ({}): {stage:?} — {d}",
-            r.name, f.name
+            "replacement of {} ({}): {} — {d}",
+            r.name,
+            f.name,
+            crate::scenario::words::human(&stage)
         ));
     }
     env.trace.emit(Event::Replacement {

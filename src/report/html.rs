@@ -134,6 +134,7 @@ fn pct_plot<'a>(
             },
         ],
         limit: Some((slo.as_secs_f64() * 1000.0, format!("SLO p95 {slo}"))),
+        gap_note: " dispatched that second completed streaming, or none was dispatched",
     }
 }
 
@@ -218,6 +219,7 @@ fn rate_plots<'a>(plan: &Plan, sec: &[SecondStats]) -> [Plot<'a>; 4] {
                 plan.scenario.protected_load.0,
                 format!("protected {}", plan.scenario.protected_load),
             )),
+            gap_note: "",
         },
         Plot {
             id: "tokens",
@@ -229,6 +231,7 @@ fn rate_plots<'a>(plan: &Plan, sec: &[SecondStats]) -> [Plot<'a>; 4] {
                 points: series(sec, |s| n(s.output_deltas)),
             }],
             limit: None,
+            gap_note: "",
         },
         Plot {
             id: "errors",
@@ -247,6 +250,7 @@ fn rate_plots<'a>(plan: &Plan, sec: &[SecondStats]) -> [Plot<'a>; 4] {
                 },
             ],
             limit: None,
+            gap_note: "",
         },
         Plot {
             id: "inflight",
@@ -258,6 +262,7 @@ fn rate_plots<'a>(plan: &Plan, sec: &[SecondStats]) -> [Plot<'a>; 4] {
                 points: series(sec, |s| n(s.in_flight)),
             }],
             limit: None,
+            gap_note: "",
         },
     ]
 }
@@ -279,7 +284,7 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
     let mut o = String::new();
     summary(&mut o, plan, j);
     verdicts(&mut o, j);
-    o.push_str("<h2>Over time</h2><p class=\"muted\">Shaded: phases. Dashed verticals: <span class=\"FAIL\">fault</span>, <span class=\"UNKNOWN\">detection</span>, <span style=\"color:#7c3aed\">traffic removed</span>, <span class=\"PASS\">recovery</span>. Dashed red horizontal: the objective.</p>");
+    o.push_str("<h2>Over time</h2><p class=\"muted\">Shaded: phases. Dashed verticals: <span class=\"FAIL\">fault</span>, <span class=\"UNKNOWN\">detection</span>, <span style=\"color:#7c3aed\">traffic removed</span>, <span class=\"PASS\">recovery</span>. Dashed red horizontal: the objective (named at the top instead when it is far above the data). A gap in a line: no request that second.</p>");
     o.push_str(&plots(plan, j));
     timeline_and_phases(&mut o, j);
     findings(&mut o, j);

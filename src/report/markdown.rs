@@ -49,6 +49,7 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
     summary(&mut out, plan, j);
     gates(&mut out, j);
     verdicts(&mut out, j);
+    where_to_look(&mut out, plan, j);
     timeline(&mut out, j);
     out.push_str("## Latency per phase\n\n");
     table(&mut out, &super::rows::PHASE_HEAD, super::rows::phases(j));
@@ -106,8 +107,8 @@ fn summary(out: &mut String, plan: &Plan, j: &Judgement) {
             vec![
                 "client".into(),
                 format!(
-                    "{} requests · sent late p99 {:.2} ms, max {:.1} ms{}",
-                    c.requests,
+                    "{} · sent late p99 {:.2} ms, max {:.1} ms{}",
+                    crate::scenario::words::plural(c.requests, "request"),
                     c.slip_p99_ms,
                     c.slip_max_ms,
                     if j.invalid() {
@@ -154,6 +155,31 @@ fn verdicts(out: &mut String, j: &Judgement) {
             .iter()
             .map(|v| vec![v.name.to_string(), mark(v.status).into(), v.summary.clone()]),
     );
+}
+
+/// For each verdict that did not pass: its doc, its requests, its files.
+fn where_to_look(out: &mut String, plan: &Plan, j: &Judgement) {
+    let looks = super::look::looks(plan, j);
+    if looks.is_empty() {
+        return;
+    }
+    out.push_str("Where to look:\n\n");
+    for l in looks {
+        let (path, rest) = l.doc.split_once(' ').unwrap_or((l.doc.as_str(), ""));
+        let mut line = format!(
+            "- **{}** ({}): see `{path}` in haq's repository{}{rest}",
+            l.verdict,
+            l.status.as_str(),
+            if rest.is_empty() { "" } else { " " }
+        );
+        if !l.requests.is_empty() {
+            let ids: Vec<String> = l.requests.iter().map(|r| format!("`{r}`")).collect();
+            line.push_str(&format!(" · requests {}", ids.join(", ")));
+        }
+        line.push_str(&format!(" · {}", l.files.join(", ")));
+        let _ = writeln!(out, "{line}");
+    }
+    out.push('\n');
 }
 
 /// The failure timeline (Q11).

@@ -5,6 +5,7 @@
 pub mod compare;
 mod html;
 mod junit;
+pub mod look;
 mod markdown;
 mod requests;
 mod rows;
@@ -43,6 +44,9 @@ pub struct Report<'a> {
     pub description: &'a str,
     pub seed: u64,
     pub started: &'a str,
+    /// Trace time (µs on the run's clock) at which the first phase started: subtract
+    /// it from any trace time for the time since the start of load.
+    pub load_start_us: Option<u64>,
     /// The run's one result: what report.md, junit.xml, the terminal and the exit
     /// code say.
     pub result: crate::check::RunResult,
@@ -100,6 +104,7 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         description: &plan.scenario.description,
         seed: plan.seed,
         started: &j.run.wall,
+        load_start_us: j.run.load_start,
         result: j.result(),
         complete: j.run.complete,
         interrupted: j.run.interrupted,

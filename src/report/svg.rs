@@ -1,6 +1,9 @@
 //! Inline SVG line plots over the time of a run, with phase bands, an SLO line and
 //! vertical markers (fault, detection, removal, recovery). No scripts, no external
-//! resources: the file is read as it is, anywhere.
+//! resources: the file is read as it is, anywhere. The y axis is scaled to the data,
+//! in round steps (1, 2 or 5 × 10^k); an objective far above the data is noted at the
+//! top instead of squashing the lines to the bottom, and a gap in a line (no request
+//! that second) is said under the title.
 
 use std::fmt::Write;
 
@@ -36,6 +39,8 @@ pub struct Plot<'a> {
     pub lines: Vec<Line<'a>>,
     /// A horizontal objective line (the SLO), in the plot's unit.
     pub limit: Option<(f64, String)>,
+    /// What a gap means, after "gaps: no request" (default: ` that second`).
+    pub gap_note: &'a str,
 }
 
 const W: f64 = 920.0;
@@ -63,19 +68,33 @@ pub fn thin(points: Vec<(f64, Option<f64>)>) -> Vec<(f64, Option<f64>)> {
         .collect()
 }
 
-/// A "nice" axis top at or above `v` (1, 2, 2.5 or 5 × 10^k).
-fn nice(v: f64) -> f64 {
+/// A round tick step (1, 2 or 5 × 10^k) at or above `v`.
+fn round_step(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
         return 1.0;
     }
     let e = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
-        if m * e >= v {
-            return m * e;
-        }
-    }
-    10.0 * e
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * e)
+        .find(|s| *s >= v * (1.0 - 1e-9))
+        .unwrap_or(10.0 * e)
 }
+
+/// The y axis for values up to `max`: a round step giving four or five intervals, and
+/// the top (a multiple of the step at or above `max`).
+fn y_scale(max: f64) -> (f64, f64) {
+    let max = if max > 0.0 && max.is_finite() {
+        max
+    } else {
+        1.0
+    };
+    let step = round_step(max / 5.0);
+    ((max / step - 1e-9).ceil().max(1.0) * step, step)
+}
+
+/// An objective more than this many times the data's top is noted, not drawn.
+const OFF_SCALE: f64 = 3.0;
 
 fn fmt_tick(v: f64) -> String {
     if v >= 100.0 || v == v.round() {
@@ -92,14 +111,18 @@ fn fmt_tick(v: f64) -> String {
 struct Frame {
     x_max: f64,
     y_max: f64,
+    /// The y axis's tick step.
+    y_step: f64,
+    /// The objective is off the scale (noted at the top, not drawn).
+    limit_off: bool,
     /// Plot width and height (inside the margins).
     pw: f64,
     ph: f64,
 }
 
 impl Frame {
-    /// Scales the x axis to `x_max` seconds (at least 1) and the y axis to a nice top
-    /// above the data and the limit line.
+    /// Scales the x axis to `x_max` seconds (at least 1) and the y axis to the data, in
+    /// round steps, with the objective when it is near enough to be drawn.
     fn new(p: &Plot, x_max: f64) -> Frame {
         let x_max = x_max.max(1.0);
         let data_max = p
@@ -107,10 +130,19 @@ impl Frame {
             .iter()
             .flat_map(|l| l.points.iter().filter_map(|q| q.1))
             .fold(0.0f64, f64::max);
-        let y_max = nice(data_max.max(p.limit.as_ref().map(|l| l.0).unwrap_or(0.0)) * 1.05);
+        let limit = p.limit.as_ref().map(|l| l.0).filter(|v| *v > 0.0);
+        let (data_top, _) = y_scale(data_max);
+        let limit_off = limit.is_some_and(|l| data_max > 0.0 && l > OFF_SCALE * data_top);
+        let top = match limit {
+            Some(l) if !limit_off => data_max.max(l),
+            _ => data_max,
+        };
+        let (y_max, y_step) = y_scale(top * 1.02);
         Frame {
             x_max,
             y_max,
+            y_step,
+            limit_off,
             pw: W - LEFT - RIGHT,
             ph: H - TOP - BOTTOM,
         }
@@ -135,6 +167,7 @@ pub fn render(p: &Plot, x_max: f64, bands: &[Band], markers: &[Marker]) -> Strin
     y_axis(&mut o, &fr);
     x_axis(&mut o, &fr);
     limit_line(&mut o, &fr, p);
+    gap_note(&mut o, p);
     for l in &p.lines {
         series(&mut o, &fr, l);
     }
@@ -177,10 +210,11 @@ fn phase_bands(o: &mut String, fr: &Frame, bands: &[Band]) {
     }
 }
 
-/// Five horizontal grid lines with their values.
+/// Horizontal grid lines at each round step, with their values.
 fn y_axis(o: &mut String, fr: &Frame) {
-    for k in 0..=4 {
-        let v = fr.y_max * k as f64 / 4.0;
+    let n = (fr.y_max / fr.y_step).round() as u32;
+    for k in 0..=n {
+        let v = fr.y_step * f64::from(k);
         let yy = fr.y(v);
         let _ = write!(
             o,
@@ -193,9 +227,9 @@ fn y_axis(o: &mut String, fr: &Frame) {
     }
 }
 
-/// Ticks in seconds at a nice step (about eight of them) and the axis caption.
+/// Ticks in seconds at a round step (about eight of them) and the axis caption.
 fn x_axis(o: &mut String, fr: &Frame) {
-    let step = nice(fr.x_max / 8.0);
+    let step = round_step(fr.x_max / 8.0);
     let mut t = 0.0;
     while t <= fr.x_max + 1e-9 {
         let _ = write!(
@@ -215,17 +249,54 @@ fn x_axis(o: &mut String, fr: &Frame) {
     );
 }
 
-/// The objective as a horizontal line with its label, when the plot has one.
+/// The objective as a horizontal line with its label, when the plot has one — or, when
+/// it is far above the data, a note at the top of the plot saying where it is.
 fn limit_line(o: &mut String, fr: &Frame, p: &Plot) {
-    if let Some((v, label)) = &p.limit {
-        let yy = fr.y(*v);
+    let Some((v, label)) = &p.limit else { return };
+    if fr.limit_off {
         let _ = write!(
             o,
-            r##"<line class="limit" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text class="limit-label" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + fr.pw,
+            r##"<text class="limit-label" data-limit="off-scale" x="{:.1}" y="{:.1}" text-anchor="end">↑ {} — above this scale (top {})</text>"##,
             LEFT + fr.pw - 2.0,
-            yy - 3.0,
-            esc(label)
+            TOP - 3.0,
+            esc(label),
+            fmt_tick(fr.y_max)
+        );
+        return;
+    }
+    let yy = fr.y(*v);
+    let _ = write!(
+        o,
+        r##"<line class="limit" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text class="limit-label" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+        LEFT + fr.pw,
+        LEFT + fr.pw - 2.0,
+        yy - 3.0,
+        esc(label)
+    );
+}
+
+/// A line has a gap: a missing value between two present ones.
+fn has_gap(l: &Line) -> bool {
+    let first = l.points.iter().position(|p| p.1.is_some());
+    let last = l.points.iter().rposition(|p| p.1.is_some());
+    match (first, last) {
+        (Some(a), Some(b)) => l.points[a..b].iter().any(|p| p.1.is_none()),
+        _ => false,
+    }
+}
+
+/// Under the title: what a gap in the lines means.
+fn gap_note(o: &mut String, p: &Plot) {
+    if p.lines.iter().any(has_gap) {
+        let _ = write!(
+            o,
+            r##"<text class="tick" data-note="gaps" x="{LEFT}" y="{:.1}">gaps: no request{}</text>"##,
+            TOP - 3.0,
+            if p.gap_note.is_empty() {
+                " that second"
+            } else {
+                p.gap_note
+            }
         );
     }
 }
@@ -312,11 +383,61 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nice_axis_tops() {
-        assert_eq!(nice(0.0), 1.0);
-        assert_eq!(nice(7.0), 10.0);
-        assert_eq!(nice(1.2), 2.0);
-        assert_eq!(nice(230.0), 250.0);
+    fn the_y_axis_has_round_ticks_and_fits_the_data() {
+        assert_eq!(y_scale(25.0), (25.0, 5.0));
+        assert_eq!(y_scale(54.0), (60.0, 20.0));
+        assert_eq!(y_scale(0.7), (0.8, 0.2));
+        assert_eq!(y_scale(2000.0), (2000.0, 500.0));
+        for max in [3.0, 7.5, 18.75, 54.5, 96.8, 1234.0] {
+            let (top, step) = y_scale(max);
+            assert!(top >= max && top < max * 2.5, "{max}: {top}");
+            let m = step / 10f64.powf(step.log10().floor());
+            assert!(
+                [1.0, 2.0, 5.0].iter().any(|x| (m - x).abs() < 1e-9),
+                "{step}"
+            );
+        }
+    }
+
+    /// A p95 TTFT plot of `points` against an SLO, with `markers`.
+    fn ttft_plot(points: Vec<(f64, Option<f64>)>, slo_ms: f64, markers: &[Marker]) -> String {
+        let p = Plot {
+            id: "ttft",
+            title: "TTFT",
+            unit: "ms",
+            lines: vec![Line {
+                label: "p95",
+                color: "#c00",
+                points,
+            }],
+            limit: Some((slo_ms, format!("SLO {slo_ms} ms"))),
+            gap_note: " completed that second",
+        };
+        render(&p, 10.0, &[], markers)
+    }
+
+    /// Data about 50 ms, one point a second.
+    fn about_50ms() -> Vec<(f64, Option<f64>)> {
+        (0..10)
+            .map(|i| (f64::from(i), Some(40.0 + f64::from(i))))
+            .collect()
+    }
+
+    #[test]
+    fn an_objective_far_above_the_data_is_noted_not_drawn() {
+        // Data about 50 ms, the SLO 2000 ms: the axis stays at the data (top 50).
+        let s = ttft_plot(about_50ms(), 2000.0, &[]);
+        assert!(!s.contains("class=\"limit\""), "{s}");
+        assert!(
+            s.contains("↑ SLO 2000 ms — above this scale (top 50)"),
+            "{s}"
+        );
+        assert!(!s.contains(">2000<") && s.contains(">50<"), "{s}");
+        assert!(!s.contains("gaps:"), "no gap, no note");
+        // Near the data it is drawn, the axis taking it in.
+        let s = ttft_plot(about_50ms(), 100.0, &[]);
+        assert!(s.contains("class=\"limit\""), "{s}");
+        assert!(s.contains(">100<"), "{s}");
     }
 
     #[test]
@@ -331,34 +452,25 @@ mod tests {
 
     #[test]
     fn a_plot_has_its_lines_gaps_limit_and_markers() {
-        let p = Plot {
-            id: "ttft",
-            title: "TTFT",
-            unit: "ms",
-            lines: vec![Line {
-                label: "p95",
-                color: "#c00",
-                points: vec![
-                    (0.0, Some(10.0)),
-                    (1.0, None),
-                    (2.0, Some(30.0)),
-                    (3.0, Some(20.0)),
-                ],
-            }],
-            limit: Some((50.0, "SLO 50 ms".into())),
-        };
+        let points = vec![
+            (0.0, Some(10.0)),
+            (1.0, None),
+            (2.0, Some(30.0)),
+            (3.0, Some(20.0)),
+        ];
         let m = [Marker {
             at_s: 1.5,
             kind: "fault",
             label: "kill <w2>".into(),
             color: "#d00",
         }];
-        let s = render(&p, 4.0, &[], &m);
+        let s = ttft_plot(points, 50.0, &m);
         assert!(s.starts_with("<svg class=\"plot\" data-plot=\"ttft\""));
         // The gap starts a new sub-path.
         let d = s.split("data-series=\"p95\" d=\"").nth(1).expect("path");
         assert_eq!(d.matches('M').count(), 2, "{d}");
         assert!(s.contains("class=\"limit\""));
+        assert!(s.contains("gaps: no request completed that second"), "{s}");
         assert!(s.contains("data-marker=\"fault\""));
         assert!(s.contains("kill &lt;w2&gt;"));
     }

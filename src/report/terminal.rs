@@ -44,6 +44,9 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
         out.push_str(&g);
         out.push('\n');
     }
+    for l in super::look::looks(plan, j) {
+        out.push_str(&format!("look: {}\n", l.describe()));
+    }
     client(&mut out, j);
     out.push_str(&format!("result: {} · {}\n", j.result(), run_dir.display()));
     out
@@ -143,8 +146,10 @@ fn timeline(out: &mut String, j: &Judgement) {
 fn findings(out: &mut String, j: &Judgement) {
     for f in j.findings.iter().take(5) {
         out.push_str(&format!(
-            "finding {:?} {}: {}\n",
-            f.kind, f.request, f.detail
+            "finding {} {}: {}\n",
+            f.kind.as_str(),
+            f.request,
+            f.detail
         ));
     }
     if j.findings.len() > 5 {
@@ -160,8 +165,11 @@ fn findings(out: &mut String, j: &Judgement) {
 fn client(out: &mut String, j: &Judgement) {
     let c = &j.client;
     out.push_str(&format!(
-        "client: sends late p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
-        c.slip_p50_ms, c.slip_p99_ms, c.slip_max_ms, c.requests
+        "client: sends late p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {}\n",
+        c.slip_p50_ms,
+        c.slip_p99_ms,
+        c.slip_max_ms,
+        crate::scenario::words::plural(c.requests, "request")
     ));
     if j.invalid() {
         for r in c.reasons() {

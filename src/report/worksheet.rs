@@ -8,6 +8,7 @@ use crate::check::Judgement;
 use crate::check::timeline::{FaultTimeline, Mark, ms};
 use crate::metrics::PhaseStats;
 use crate::plan::Plan;
+use crate::scenario::words::{human, plural};
 use crate::scenario::{Criteria, Fate, PhaseKind, TargetKind};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -39,7 +40,7 @@ fn pct(x: f64) -> String {
 }
 
 fn fate_name(f: Fate) -> String {
-    format!("{f:?}").to_lowercase()
+    f.as_str().to_string()
 }
 
 /// The worksheet as sections.
@@ -96,7 +97,7 @@ fn objective(plan: &Plan) -> Section {
         .mix
         .classes
         .iter()
-        .map(|c| format!("{} ({:?}, weight {})", c.name, c.priority, c.weight).to_lowercase())
+        .map(|c| format!("{} ({}, weight {})", c.name, human(&c.priority), c.weight))
         .collect();
     o.row(["request mix".into(), classes.join(", ")]);
     o
@@ -110,19 +111,19 @@ fn topology(plan: &Plan) -> Section {
             o.row([
                 "target".into(),
                 format!(
-                    "embedded sim, {} replicas ({})",
-                    plan.replicas.len(),
+                    "embedded sim, {} ({})",
+                    plural(plan.replicas.len() as u64, "replica"),
                     plan.replicas.join(", ")
                 ),
             ]);
             o.row([
                 "gateway".into(),
                 format!(
-                    "{:?} policy, retry budget {}, health check every {} ({} failures)",
-                    t.gateway.policy,
+                    "{} policy, retry budget {}, health check every {} ({})",
+                    t.gateway.policy.name(),
                     t.gateway.retry_budget,
                     t.gateway.health_interval,
-                    t.gateway.health_failures
+                    plural(t.gateway.health_failures, "failure")
                 ),
             ]);
             o.row([
@@ -152,8 +153,8 @@ fn budget(plan: &Plan, j: &Judgement) -> Section {
         let rec = j.faults.iter().find(|r| r.name == f.name);
         o.row([
             f.name.clone(),
-            format!("{:?}", f.domain).to_lowercase(),
-            format!("{:?}", f.action).to_lowercase(),
+            f.domain.to_string(),
+            f.action.to_string(),
             f.replica.clone(),
             format!("+{:.1}s ({})", f.at.as_secs_f64(), f.phase),
             rec.map(|r| r.replica_label().to_string())
@@ -477,7 +478,7 @@ fn fate_matrix(plan: &Plan, j: &Judgement) -> Section {
             .map(|r| {
                 format!(
                     "{} as {} ({})",
-                    format!("{:?}", r.observed).to_lowercase(),
+                    r.observed.as_str(),
                     r.outcome.as_str(),
                     r.count
                 )

@@ -52,3 +52,31 @@ mod tests {
         assert_eq!(and_list(&["a", "b", "c"]), "a, b and c");
     }
 }
+
+/// The name a scenario or a trace gives a value (its serde name, `best_effort`,
+/// `process_started`): what a person reads too, never a Rust variant (`BestEffort`).
+pub fn name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// As [`name`], with the words apart (`process started`, `best effort`).
+pub fn human<T: serde::Serialize>(v: &T) -> String {
+    name(v).replace('_', " ")
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_files_not_the_codes() {
+        assert_eq!(name(&crate::scenario::Priority::BestEffort), "best_effort");
+        assert_eq!(name(&crate::scenario::TargetKind::Sim), "sim");
+        assert_eq!(human(&crate::scenario::PhaseKind::Baseline), "baseline");
+        assert_eq!(human(&crate::scenario::Fate::Reroute), "reroute");
+    }
+}

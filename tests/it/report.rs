@@ -500,3 +500,28 @@ fn haq_compare_shows_the_verdict_diff_and_a_worse_verdict_regresses() {
     assert_eq!(j["regressed"], true);
     assert_eq!(j["differences"], serde_json::json!([]));
 }
+
+#[test]
+fn a_failing_verdict_says_where_to_look_in_report_md_and_the_terminal() {
+    // The fixture run judged against a 10 ms TTFT objective: Latency FAILs.
+    let dir = fixture_with(|s| s["slo"]["ttft_p95"] = "10ms".into());
+    let (plan, j) = judged(&dir);
+    let md = haq::report::markdown(&plan, &j);
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("- **Latency** (FAIL): see `docs/requirements.md#latency`"))
+        .unwrap_or_else(|| panic!("no pointer for Latency:\n{md}"));
+    assert!(line.contains(" · requests `r0000"), "{line}");
+    assert!(line.contains("requests.csv"), "{line}");
+    let text = haq::report::terminal(&plan, &j, &dir);
+    assert!(
+        text.contains("look: Latency (FAIL): see docs/requirements.md#latency · requests r0000"),
+        "{text}"
+    );
+    // The doc and its anchor exist in the repository.
+    let doc = std::fs::read_to_string(root().join("docs/requirements.md")).expect("doc");
+    assert!(
+        doc.contains("<a id=\"latency\"></a>"),
+        "docs/requirements.md has no #latency"
+    );
+}

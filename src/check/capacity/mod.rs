@@ -189,11 +189,11 @@ pub fn verdict(
     for (name, l) in [("healthy", &s.healthy), ("degraded", &s.degraded)] {
         for st in &l.steps {
             evidence.push(format!(
-                "{name} {:.2}/s ({}): {} — {} requests, achieved {:.2}/s, p95 TTFT {:.0} ms, ITL {:.1} ms, E2E {:.0} ms",
+                "{name} {:.2}/s ({}): {} — {}, achieved {:.2}/s, p95 TTFT {:.0} ms, ITL {:.1} ms, E2E {:.0} ms",
                 st.rate,
                 st.phase,
                 if st.pass { "sustained".to_string() } else { format!("not sustained: {}", st.why) },
-                st.requests,
+                crate::scenario::words::plural(st.requests, "request"),
                 st.achieved_rps,
                 st.ttft_p95_ms,
                 st.itl_p95_ms,
@@ -336,10 +336,10 @@ fn plain_verdict(plan: &Plan, tl: &Timeline, w: &Window, load: &ProtectedLoad) -
         NAME,
         Status::Pass,
         format!(
-            "protected load {} served within the SLO for {secs:.1}s after {}: {} requests, p95 TTFT {:.0} ms, {:.1}% failed, {:.1}% rejected (plain run: C_degraded ≥ L_protected shown at the offered rate, not searched)",
+            "protected load {} served within the SLO for {secs:.1}s after {}: {}, p95 TTFT {:.0} ms, {:.1}% failed, {:.1}% rejected (plain run: C_degraded ≥ L_protected shown at the offered rate, not searched)",
             plan.scenario.protected_load,
             f.fault,
-            w.requests,
+            crate::scenario::words::plural(w.requests, "request"),
             w.ttft_ms.p95,
             m.err * 100.0,
             m.rej * 100.0,

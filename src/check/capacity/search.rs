@@ -58,7 +58,10 @@ fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
     let (err, rej) = ((p.failed + p.cancelled) as f64 / n, p.rejected as f64 / n);
     let mut why = Vec::new();
     if p.requests < MIN_STEP_REQUESTS || p.completed < MIN_STEP_REQUESTS {
-        why.push(format!("only {} requests completed", p.completed));
+        why.push(format!(
+            "only {} completed",
+            crate::scenario::words::plural(p.completed, "request")
+        ));
     }
     for (what, v, lim) in [
         ("TTFT", p.ttft_ms.p95, slo.ttft_p95),

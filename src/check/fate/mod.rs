@@ -16,6 +16,7 @@ mod tools;
 mod view;
 mod writers;
 
+use crate::scenario::words::plural;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -264,8 +265,9 @@ pub fn verdict(
             name,
             Status::Pass,
             format!(
-                "{} requests whose client left early (workload abandonment) had their upstream cancelled within the grace, with no spare attempt (M4); no finding on {} requests",
-                acc.left, acc.judged
+                "{} whose client left early (workload abandonment) had their upstream cancelled within the grace, with no spare attempt (M4); no finding on {}",
+                plural(acc.left, "request"),
+                plural(acc.judged, "request")
             ),
             evidence,
         );
@@ -275,8 +277,8 @@ pub fn verdict(
             name,
             Status::NotEvaluated,
             format!(
-                "the scenario injects no fault that tests request fate (a planned drain is judged by Maintenance, Q7); no findings on {} requests",
-                acc.judged
+                "the scenario injects no fault that tests request fate (a planned drain is judged by Maintenance, Q7); no findings on {}",
+                plural(acc.judged, "request")
             ),
             evidence,
         );
@@ -293,8 +295,9 @@ pub fn verdict(
         name,
         Status::Pass,
         format!(
-            "{} requests caught by the fault behaved as the policy says; no finding on {} requests (no duplicate, stitched or silently truncated output)",
-            acc.hit, acc.judged
+            "{} caught by the fault behaved as the policy says; no finding on {} (no duplicate, stitched or silently truncated output)",
+            plural(acc.hit, "request"),
+            plural(acc.judged, "request")
         ),
         evidence,
     )
@@ -360,8 +363,8 @@ fn undecided(acc: &FateAcc, sources: &[SourceReport], sim: bool) -> Vec<String> 
         .any(|s| s.source == "tool log" && s.state == SourceState::Used);
     if acc.tool_call_requests > 0 && !tools_used && sim {
         unknown.push(format!(
-            "{} requests streamed tool calls but the run has no tool log: tool side effects (M7) are unchecked",
-            acc.tool_call_requests
+            "{} streamed tool calls but the run has no tool log: tool side effects (M7) are unchecked",
+            plural(acc.tool_call_requests, "request")
         ));
     }
     if acc.unknown_count > 0 {

@@ -28,8 +28,8 @@ pub fn two_writers(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
                 FindingKind::TwoWriters,
                 id,
                 format!(
-                    "generations `{}` and `{}` interleave: `{}` wrote chunks {}..={}, `{}` from chunk {}, then `{}` again at chunk {}",
-                    f.cid, o.cid, f.cid, f.first_n, f.last_n, o.cid, o.first_n, back.cid, back.first_n
+                    "generations `{}` and `{}` interleave: `{}` wrote {}, `{}` from chunk {}, then `{}` again at chunk {}",
+                    f.cid, o.cid, f.cid, span(f.first_n, f.last_n), o.cid, o.first_n, back.cid, back.first_n
                 ),
             )
             .chunks([f.first_n, o.first_n, back.first_n])
@@ -74,7 +74,7 @@ pub fn two_writers(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
         let segs: Vec<String> = v
             .segs
             .iter()
-            .map(|s| format!("`{}` chunks {}..={}", s.cid, s.first_n, s.last_n))
+            .map(|s| format!("`{}` {}", s.cid, span(s.first_n, s.last_n)))
             .collect();
         out.find(
             FindingKind::TwoWriters,
@@ -87,6 +87,15 @@ pub fn two_writers(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
         )
         .chunks(v.segs.iter().map(|s| s.first_n))
         .attempts(writers.iter().map(|w| w.to_string()));
+    }
+}
+
+/// `chunk 3`, or `chunks 3–7`.
+fn span(first: u32, last: u32) -> String {
+    if first == last {
+        format!("chunk {first}")
+    } else {
+        format!("chunks {first}–{last}")
     }
 }
 

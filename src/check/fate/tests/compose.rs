@@ -13,7 +13,7 @@ fn a_clean_history_with_a_caught_request_passes() {
     let j = h.judge(&quickstart(&[]));
     let v = fate(&j);
     assert_eq!(v.status, Status::Pass, "{v:?}");
-    contains(&v.summary, "1 requests caught");
+    contains(&v.summary, "1 request caught by the fault");
     assert!(
         v.evidence
             .iter()

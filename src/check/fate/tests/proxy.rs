@@ -96,7 +96,7 @@ fn a_client_that_leaves_with_its_upstream_cancelled_passes_request_fate() {
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
     let v = fate(&j);
     assert_eq!(v.status, Status::Pass, "{v:?}");
-    contains(&v.summary, "1 requests whose client left early");
+    contains(&v.summary, "1 request whose client left early");
 }
 
 #[test]
