@@ -179,9 +179,16 @@ fn validate_warns_about_a_plan_that_cannot_pass() {
             "../workloads/chat.yaml",
             &root().join("workloads/chat.yaml").display().to_string(),
         )
-        + "  - {name: kill-w1, target: {replica: w1}, at: {phase: degraded, offset: 1s}}\n  - {name: kill-w3, target: {replica: w3}, at: {phase: degraded, offset: 2s}}\n";
+        .replace(
+            "\ncriteria:",
+            "\n  - {name: kill-w1, target: {replica: w1}, at: {phase: degraded, offset: 1s}}\n  - {name: kill-w3, target: {replica: w3}, at: {phase: degraded, offset: 2s}}\n\ncriteria:",
+        );
     std::fs::write(&f, &text).expect("write");
-    let line = text.lines().count();
+    let line = text
+        .lines()
+        .position(|l| l.contains("name: kill-w3"))
+        .expect("line")
+        + 1;
     let (code, out, err) = haq(&["validate", f.to_str().expect("utf8")]);
     assert_eq!(code, 0, "a warning, not an error: {err}");
     assert!(out.contains("valid"), "{out}");
@@ -329,7 +336,7 @@ fn run_dry_run_prints_the_plan_and_starts_nothing() {
         "+15s     fault (fault) for 20s: 5.00/s, about 100 requests (Poisson arrivals)",
         "+45s     overload (overload) for 8s: 12.00/s",
         "kill-w2: process kill on w2 (domain worker)",
-        "fires at +18s (fault +3s)",
+        "from +18s (fault +3s), fires once 2 requests are in flight on the target",
         "does: SIGKILL to sim worker w2's process",
         "then: a replacement 2s after the removal, cold start 8s",
         "does: SIGTERM (a planned drain) to sim worker w3's process",

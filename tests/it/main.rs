@@ -16,6 +16,7 @@ mod report;
 mod run;
 mod schema;
 mod secrets;
+mod shipped;
 mod simkit;
 mod splice;
 mod support;

@@ -274,6 +274,8 @@ async fn a_capacity_search_measures_c_degraded_against_the_protected_load() {
             // Kept short (about 13 s in all): 3 rungs of 1.5 s on each side.
             "phases=[{name: baseline, duration: 1s}, {name: fault, duration: 1500ms}, {name: degraded, duration: 1s}]",
             "faults[0].at.offset=500ms",
+            // At its time, not on a load level: the degraded ladder must follow the kill.
+            "faults[0].when=null",
             "criteria.capacity.search={from: 4/s, to: 12/s, steps: 2, step: 1500ms, settle: 500ms}",
             // Evenly spaced: each 1.5 s step and phase offers its rate, not a Poisson draw
             // of 9 requests that may fall short of it.
