@@ -1,7 +1,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use haq::cli::{BenchCommand, Cli, Command, Exit, SimCommand, cancel_on_signals, execute};
+use haq::cli::{
+    BenchCommand, Cli, Command, Exit, SimCommand, cancel_on_signals, execute, interrupted_message,
+};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
@@ -74,7 +76,7 @@ fn main() -> ExitCode {
     rt.block_on(async {
         let cancel = CancellationToken::new();
         if !sim_process {
-            cancel_on_signals(cancel.clone());
+            cancel_on_signals(cancel.clone(), interrupted_message(&cli.command));
         }
         execute(cli, cancel).await.into()
     })

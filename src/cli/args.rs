@@ -180,22 +180,7 @@ pub fn parse_policy(s: &str) -> Result<GatewayPolicy, String> {
 pub enum SimCommand {
     /// Start the embedded cluster in the foreground and print its URLs; Ctrl-C stops
     /// every process it started.
-    Up {
-        /// Number of worker processes.
-        #[arg(long, default_value_t = 3)]
-        replicas: u32,
-        /// Gateway policy: reference, naive-retry, silent-truncate, soft-timeout,
-        /// no-health-check, no-shedding, hard-drain, no-tool-idempotency.
-        #[arg(long, default_value = "reference", value_parser = parse_policy)]
-        policy: GatewayPolicy,
-        /// Directory for logs and journals (default: a new temp dir).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// A scenario whose `target` (engine, gateway, tools) to start; `--replicas` and
-        /// `--policy` still apply when given explicitly.
-        #[arg(long)]
-        scenario: Option<PathBuf>,
-    },
+    Up(SimUpArgs),
     /// Measure the sim's timing error under load: replicas × streams concurrent
     /// streams, token events' lateness against the engine model (docs/performance.md).
     Bench(SimBenchArgs),
@@ -319,4 +304,30 @@ pub struct SimBenchArgs {
     /// Exit 1 when the event-lateness p99 exceeds this.
     #[arg(long, value_parser = wire::units::parse_duration)]
     pub max_p99: Option<std::time::Duration>,
+}
+
+/// `haq sim up`.
+#[derive(Debug, Args)]
+pub struct SimUpArgs {
+    /// Number of worker processes.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u32,
+    /// Gateway policy: reference, naive-retry, silent-truncate, soft-timeout,
+    /// no-health-check, no-shedding, hard-drain, no-tool-idempotency.
+    #[arg(long, default_value = "reference", value_parser = parse_policy)]
+    pub policy: GatewayPolicy,
+    /// Directory for logs and journals (default: a new temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A scenario whose `target` (engine, gateway, tools) to start; `--replicas` and
+    /// `--policy` still apply when given explicitly.
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// The gateway's port on 127.0.0.1 (default: any free port). The workers and
+    /// the tool service always take free ports.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Print the URLs and pids as one JSON line on stdout, for scripts.
+    #[arg(long)]
+    pub json: bool,
 }

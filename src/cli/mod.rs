@@ -19,8 +19,22 @@ use crate::report::compare;
 use crate::scenario;
 use crate::scenario::words::plural;
 
-/// Cancels `token` on SIGINT or SIGTERM.
-pub fn cancel_on_signals(token: CancellationToken) {
+/// What haq says when a signal stops `cmd` (stopping a run heals its faults and writes
+/// a partial report; stopping `sim up` stops its processes).
+pub fn interrupted_message(cmd: &Command) -> &'static str {
+    match cmd {
+        Command::Run(_) => {
+            "haq: interrupted; stopping load, healing faults, writing a partial report"
+        }
+        Command::Sim(s) if matches!(s.command, SimCommand::Up(_)) => {
+            "haq: interrupted; stopping the sim's processes"
+        }
+        _ => "haq: interrupted; stopping",
+    }
+}
+
+/// Cancels `token` on SIGINT or SIGTERM, saying `message` on stderr.
+pub fn cancel_on_signals(token: CancellationToken, message: &'static str) {
     tokio::spawn(async move {
         let Ok(mut term) =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -31,7 +45,7 @@ pub fn cancel_on_signals(token: CancellationToken) {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        eprintln!("haq: interrupted; stopping load, healing faults, writing a partial report");
+        eprintln!("{message}");
         token.cancel();
     });
 }

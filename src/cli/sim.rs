@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
 use super::exit::Exit;
-use super::{SimBenchArgs, SimCommand};
+use super::{SimBenchArgs, SimCommand, SimUpArgs};
 use crate::scenario::{self, GatewayPolicy};
 
 fn json_arg<T: for<'de> serde::Deserialize<'de>>(flag: &str, v: &str) -> anyhow::Result<T> {
@@ -47,14 +47,7 @@ pub async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
             config,
             journal,
         } => gateway(listen, upstreams, &config, journal).await,
-        SimCommand::Up {
-            replicas,
-            policy,
-            dir,
-            scenario,
-        } => sim_up(replicas, policy, dir, scenario, cancel)
-            .await
-            .map(|()| Exit::Pass),
+        SimCommand::Up(a) => sim_up(a, cancel).await.map(|()| Exit::Pass),
         SimCommand::Bench(a) => bench(a).await,
     };
     match result {
@@ -135,50 +128,69 @@ async fn bench(a: SimBenchArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Pass)
 }
 
-async fn sim_up(
-    replicas: u32,
-    policy: GatewayPolicy,
-    dir: Option<PathBuf>,
-    scenario_path: Option<PathBuf>,
-    cancel: CancellationToken,
-) -> anyhow::Result<()> {
-    if replicas == 0 || replicas > crate::plan::MAX_SIM_REPLICAS {
+/// `haq sim up`: the embedded cluster in the foreground until Ctrl-C.
+async fn sim_up(a: SimUpArgs, cancel: CancellationToken) -> anyhow::Result<()> {
+    if a.replicas == 0 || a.replicas > crate::plan::MAX_SIM_REPLICAS {
         anyhow::bail!(
             "--replicas must be between 1 and {}",
             crate::plan::MAX_SIM_REPLICAS
         );
     }
-    let dir = match dir {
+    let dir = match a.dir {
         Some(d) => d,
         None => std::env::temp_dir().join(format!("haq-sim-{}", std::process::id())),
     };
     std::fs::create_dir_all(&dir)?;
-    let mut target: scenario::Target = match &scenario_path {
+    let mut target: scenario::Target = match &a.scenario {
         Some(p) => {
             let plan = crate::plan::load(p, &[], None).map_err(|e| anyhow::anyhow!("{e}"))?;
             plan.scenario.target
         }
         None => serde_json::from_value(serde_json::json!({"kind": "sim"}))?,
     };
-    if scenario_path.is_none() || replicas != 3 {
-        target.replicas = Some(scenario::Replicas::Count(replicas));
+    if a.scenario.is_none() || a.replicas != 3 {
+        target.replicas = Some(scenario::Replicas::Count(a.replicas));
     }
-    if scenario_path.is_none() || policy != GatewayPolicy::Reference {
-        target.gateway.policy = policy;
+    if a.scenario.is_none() || a.policy != GatewayPolicy::Reference {
+        target.gateway.policy = a.policy;
     }
+    let listen = format!("127.0.0.1:{}", a.port.unwrap_or(0));
     let bin = crate::target::sim::haq_binary()?;
-    let cluster = crate::target::sim::SimCluster::start(&target, &bin, &dir).await?;
-    println!(
-        "gateway   {}  (OpenAI base URL; policy {})",
-        cluster.api_url,
-        target.gateway.policy.name()
-    );
-    for r in &cluster.info {
-        println!("{:<9} {}  pid {}", r.name, r.url, r.pid.unwrap_or(0));
+    let cluster = crate::target::sim::SimCluster::start_on(
+        &target,
+        &bin,
+        &dir,
+        &|_, url| url.to_string(),
+        &listen,
+    )
+    .await
+    .map_err(|e| match a.port {
+        Some(p) => e.context(format!("starting the gateway on port {p} (--port)")),
+        None => e,
+    })?;
+    if a.json {
+        let line = serde_json::json!({
+            "api_url": cluster.api_url,
+            "gateway": {"url": cluster.gateway.url, "pid": cluster.gateway.pid, "policy": target.gateway.policy.name()},
+            "workers": cluster.info.iter().map(|r| serde_json::json!({"name": r.name, "url": r.url, "pid": r.pid})).collect::<Vec<_>>(),
+            "tools": {"url": cluster.tools.url, "pid": cluster.tools.pid},
+            "logs": dir.display().to_string(),
+            "pid": std::process::id(),
+        });
+        println!("{line}");
+    } else {
+        println!(
+            "gateway   {}  (OpenAI base URL; policy {})",
+            cluster.api_url,
+            target.gateway.policy.name()
+        );
+        for r in &cluster.info {
+            println!("{:<9} {}  pid {}", r.name, r.url, r.pid.unwrap_or(0));
+        }
+        println!("tools     {}", cluster.tools.url);
+        println!("logs      {}", dir.display());
+        println!("Ctrl-C stops every process.");
     }
-    println!("tools     {}", cluster.tools.url);
-    println!("logs      {}", dir.display());
-    println!("Ctrl-C stops every process.");
     cancel.cancelled().await;
     cluster.stop().await;
     Ok(())

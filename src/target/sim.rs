@@ -211,6 +211,18 @@ impl SimCluster {
         dir: &Path,
         via: &(dyn Fn(&str, &str) -> String + Sync),
     ) -> anyhow::Result<SimCluster> {
+        Self::start_on(target, bin, dir, via, "127.0.0.1:0").await
+    }
+
+    /// As [`start_via`](Self::start_via), the gateway listening on `gateway_listen`
+    /// (`haq sim up --port`).
+    pub async fn start_on(
+        target: &Target,
+        bin: &Path,
+        dir: &Path,
+        via: &(dyn Fn(&str, &str) -> String + Sync),
+        gateway_listen: &str,
+    ) -> anyhow::Result<SimCluster> {
         let tools_args = vec![
             "sim".to_string(),
             "tools".into(),
@@ -241,7 +253,7 @@ impl SimCluster {
             "sim".to_string(),
             "gateway".into(),
             "--listen".into(),
-            "127.0.0.1:0".into(),
+            gateway_listen.into(),
             "--config".into(),
             serde_json::to_string(&target.gateway)?,
             "--journal".into(),

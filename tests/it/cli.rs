@@ -359,3 +359,57 @@ fn run_dry_run_prints_the_plan_and_starts_nothing() {
     );
     assert!(out.contains("forwards nothing either way"), "{out}");
 }
+
+#[test]
+fn sim_up_listens_on_the_port_asked_prints_json_and_stops_on_ctrl_c() {
+    use std::io::BufRead;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dir = scratch("sim-up");
+    let mut child = Command::new(haq_bin())
+        .args(["sim", "up", "--replicas", "1", "--json", "--port"])
+        .arg(port.to_string())
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("one line");
+    let j: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(j["api_url"], format!("http://127.0.0.1:{port}/v1"), "{j}");
+    assert_eq!(j["workers"].as_array().map(Vec::len), Some(1), "{j}");
+    assert!(
+        j["workers"][0]["pid"].as_u64().is_some_and(|p| p > 1),
+        "{j}"
+    );
+    assert!(
+        j["gateway"]["pid"].as_u64().is_some() && j["tools"]["url"].is_string(),
+        "{j}"
+    );
+    let models = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(models.is_ok(), "the gateway listens on {port}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("signal");
+    let status = child.wait().expect("exits");
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("stopping the sim's processes"), "{err}");
+    assert!(
+        !err.contains("healing faults") && !err.contains("partial report"),
+        "{err}"
+    );
+    let worker = j["workers"][0]["pid"].as_i64().expect("pid") as i32;
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), None).is_err(),
+        "the worker was stopped"
+    );
+}

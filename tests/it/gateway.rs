@@ -845,7 +845,10 @@ fn python_with_openai() -> Option<String> {
             std::env::var_os("HAQ_REQUIRE_OPENAI_SDK").is_none(),
             "HAQ_REQUIRE_OPENAI_SDK is set but {python} cannot import openai"
         );
-        eprintln!("SKIPPED: {python} cannot import openai (pip install openai; HAQ_PYTHON=...)");
+        crate::support::skipped(
+            "gateway::the_openai_python_sdk_streams_from_the_gateway",
+            &format!("{python} cannot import openai (pip install openai; HAQ_PYTHON=...)"),
+        );
     }
     ok.then_some(python)
 }

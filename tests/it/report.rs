@@ -162,7 +162,10 @@ fn chromium() -> Option<PathBuf> {
             std::env::var_os("HAQ_REQUIRE_CHROMIUM").is_none(),
             "HAQ_REQUIRE_CHROMIUM is set but no chromium is on PATH"
         );
-        eprintln!("SKIPPED: no chromium on PATH (apt-get install -y chromium)");
+        crate::support::skipped(
+            "report::report_html_renders_its_plots_and_markers_in_a_real_browser",
+            "no chromium on PATH (apt-get install -y chromium)",
+        );
     }
     found
 }
@@ -404,7 +407,10 @@ fn haq_check_writes_nothing_and_needs_no_network() {
         c.arg("-n").arg(haq_bin());
         c
     } else {
-        eprintln!("(no network namespace here: haq check runs with the host's network)");
+        crate::support::skipped(
+            "report::haq_check_writes_nothing_and_needs_no_network (its no-network part)",
+            "no network namespace here (unshare -n): haq check runs with the host's network",
+        );
         std::process::Command::new(haq_bin())
     };
     let out = cmd

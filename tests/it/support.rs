@@ -159,3 +159,11 @@ pub fn one_result(dir: &Path, stdout: &str, code: Option<i32>) -> String {
     assert_eq!(code, Some(exit), "exit code vs {result}: {stdout}");
     result
 }
+
+/// Says a test was skipped and why, where it is seen: straight on stderr, past the test
+/// harness's capture (which shows a test's own output only when it fails), so a
+/// skipped test is never read as a passing one.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "test {test} ... SKIPPED: {why}");
+}
