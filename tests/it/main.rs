@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod client;
+mod dist;
 mod docs;
 mod fate;
 mod faults;
