@@ -151,7 +151,7 @@ pub struct CompareArgs {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// Where to write it.
+    /// Where to write it (`-`: print it on stdout, e.g. `haq init - > s.yaml`).
     #[arg(default_value = "scenario.yaml")]
     pub path: PathBuf,
     /// Overwrite an existing file.

@@ -201,6 +201,10 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
 }
 
 fn init(a: InitArgs) -> Exit {
+    if a.path.as_os_str() == "-" {
+        print!("{STARTER}");
+        return Exit::Pass;
+    }
     if a.path.exists() && !a.force {
         eprintln!(
             "error: {} exists (use --force to overwrite)",

@@ -94,6 +94,10 @@ fn schema_and_init() {
     assert_eq!(code, 0);
     let (code, _, err) = haq(&["init", f.to_str().expect("utf8")]);
     assert_eq!(code, 2, "refuses to overwrite: {err}");
+    // `-` prints the same starter on stdout.
+    let (code, out, _) = haq(&["init", "-"]);
+    assert_eq!(code, 0);
+    assert_eq!(out, std::fs::read_to_string(&f).expect("read"));
 }
 
 #[test]

@@ -28,7 +28,10 @@ fn instructions(text: &str) -> Vec<(String, String)> {
         if l.ends_with('\\') {
             continue;
         }
-        let (k, a) = pending.trim().split_once(' ').unwrap_or((pending.trim(), ""));
+        let (k, a) = pending
+            .trim()
+            .split_once(' ')
+            .unwrap_or((pending.trim(), ""));
         out.push((k.to_string(), a.trim().to_string()));
         pending.clear();
     }
@@ -39,7 +42,16 @@ fn instructions(text: &str) -> Vec<(String, String)> {
 fn the_dockerfile_is_well_formed_and_copies_what_exists() {
     let ins = instructions(&read("Dockerfile"));
     const KNOWN: [&str; 10] = [
-        "FROM", "RUN", "COPY", "WORKDIR", "USER", "ENTRYPOINT", "CMD", "ENV", "ARG", "LABEL",
+        "FROM",
+        "RUN",
+        "COPY",
+        "WORKDIR",
+        "USER",
+        "ENTRYPOINT",
+        "CMD",
+        "ENV",
+        "ARG",
+        "LABEL",
     ];
     for (k, a) in &ins {
         assert!(KNOWN.contains(&k.as_str()), "unknown instruction {k} {a}");
@@ -47,14 +59,26 @@ fn the_dockerfile_is_well_formed_and_copies_what_exists() {
     }
     assert_eq!(ins[0].0, "FROM", "starts with FROM");
     let froms: Vec<&String> = ins.iter().filter(|i| i.0 == "FROM").map(|i| &i.1).collect();
-    assert_eq!(froms.len(), 2, "a build stage and a small runtime stage: {froms:?}");
+    assert_eq!(
+        froms.len(),
+        2,
+        "a build stage and a small runtime stage: {froms:?}"
+    );
     for f in &froms {
         let image = f.split_whitespace().next().unwrap_or_default();
-        assert!(image.contains(':') && !image.ends_with(":latest"), "pin {image}");
+        assert!(
+            image.contains(':') && !image.ends_with(":latest"),
+            "pin {image}"
+        );
     }
-    assert!(froms[1].starts_with("alpine:"), "a small base: {}", froms[1]);
     assert!(
-        ins.iter().any(|(k, a)| k == "RUN" && a.contains("cargo build --release --locked")),
+        froms[1].starts_with("alpine:"),
+        "a small base: {}",
+        froms[1]
+    );
+    assert!(
+        ins.iter()
+            .any(|(k, a)| k == "RUN" && a.contains("cargo build --release --locked")),
         "builds with the lock file"
     );
     let ignored: Vec<String> = read(".dockerignore")
@@ -69,19 +93,32 @@ fn the_dockerfile_is_well_formed_and_copies_what_exists() {
         }
         let parts: Vec<&str> = a.split_whitespace().collect();
         for src in &parts[..parts.len() - 1] {
-            assert!(root().join(src).exists(), "COPY {src}: not in the repository");
             assert!(
-                !ignored.iter().any(|i| i == src || src.starts_with(&format!("{i}/"))),
+                root().join(src).exists(),
+                "COPY {src}: not in the repository"
+            );
+            assert!(
+                !ignored
+                    .iter()
+                    .any(|i| i == src || src.starts_with(&format!("{i}/"))),
                 "COPY {src}: excluded by .dockerignore"
             );
         }
     }
-    let entry = ins.iter().find(|i| i.0 == "ENTRYPOINT").expect("an entrypoint");
+    let entry = ins
+        .iter()
+        .find(|i| i.0 == "ENTRYPOINT")
+        .expect("an entrypoint");
     assert!(entry.1.contains("\"haq\""), "{}", entry.1);
     // The image's own scenarios are where the CI workflow's smoke test reads them.
     let ci = read(".github/workflows/ci.yml");
-    assert!(ci.contains("docker build -t haq .") && ci.contains("/opt/haq/scenarios/quickstart.yaml"));
-    assert!(ins.iter().any(|(k, a)| k == "COPY" && a == "scenarios /opt/haq/scenarios"));
+    assert!(
+        ci.contains("docker build -t haq .") && ci.contains("/opt/haq/scenarios/quickstart.yaml")
+    );
+    assert!(
+        ins.iter()
+            .any(|(k, a)| k == "COPY" && a == "scenarios /opt/haq/scenarios")
+    );
 }
 
 #[test]
@@ -137,9 +174,9 @@ fn the_ci_examples_qualify_publish_and_keep_the_run() {
     assert_eq!(job["artifacts"]["reports"]["junit"], "run/junit.xml");
     assert_eq!(job["artifacts"]["when"], "always");
     assert!(
-        job["script"]
-            .as_array()
-            .is_some_and(|s| s.iter().any(|l| l.as_str().is_some_and(|l| l.starts_with("haq run")))),
+        job["script"].as_array().is_some_and(|s| s
+            .iter()
+            .any(|l| l.as_str().is_some_and(|l| l.starts_with("haq run")))),
         "{job}"
     );
 }
@@ -175,7 +212,11 @@ fn every_scenario_in_the_real_cluster_guide_validates() {
         let name = text.lines().next().unwrap_or_default().to_string();
         let plan = haq::plan::load_str(text, "guide.yaml", &root().join("docs"), &[], None)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(plan.scenario.target.kind, haq::scenario::TargetKind::Url, "{name}");
+        assert_eq!(
+            plan.scenario.target.kind,
+            haq::scenario::TargetKind::Url,
+            "{name}"
+        );
     }
 }
 
@@ -186,14 +227,18 @@ fn every_requirement_id_the_readme_cites_is_defined_in_the_repository() {
     let mut missing = Vec::new();
     for w in readme.split(|c: char| !c.is_ascii_alphanumeric()) {
         let id = w.strip_prefix('M').or_else(|| w.strip_prefix('Q'));
-        if id.is_some_and(|n| !n.is_empty() && n.len() <= 2 && n.chars().all(|c| c.is_ascii_digit()))
+        if id
+            .is_some_and(|n| !n.is_empty() && n.len() <= 2 && n.chars().all(|c| c.is_ascii_digit()))
             && !req.contains(&format!("**{w}**"))
         {
             missing.push(w.to_string());
         }
     }
     missing.dedup();
-    assert!(missing.is_empty(), "README cites {missing:?}, not in docs/requirements.md");
+    assert!(
+        missing.is_empty(),
+        "README cites {missing:?}, not in docs/requirements.md"
+    );
     assert!(!readme.contains("SPEC.md") && !readme.contains("DESIGN.md"));
     for v in haq::check::VERDICTS {
         let anchor = haq::report::look::doc(v);
