@@ -103,7 +103,11 @@ impl Req {
     pub fn failed(&self) -> bool {
         !matches!(
             self.outcome,
-            Outcome::Completed | Outcome::Rejected | Outcome::Cancelled | Outcome::Abandoned
+            Outcome::Completed
+                | Outcome::Rejected
+                | Outcome::Cancelled
+                | Outcome::Abandoned
+                | Outcome::Interrupted
         )
     }
 }

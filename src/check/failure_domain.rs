@@ -17,7 +17,8 @@ pub const NAME: VerdictName = VerdictName::FailureDomain;
 /// Requests served elsewhere after the fault before a silent replica counts as lost.
 const COLLATERAL_MIN_ELSEWHERE: usize = 10;
 
-pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
+/// `interrupted`: a fault the interrupt came before was not applied, not failed.
+pub fn verdict(plan: &Plan, ev: &Evidence, interrupted: bool) -> Verdict {
     if plan.faults.is_empty() && ev.faults.is_empty() {
         return Verdict::new(
             NAME,
@@ -29,7 +30,7 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
     let mut parts: Vec<(Status, String)> = Vec::new();
     let mut evidence = Vec::new();
     for d in &plan.faults {
-        judge_declared(plan, ev, d, &mut parts, &mut evidence);
+        judge_declared(plan, ev, d, interrupted, &mut parts, &mut evidence);
     }
     parts.extend(undeclared(plan, ev));
     for c in collateral(plan, ev) {
@@ -56,6 +57,7 @@ fn judge_declared(
     plan: &Plan,
     ev: &Evidence,
     d: &FaultPlan,
+    interrupted: bool,
     parts: &mut Vec<(Status, String)>,
     evidence: &mut Vec<String>,
 ) {
@@ -102,6 +104,20 @@ fn judge_declared(
             rec.verified,
             rec.detail
         ));
+        if interrupted
+            && !rec.verified
+            && rec.pid.is_none()
+            && rec.detail.starts_with("not applied")
+        {
+            parts.push((
+                Status::Unknown,
+                format!(
+                    "{}: not applied before the run was interrupted ({})",
+                    d.name, rec.detail
+                ),
+            ));
+            continue;
+        }
         parts.push(judge_record(plan, ev, d, &target, rec));
     }
 }

@@ -284,6 +284,7 @@ fn judgement(
         fate: &acc.fate,
         sources: &src.reports,
         complete: folder.info.complete,
+        interrupted: folder.info.interrupted,
     });
     let unfinished = folder.unfinished();
     let client = super::validity::judge(plan, &acc.slip.finish(), &phases);

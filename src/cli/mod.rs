@@ -29,7 +29,9 @@ pub fn cancel_on_signals(token: CancellationToken) {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        eprintln!("haq: interrupted; stopping load, healing faults, writing a partial report");
+        eprintln!(
+            "haq: interrupted; stopping the load and healing faults, then judging what completed before the signal"
+        );
         token.cancel();
     });
 }
@@ -126,6 +128,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         quiet: a.quiet,
         haq_bin: None,
     };
+    let interrupt = cancel.clone();
     match crate::run(plan, opts, cancel).await {
         Ok(r) => {
             print!(
@@ -133,6 +136,12 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
                 crate::report::terminal(&r.plan, &r.judgement, &r.run_dir)
             );
             exit_for_run(&r.judgement)
+        }
+        // SIGINT/SIGTERM before the load began: nothing was measured, nothing is left
+        // applied (the target's start is undone as on any error).
+        Err(e) if interrupt.is_cancelled() => {
+            eprintln!("haq: interrupted before the load began: {e:#}");
+            Exit::Interrupted
         }
         Err(e) if e.downcast_ref::<EnvironmentError>().is_some() => {
             eprintln!("error: {e:#}");

@@ -286,8 +286,8 @@ pub fn classify_body_error(e: &(dyn std::error::Error + 'static)) -> Cut {
     }
 }
 
-/// Runs `call` to its end, or until `stopped` completes: then it is recorded as
-/// cancelled (stopped by haq: an interrupt or the drain timeout) and `None` is
+/// Runs `call` to its end, or until `stopped` completes with the outcome to record
+/// (`cancelled` at the drain timeout, `interrupted` at an interrupt) and `None` is
 /// returned. `stopped` is polled on every wake-up of the read loop: it must be cheap
 /// ([`stop::Stop::wait`]).
 pub async fn execute_until(
@@ -296,18 +296,22 @@ pub async fn execute_until(
     timeouts: Timeouts,
     clock: &Clock,
     trace: &TraceWriter,
-    stopped: impl std::future::Future<Output = ()>,
+    stopped: impl std::future::Future<Output = Outcome>,
 ) -> Option<CallResult> {
     tokio::select! {
         // The request first: a read that completes it wins over a stop that came after.
         biased;
         r = execute(client, call, timeouts, clock, trace) => Some(r),
-        _ = stopped => {
+        outcome = stopped => {
+            let detail = match outcome {
+                Outcome::Interrupted => "stopped by haq: interrupted (SIGINT/SIGTERM)",
+                _ => "stopped by haq: the drain timeout",
+            };
             trace.emit(Event::End {
                 t: clock.now_us(),
                 id: call.id.clone(),
-                outcome: Outcome::Cancelled,
-                detail: Some("stopped by haq (interrupt or drain timeout)".into()),
+                outcome,
+                detail: Some(detail.into()),
                 tokens: 0,
                 done: false,
                 finish: None,

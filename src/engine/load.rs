@@ -95,14 +95,15 @@ pub(super) async fn drive(
     if c.warm_connections > 0 {
         warm(plan, &http, &target.api_url, clock, tw, cancel, progress).await;
     }
-    // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
+    // Stops in-flight requests: at the drain timeout they record `cancelled`, at an
+    // interrupt `interrupted`.
     let stop = Arc::new(client::stop::Stop::default());
     // An interrupt stops them too.
     let _interrupt = {
         let (cancel, stop) = (cancel.clone(), stop.clone());
         tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             cancel.cancelled().await;
-            stop.stop();
+            stop.interrupt();
         }))
     };
     let tracker = TaskTracker::new();

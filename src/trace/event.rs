@@ -495,12 +495,16 @@ pub enum Outcome {
     Truncated,
     /// An event that could not be read.
     Malformed,
-    /// haq stopped the request (the run was interrupted or drained).
+    /// haq stopped the request at the drain timeout (it ran past the end of the load
+    /// and the drain): not served.
     Cancelled,
     /// The client left on purpose (the workload's `abandon`): closed its connection
     /// mid-stream. The client's own leaving, never the target's failure; Request-Fate
     /// asks whether the gateway cancelled the upstream (M4).
     Abandoned,
+    /// haq was interrupted (SIGINT/SIGTERM) while the request ran and stopped it:
+    /// neither a failure nor a success of the target; the judgement leaves it out.
+    Interrupted,
 }
 
 impl Outcome {
@@ -519,6 +523,7 @@ impl Outcome {
             Outcome::Malformed => "malformed",
             Outcome::Cancelled => "cancelled",
             Outcome::Abandoned => "abandoned",
+            Outcome::Interrupted => "interrupted",
         }
     }
 }

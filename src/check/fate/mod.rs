@@ -114,6 +114,10 @@ impl FateAcc {
     /// Judges one finished request with every checker, each isolated.
     pub fn add(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         let Some(v) = View::new(r) else { return };
+        // Stopped by haq's interrupt: what it would have become is not known.
+        if v.end.outcome == crate::trace::Outcome::Interrupted {
+            return;
+        }
         self.judged += 1;
         if r.chunks.iter().any(|c| c.kind == ChunkKind::ToolCall) {
             self.tool_call_requests += 1;
