@@ -99,11 +99,15 @@ impl Req {
     }
 
     /// Failed (not completed, not rejected, not stopped by haq, not left by the client
-    /// on purpose).
+    /// on purpose, not failed by haq's own host: `local` makes the run INVALID instead).
     pub fn failed(&self) -> bool {
         !matches!(
             self.outcome,
-            Outcome::Completed | Outcome::Rejected | Outcome::Cancelled | Outcome::Abandoned
+            Outcome::Completed
+                | Outcome::Rejected
+                | Outcome::Cancelled
+                | Outcome::Abandoned
+                | Outcome::Local
         )
     }
 }

@@ -51,7 +51,12 @@ impl Measured {
         let ok = end.outcome == Outcome::Completed;
         let mut m = Measured {
             ok,
-            failed: !ok && !matches!(end.outcome, Outcome::Cancelled | Outcome::Abandoned),
+            // haq's own host failing a request (`local`) is not the target's failure.
+            failed: !ok
+                && !matches!(
+                    end.outcome,
+                    Outcome::Cancelled | Outcome::Abandoned | Outcome::Local
+                ),
             ttfb: r.response_t.map(|t| t.saturating_sub(r.dispatch)),
             queue: r.queue_us,
             slip,

@@ -12,6 +12,7 @@ mod ending;
 mod model;
 mod output;
 mod policy;
+mod protocol;
 mod tools;
 mod view;
 mod writers;
@@ -34,7 +35,7 @@ pub use policy::stage_at;
 pub use view::{Seam, SeamSource, View, excerpt};
 
 /// Every per-request checker, by name.
-pub const CHECKS: [(&str, Check); 9] = [
+pub const CHECKS: [(&str, Check); 10] = [
     ("two-writers", writers::two_writers),
     ("retry-after-first-delta", writers::retry_after_first_delta),
     ("duplicated-output", output::duplicated),
@@ -42,6 +43,7 @@ pub const CHECKS: [(&str, Check); 9] = [
     ("chunk-order", output::chunk_order),
     ("silent-end", ending::silent_end),
     ("error-shape", ending::error_shape),
+    ("stream-grammar", protocol::stream_grammar),
     ("upstream-cancel", cancel::upstream_cancel),
     ("policy", policy::against_policy),
 ];
