@@ -163,4 +163,20 @@ mod tests {
         let short = Need::of(&url("200/s", "600s", ""));
         assert_eq!(short.request_s, 60.0);
     }
+
+    #[test]
+    fn every_shipped_scenario_fits_the_usual_default_of_1024_files() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).expect("scenarios").flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                let plan = crate::plan::load(&p, &[], None).unwrap_or_else(|e| panic!("{e}"));
+                let need = Need::of(&plan);
+                assert!(need.check(LIMIT).is_ok(), "{}: {need:?}", p.display());
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "{n} scenarios");
+    }
 }

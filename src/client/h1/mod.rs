@@ -405,6 +405,11 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<Head>> {
     let len = match r.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(invalid(format!(
+                "response head with more than {MAX_HEADERS} headers"
+            )));
+        }
         Err(e) => return Err(invalid(format!("invalid response head: {e}"))),
     };
     let status = r.code.unwrap_or(0);
