@@ -113,9 +113,14 @@ impl FateAcc {
         }
     }
 
-    /// Judges one finished request with every checker, each isolated.
+    /// Judges one finished request with every checker, each isolated. A request haq's
+    /// own host failed (`local`) says nothing of the target's: it is not judged (the
+    /// run is INVALID for it).
     pub fn add(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         let Some(v) = View::new(r) else { return };
+        if v.end.outcome == Outcome::Local {
+            return;
+        }
         self.judged += 1;
         if r.chunks.iter().any(|c| c.kind == ChunkKind::ToolCall) {
             self.tool_call_requests += 1;

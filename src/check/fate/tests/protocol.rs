@@ -80,3 +80,20 @@ fn a_clean_end_at_done_passes_and_a_response_cut_for_its_size_fails() {
         "encoded: content-encoding: gzip",
     );
 }
+
+#[test]
+fn a_request_haqs_own_host_failed_is_not_judged_against_the_target() {
+    // r4 was due while w2 was killed, and haq found no descriptor to send it with.
+    let mut h = Tb::history();
+    cut_properly(&mut h);
+    h.req("r4", 60 * MS).end_saying(
+        "r4",
+        85 * MS,
+        Outcome::Local,
+        "EMFILE (haq's open-file limit ran out) nofile=160/160: connect failed",
+    );
+    let j = h.judge(&quickstart(&[]));
+    assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
+    assert!(j.findings.is_empty(), "{:?}", j.findings);
+    contains(&fate(&j).summary, "no finding on 1 requests");
+}
