@@ -324,9 +324,16 @@ fn report(run: &Path) -> serde_json::Value {
 async fn a_run_short_of_file_descriptors_is_invalid_naming_haqs_limit_not_the_targets_refusal() {
     // 80 streams a second of 3 s each want ~240 sockets; haq may open 160 files. The
     // plan (slo.e2e_p95 500 ms: ~50 in flight) fits, so the run starts; the target
-    // is slower than planned and haq runs out.
+    // is slower than planned and haq runs out. Through both HTTP clients.
+    for transport in ["auto", "reqwest"] {
+        short_of_descriptors(transport).await;
+    }
+}
+
+async fn short_of_descriptors(transport: &str) {
     let (url, _) = server(|_| Hostile::Slow).await;
-    let text = scenario(&url, "80/s", 4.0, "500ms", "");
+    let client = format!(", transport: {transport}");
+    let text = scenario(&url, "80/s", 4.0, "500ms", &client);
     let (code, stdout, stderr, _, run) = haq_run("emfile", text, Some(160)).await;
     assert!(
         run.join("report.json").exists(),
@@ -335,7 +342,7 @@ async fn a_run_short_of_file_descriptors_is_invalid_naming_haqs_limit_not_the_ta
     assert_eq!(
         one_result(&run, &stdout, code),
         "INVALID",
-        "{stdout}\n{stderr}"
+        "{transport}: {stdout}\n{stderr}"
     );
     let ends = ends(&run);
     let local: Vec<&String> = ends
@@ -343,12 +350,12 @@ async fn a_run_short_of_file_descriptors_is_invalid_naming_haqs_limit_not_the_ta
         .filter(|(o, _)| *o == Outcome::Local)
         .map(|(_, d)| d)
         .collect();
-    assert!(!local.is_empty(), "{ends:?}");
+    assert!(!local.is_empty(), "{transport}: {ends:?}");
     assert!(
         local
             .iter()
             .all(|d| d.starts_with("EMFILE (haq's open-file limit ran out) nofile=160/160")),
-        "{local:?}"
+        "{transport}: {local:?}"
     );
     assert!(
         !ends.values().any(|(o, _)| *o == Outcome::Refused),
