@@ -99,7 +99,7 @@ impl Req {
     }
 
     /// Failed (not completed, not rejected, not stopped by haq, not left by the client
-    /// on purpose).
+    /// on purpose, not failed by haq's own host: `local` makes the run INVALID instead).
     pub fn failed(&self) -> bool {
         !matches!(
             self.outcome,
@@ -108,6 +108,7 @@ impl Req {
                 | Outcome::Cancelled
                 | Outcome::Abandoned
                 | Outcome::Interrupted
+                | Outcome::Local
         )
     }
 }
