@@ -37,6 +37,8 @@ pub fn injector(backend: FaultBackend) -> &'static dyn Injector {
         FaultBackend::Process => &process::ProcessInjector,
         FaultBackend::Proxy => &proxy::ProxyInjector,
         FaultBackend::Command => &command::CommandInjector,
+        // A kubernetes target does not start yet: no fault of it is ever fired.
+        FaultBackend::Kubernetes => &command::CommandInjector,
     }
 }
 

@@ -94,6 +94,7 @@ pub async fn start(
     match plan.scenario.target.kind {
         TargetKind::Sim => start_sim(plan, haq_bin, dir, tw, clock).await,
         TargetKind::Url => start_url(plan, headers, tw, clock, say).await,
+        TargetKind::Kubernetes => anyhow::bail!("the kubernetes target cannot start yet"),
     }
 }
 

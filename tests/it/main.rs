@@ -8,6 +8,7 @@ mod fate;
 mod faults;
 mod fuzz;
 mod gateway;
+mod kube;
 mod layers;
 mod load;
 mod m9;
