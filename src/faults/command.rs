@@ -22,6 +22,7 @@ pub fn env(f: &FaultPlan, r: &Replica, cx: &Context) -> Vec<(String, String)> {
             crate::target::procs::resolve(&p).ok()
         }
         Some(crate::target::registry::ProcRef::Sim(sp)) => sp.try_lock().ok().map(|w| w.pid),
+        Some(crate::target::registry::ProcRef::Pod(_)) => None,
         None => None,
     };
     let v = vec![

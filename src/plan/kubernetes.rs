@@ -337,7 +337,7 @@ pub fn check_context(k: &KubeTarget, source: &ContextSource) -> Result<String, I
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::Path;
 
     use super::*;
@@ -345,7 +345,7 @@ mod tests {
     use crate::scenario::{ScenarioError, parse_str};
 
     /// A kubernetes scenario naming its context (no kubeconfig is read).
-    fn kube_scenario() -> String {
+    pub(crate) fn kube_scenario() -> String {
         crate::plan::tests::GOOD
             .replace(
                 "target: {kind: sim, replicas: 3}",
