@@ -185,13 +185,18 @@ pub fn delete_policy(ns: &str, name: &str) -> Call {
     )
 }
 
-/// Exec `command` in a container (a websocket upgrade of this GET).
-pub fn exec(ns: &str, pod: &str, container: &str, command: &[String]) -> Call {
-    let ap = kube::api::AttachParams::default()
+/// How haq exec's in a container: no stdin, no TTY, its output read.
+pub fn attach_params(container: &str) -> kube::api::AttachParams {
+    kube::api::AttachParams::default()
         .container(container)
         .stdin(false)
         .stdout(true)
-        .stderr(true);
+        .stderr(true)
+}
+
+/// Exec `command` in a container (a websocket upgrade of this GET).
+pub fn exec(ns: &str, pod: &str, container: &str, command: &[String]) -> Call {
+    let ap = attach_params(container);
     Call::new(
         format!("exec `{}` in {pod}/{container}", command.join(" ")),
         pods(ns).exec(pod, command.iter().cloned(), &ap),

@@ -87,13 +87,19 @@ pub async fn connect(k: &KubeTarget) -> anyhow::Result<(kube::Client, String)> {
                 .unwrap_or_default()
         )
     })?;
+    let client = client_for(&context).await?;
+    Ok((client, context))
+}
+
+/// A client for kubeconfig context `context` (`in-cluster`: the service account's).
+pub async fn client_for(context: &str) -> anyhow::Result<kube::Client> {
     let config = if context == IN_CLUSTER {
         kube::Config::incluster()
             .map_err(|e| anyhow::anyhow!("the in-cluster configuration: {e}"))?
     } else {
         let kc = Kubeconfig::read().map_err(|e| anyhow::anyhow!("reading the kubeconfig: {e}"))?;
         let opts = KubeConfigOptions {
-            context: Some(context.clone()),
+            context: Some(context.to_string()),
             ..KubeConfigOptions::default()
         };
         kube::Config::from_custom_kubeconfig(kc, &opts)
@@ -101,7 +107,6 @@ pub async fn connect(k: &KubeTarget) -> anyhow::Result<(kube::Client, String)> {
             .map_err(|e| anyhow::anyhow!("kubeconfig context {context}: {e}"))?
     };
     crate::wire::tls::install_crypto_provider();
-    let client = kube::Client::try_from(config)
-        .map_err(|e| anyhow::anyhow!("a client for context {context}: {e}"))?;
-    Ok((client, context))
+    kube::Client::try_from(config)
+        .map_err(|e| anyhow::anyhow!("a client for context {context}: {e}"))
 }
