@@ -20,13 +20,6 @@ use crate::target::kube::cluster::{Cluster, api_error};
 use crate::target::kube::heal;
 use crate::target::kube::pod::PodRef;
 
-/// The NetworkPolicy's name and the pod label's value for `fault` on `replica`.
-pub fn names(token: &str, fault: &str, replica: &str) -> (String, String) {
-    let policy = dns_name(&format!("haq-{token}-{fault}-{replica}"));
-    let label = dns_name(&format!("{token}-{replica}"));
-    (policy, label)
-}
-
 /// Labels the pod and creates the isolating NetworkPolicy.
 pub async fn isolate(
     p: &PodRef,
@@ -36,7 +29,7 @@ pub async fn isolate(
 ) -> (Injected, Option<Box<dyn Undo>>) {
     let c = &p.cluster;
     let ns = c.namespace.clone();
-    let (policy, label) = names(&c.token, fault, replica);
+    let (policy, label) = calls::isolation_names(&c.token, fault, replica);
     let remedy = Remedy::KubeIsolation {
         context: c.context.clone(),
         namespace: ns.clone(),

@@ -227,6 +227,14 @@ pub fn watch_slices(ns: &str, service: &str, version: &str) -> Call {
     )
 }
 
+/// The NetworkPolicy's name and the pod label's value of network fault `fault` on
+/// `replica` in the run of `token`.
+pub fn isolation_names(token: &str, fault: &str, replica: &str) -> (String, String) {
+    let policy = dns_name(&format!("haq-{token}-{fault}-{replica}"));
+    let label = dns_name(&format!("{token}-{replica}"));
+    (policy, label)
+}
+
 /// A name the API accepts, from haq's own (lower case, `-` for anything else).
 pub fn dns_name(s: &str) -> String {
     let mut out: String = s

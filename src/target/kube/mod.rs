@@ -12,6 +12,7 @@
 pub mod calls;
 pub mod cluster;
 pub mod discover;
+pub mod dryrun;
 pub mod heal;
 pub mod pod;
 pub mod slices;

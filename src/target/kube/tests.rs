@@ -324,3 +324,83 @@ async fn the_endpointslice_watch_writes_each_transition() {
         ]
     );
 }
+
+/// The dry run lists the calls the faults' mock tests see, in order, and no client.
+#[test]
+fn the_dry_run_lists_every_call_of_each_fault() {
+    let lines = |sets: &[&str]| -> Vec<String> {
+        dryrun::render(&plan(sets), "kind-haq")
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let kill = lines(&[]);
+    assert!(
+        kill[0].starts_with("dry run of t: context kind-haq, namespace llm"),
+        "{kill:?}"
+    );
+    assert!(
+        kill[1].starts_with(&format!("start GET {PODS}")),
+        "{kill:?}"
+    );
+    assert!(
+        kill[2].starts_with(&format!("start GET {SLICES}")),
+        "{kill:?}"
+    );
+    assert!(
+        kill[3].contains("&resourceVersion=LIST_VERSION"),
+        "{kill:?}"
+    );
+    assert_eq!(
+        kill[4],
+        "+6.0s kill-w2 DELETE /api/v1/namespaces/llm/pods/POD_OF_w2? {\"gracePeriodSeconds\":0} (delete pod POD_OF_w2 (grace 0s))"
+    );
+    assert!(
+        kill[5].starts_with("+6.0s kill-w2 GET /api/v1/namespaces/llm/pods/POD_OF_w2 "),
+        "{kill:?}"
+    );
+    let drain = lines(&["faults[0].domain=drain"]);
+    assert!(drain[4].contains("POST /api/v1/namespaces/llm/pods/POD_OF_w2/eviction? {\"delete_options\":null,\"metadata\":{\"name\":\"POD_OF_w2\"}}"), "{drain:?}");
+    let node = lines(&["faults[0].domain=node"]);
+    let calls: Vec<&str> = node[4..9]
+        .iter()
+        .map(|l| l.split(" (").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            "+6.0s kill-w2 GET /api/v1/nodes/NODE_OF_w2",
+            "+6.0s kill-w2 PATCH /api/v1/nodes/NODE_OF_w2? {\"spec\":{\"unschedulable\":true}}",
+            "+6.0s kill-w2",
+            "+6.0s kill-w2",
+            "+6.0s kill-w2 heal",
+        ]
+    );
+    assert!(
+        node[6].contains("DELETE /api/v1/namespaces/llm/pods/POD_ON_NODE?"),
+        "{node:?}"
+    );
+    assert!(node[8].ends_with("PATCH /api/v1/nodes/NODE_OF_w2? {\"spec\":{\"unschedulable\":false}} (uncordon node NODE_OF_w2)"), "{node:?}");
+    let net = lines(&["faults[0].domain=network", "faults[0].duration=2s"]);
+    assert!(net[4].contains("PATCH /api/v1/namespaces/llm/pods/POD_OF_w2?&fieldManager=haq {\"metadata\":{\"labels\":{\"haq.dev/isolate\":\"runtoken-w2\"}}}"), "{net:?}");
+    assert!(
+        net[5].contains("POST /apis/networking.k8s.io/v1/namespaces/llm/networkpolicies? {"),
+        "{net:?}"
+    );
+    assert!(net[7].starts_with("+6.0s blackhole-w2 heal (after 2.0s) DELETE /apis/networking.k8s.io/v1/namespaces/llm/networkpolicies/haq-runtoken-blackhole-w2-w2?"), "{net:?}");
+    let gpu = lines(&[
+        "faults[0].domain=gpu",
+        "faults[0].exec=[pkill, -KILL, llama-server]",
+        "target.kubernetes.container=llama",
+    ]);
+    assert!(gpu[5].contains("GET /api/v1/namespaces/llm/pods/POD_OF_w2/exec?&stdout=true&stderr=true&container=llama&command=pkill&command=-KILL&command=llama-server"), "{gpu:?}");
+    // A listed replica names its pod.
+    let listed = lines(&[
+        "target.replicas=[{name: llama-0}, {name: llama-1}]",
+        "faults[0].target.replica=llama-1",
+    ]);
+    assert!(
+        listed[4].contains("DELETE /api/v1/namespaces/llm/pods/llama-1?"),
+        "{listed:?}"
+    );
+}
