@@ -110,3 +110,166 @@ fn dry_run_prints_the_api_calls_of_every_example_and_makes_none() {
         "{err}"
     );
 }
+
+/// A recorded EndpointSlice stream around a pod kill (tests/data/kube), replayed
+/// through haq's EndpointSlice watch into a stored run, gives the failure timeline
+/// (Q11): detection and the replacement's stages, each from the watch.
+#[tokio::test]
+async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
+    use haq::target::kube::slices::{Applied, Replicas, SOURCE, SliceState};
+    use haq::target::kube::{Cluster, PodInfo, replica};
+    use haq::target::registry::{Registry, Respawn};
+    use haq::trace::Event;
+    use kube::core::WatchEvent;
+
+    // The stored run: w2 is killed at `kill` (µs); its gateway journal is left out, so
+    // only the EndpointSlice watch can see it go and come back.
+    let src = crate::support::root().join("tests/data/report-run");
+    let dir = scratch("kube-q11");
+    for f in [
+        "scenario.json",
+        "scenario.yaml",
+        "trace.jsonl",
+        "tools.jsonl",
+        "worker-w1.jsonl",
+        "worker-w2.jsonl",
+        "worker-w3.jsonl",
+    ] {
+        std::fs::copy(src.join(f), dir.join(f)).expect("copy");
+    }
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    let kill = trace
+        .lines()
+        .find(|l| l.contains("\"ev\":\"fault\""))
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|v| v["t"].as_u64())
+        .expect("the kill");
+
+    // The watch's replicas: w1..w3 on the stream's three pods.
+    let k = haq::plan::load(
+        &crate::support::root().join("examples/kubernetes/kill-pod.yaml"),
+        &["target.kubernetes.context=kind-haq".to_string()],
+        None,
+    )
+    .expect("plan")
+    .scenario
+    .target
+    .kubernetes
+    .expect("k");
+    let (svc, _api) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let cluster = std::sync::Arc::new(
+        Cluster::new(
+            kube::Client::new(svc, "default"),
+            "kind-haq".into(),
+            &k,
+            "t".into(),
+        )
+        .expect("cluster"),
+    );
+    let pod = |replica: &str, name: &str, node: &str| PodInfo {
+        replica: replica.into(),
+        name: name.into(),
+        uid: format!("u-{}", &name[name.len() - 1..]),
+        node: node.into(),
+        ip: "10.244.0.1".into(),
+        container: "llama".into(),
+        port: 8080,
+        gpus: 0,
+        restarts: 0,
+    };
+    let registry = std::sync::Arc::new(Registry {
+        replicas: vec![
+            replica(&cluster, pod("w1", "llama-5d9f-a", "haq-worker"), "/health"),
+            replica(
+                &cluster,
+                pod("w2", "llama-5d9f-b", "haq-worker2"),
+                "/health",
+            ),
+            replica(&cluster, pod("w3", "llama-5d9f-c", "haq-worker"), "/health"),
+        ],
+        respawn: Respawn::Kube,
+    });
+    let mut state = SliceState::default();
+    let mut replicas = Replicas::new(registry);
+    let mut lines = Vec::new();
+    let stream = std::fs::read_to_string(
+        crate::support::root().join("tests/data/kube/endpointslices.jsonl"),
+    )
+    .expect("stream");
+    for l in stream.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).expect("json");
+        if let Some(list) = v.get("list") {
+            let items = serde_json::from_value(list.clone()).expect("slices");
+            assert!(
+                state.apply(Applied::Reset(items)).len() == 3,
+                "the baseline"
+            );
+            continue;
+        }
+        let t = kill + v["after_ms"].as_u64().expect("after_ms") * 1000;
+        let applied = match serde_json::from_value::<
+            WatchEvent<k8s_openapi::api::discovery::v1::EndpointSlice>,
+        >(v["event"].clone())
+        .expect("event")
+        {
+            WatchEvent::Added(s) | WatchEvent::Modified(s) => Applied::Upsert(s),
+            WatchEvent::Deleted(s) => Applied::Delete(s),
+            _ => continue,
+        };
+        for (replica, what, detail) in replicas.observe(state.apply(applied)) {
+            let ev = Event::Observation {
+                t,
+                source: SOURCE.into(),
+                replica,
+                what: what.into(),
+                detail: Some(detail),
+            };
+            lines.push(serde_json::to_string(&ev).expect("line"));
+        }
+    }
+    // Into the trace, before its last line (run_end).
+    let mut all: Vec<&str> = trace.lines().collect();
+    let end = all.pop().expect("run_end");
+    all.extend(lines.iter().map(String::as_str));
+    all.push(end);
+    std::fs::write(dir.join("trace.jsonl"), all.join("\n") + "\n").expect("write");
+
+    let (_, j) = haq::check::judge_dir(&dir).expect("judged");
+    let f = j.timeline.fault("kill-w2").expect("the kill's timeline");
+    let d = f.detected.as_ref().expect("detected");
+    assert_eq!((d.t, d.source.as_str()), (kill + 15_000, SOURCE), "{d:?}");
+    assert!(
+        d.detail
+            .contains("ready=false serving=true terminating=true"),
+        "{d:?}"
+    );
+    let started = f.replacement.started.as_ref().expect("started");
+    assert_eq!(
+        (started.t, started.source.as_str()),
+        (kill + 910_000, SOURCE)
+    );
+    assert!(
+        started.detail.contains(
+            "pod llama-5d9f-d (uid u-d) on node haq-worker2 takes the place of pod llama-5d9f-b"
+        ),
+        "{started:?}"
+    );
+    let ready = f.replacement.ready.as_ref().expect("ready");
+    assert_eq!((ready.t, ready.source.as_str()), (kill + 7_400_000, SOURCE));
+    let rows: Vec<(&str, &str)> = j
+        .timeline
+        .entries
+        .iter()
+        .filter(|e| e.source == SOURCE)
+        .map(|e| (e.event.as_str(), e.source.as_str()))
+        .collect();
+    assert!(rows.contains(&("w2 detected", SOURCE)), "{rows:?}");
+    assert!(
+        rows.contains(&("w2 replacement started", SOURCE)),
+        "{rows:?}"
+    );
+    assert!(rows.contains(&("w2 replacement ready", SOURCE)), "{rows:?}");
+}
