@@ -273,3 +273,79 @@ async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
     );
     assert!(rows.contains(&("w2 replacement ready", SOURCE)), "{rows:?}");
 }
+
+/// Against a real cluster: each example scenario runs end to end and its fault is
+/// recorded verified. Set up (docs/kubernetes.md, "Running the examples"):
+///
+/// ```sh
+/// kind create cluster --name haq --config examples/kubernetes/kind.yaml   # or: k3d cluster create haq --agents 2
+/// kubectl apply -f examples/kubernetes/namespace.yaml -f examples/kubernetes/llama.yaml \
+///   -f examples/kubernetes/gateway.yaml
+/// kubectl -n haq-demo rollout status deploy/llama deploy/gateway --timeout=10m
+/// kubectl -n haq-demo port-forward svc/gateway 8080:8080 &
+/// HAQ_GATEWAY=http://127.0.0.1:8080/v1 cargo test --test it kube::real_cluster -- --ignored --test-threads 1
+/// ```
+fn real_cluster(example: &str) {
+    let gateway =
+        std::env::var("HAQ_GATEWAY").unwrap_or_else(|_| "http://127.0.0.1:8080/v1".into());
+    let dir = scratch(&format!("kube-real-{example}"));
+    let out = dir.join("run");
+    let (code, stdout, err) = crate::cli::haq_env(
+        &[
+            "run",
+            &format!("examples/kubernetes/{example}.yaml"),
+            "--out",
+            out.to_str().expect("utf-8"),
+            "--set",
+            &format!("target.kubernetes.gateway={{url: {gateway}}}"),
+        ],
+        &[],
+        &[],
+    );
+    assert!(
+        code == 0 || code == 1,
+        "{example}: exit {code}\n{stdout}\n{err}"
+    );
+    let trace = std::fs::read_to_string(out.join("trace.jsonl")).expect("trace");
+    let fault = trace
+        .lines()
+        .find(|l| l.contains("\"ev\":\"fault\""))
+        .unwrap_or_else(|| panic!("{example}: no fault line\n{stdout}"));
+    assert!(fault.contains("\"verified\":true"), "{example}: {fault}");
+    assert!(
+        trace.contains(haq::target::kube::slices::SOURCE),
+        "{example}: no EndpointSlice observation"
+    );
+    let (code, heal, _) = crate::cli::haq_env(&["heal", out.to_str().expect("utf-8")], &[], &[]);
+    assert_eq!(code, 0, "{example}: something is left applied: {heal}");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster with examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_kill_pod() {
+    real_cluster("kill-pod");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster with examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_drain_pod() {
+    real_cluster("drain-pod");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster with two workers and examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_node_drain() {
+    real_cluster("node-drain");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster whose CNI enforces NetworkPolicies (see real_cluster)"]
+fn real_cluster_network_partition() {
+    real_cluster("network-partition");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster with examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_gpu_engine_kill() {
+    real_cluster("gpu-engine-kill");
+}

@@ -391,3 +391,23 @@ async fn a_process_kill_execs_in_the_container_verified_by_its_restart() {
     );
     done(server).await;
 }
+
+/// A command fault on a kubernetes replica (a DCGM recipe, a kubectl command) gets
+/// the pod, namespace, container and context in its environment.
+#[tokio::test]
+async fn a_command_fault_sees_the_replicas_pod() {
+    let (r, _api, cx, _) = setup("env");
+    let f = &plan(&[
+        "faults[0].backend=command",
+        "faults[0].action=command",
+        "faults[0].command={inject: 'true', verify: 'true'}",
+    ])
+    .faults[0];
+    let env = super::super::command::env(f, &r, &cx);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("HAQ_POD"), Some("llama-b"));
+    assert_eq!(get("HAQ_NAMESPACE"), Some("llm"));
+    assert_eq!(get("HAQ_CONTAINER"), Some("llama"));
+    assert_eq!(get("HAQ_NODE"), Some("node-a"));
+    assert_eq!(get("HAQ_KUBE_CONTEXT"), Some("kind-haq"));
+}
