@@ -349,3 +349,27 @@ fn real_cluster_network_partition() {
 fn real_cluster_gpu_engine_kill() {
     real_cluster("gpu-engine-kill");
 }
+
+/// `haq heal` reads a killed run's kubernetes entries (a cordon) and, when it cannot
+/// reach the context, says NOT healed, exits 1 and leaves the entry open — no call is
+/// made to a context the kubeconfig does not have.
+#[test]
+fn heal_reports_a_cordon_it_could_not_undo_and_keeps_it_open() {
+    let dir = scratch("kube-heal");
+    let kc = kubeconfig(&dir, "kind-haq");
+    let lines = [
+        serde_json::json!({"ev": "run", "pid": 0}),
+        serde_json::json!({"ev": "open", "id": 1, "fault": "node-of-w1", "replica": "w1", "undo": "kube_uncordon", "context": "gone-ctx", "node": "node-a"}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("heals.jsonl"), &text).expect("ledger");
+    let run_dir = dir.to_str().expect("utf-8");
+    let (code, out, err) = haq_with(&kc, &["heal", run_dir]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("NOT healed node-of-w1 on w1: kubeconfig context gone-ctx"),
+        "{out}"
+    );
+    let after = std::fs::read_to_string(dir.join("heals.jsonl")).expect("ledger");
+    assert_eq!(after, text, "still open for the next try");
+}
