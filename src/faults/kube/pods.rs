@@ -244,8 +244,9 @@ pub async fn exec_kill(p: &PodRef, command: &[String]) -> Injected {
             };
             match got {
                 Some(s) => format!(
-                    "the exec ended: {}",
-                    s.status.map(|x| format!("{x:?}")).unwrap_or_default()
+                    "the exec ended: {} {}",
+                    s.status.map(|x| format!("{x:?}")).unwrap_or_default(),
+                    s.message.unwrap_or_default()
                 ),
                 None => "the exec ended without a status".into(),
             }

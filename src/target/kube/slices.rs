@@ -29,8 +29,11 @@ use crate::trace::{Clock, Event, TraceWriter};
 /// The source of the EndpointSlice watch's observations.
 pub const SOURCE: &str = "kubernetes EndpointSlice watch";
 
-/// How long the watch waits after a failed list or watch.
+/// How long the watch waits after a failed list or watch: doubled after each failure
+/// in a row, up to [`RETRY_MAX`] (a watch refused by RBAC writes a line every 30 s,
+/// not every second).
 const RETRY: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// An endpoint's conditions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,6 +273,7 @@ pub async fn watch(
         }
     };
     let mut first = true;
+    let mut failures = 0u32;
     while !stop.is_cancelled() {
         let ns = &cluster.namespace;
         let listed: Result<k8s_openapi::List<EndpointSlice>, _> =
@@ -282,6 +286,7 @@ pub async fn watch(
                     emit(replicas.observe(changes));
                 }
                 first = false;
+                failures = 0;
                 l.metadata.resource_version.unwrap_or_default()
             }
             Err(_) if stop.is_cancelled() => return,
@@ -291,7 +296,8 @@ pub async fn watch(
                     "watch_error",
                     format!("listing EndpointSlices of {service}: {}", api_error(&e).1),
                 )]);
-                pause(&stop).await;
+                failures += 1;
+                pause(&stop, failures).await;
                 continue;
             }
         };
@@ -314,7 +320,8 @@ pub async fn watch(
                         "watch_error",
                         format!("watching EndpointSlices of {service}: {}", api_error(&e).1),
                     )]);
-                    pause(&stop).await;
+                    failures += 1;
+                    pause(&stop, failures).await;
                     break;
                 }
             };
@@ -350,9 +357,12 @@ pub async fn watch(
     }
 }
 
-async fn pause(stop: &CancellationToken) {
+async fn pause(stop: &CancellationToken, failures: u32) {
+    let wait = RETRY
+        .saturating_mul(1 << failures.min(6).saturating_sub(1))
+        .min(RETRY_MAX);
     tokio::select! {
-        _ = tokio::time::sleep(RETRY) => {}
+        _ = tokio::time::sleep(wait) => {}
         _ = stop.cancelled() => {}
     }
 }
