@@ -28,6 +28,9 @@ pub(super) fn declared(f: &FaultPlan, env: &Env) -> Vec<Arc<Replica>> {
         return named;
     }
     let nodes: Vec<String> = named.iter().filter_map(|r| node_of(r)).collect();
+    if nodes.is_empty() {
+        return named;
+    }
     env.registry
         .replicas
         .iter()

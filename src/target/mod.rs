@@ -1,6 +1,6 @@
 //! What is qualified: the embedded cluster haq starts ([`sim`]), the deployment it
-//! reaches ([`url`]) or the pods of a Kubernetes cluster ([`kube`]), with haq's proxy in front of each replica where it can be; the
-//! registry of the replicas and their processes ([`registry`], [`procs`]), the way
+//! reaches ([`url`]) or the pods of a Kubernetes cluster ([`kube`]), with haq's proxy
+//! in front of each replica where it can be; the registry of the replicas and their processes ([`registry`], [`procs`]), the way
 //! the target starts a replacement ([`replace`]) and the watch of the replicas' own
 //! readiness ([`readiness`]).
 //!
