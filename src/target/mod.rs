@@ -1,8 +1,8 @@
 //! What is qualified: the embedded cluster haq starts ([`sim`]), the deployment it
 //! reaches ([`url`]) or the pods of a Kubernetes cluster ([`kube`]), with haq's proxy
-//! in front of each replica where it can be; the registry of the replicas and their processes ([`registry`], [`procs`]), the way
-//! the target starts a replacement ([`replace`]) and the watch of the replicas' own
-//! readiness ([`readiness`]).
+//! in front of each replica where it can be; the registry of the replicas and their
+//! processes ([`registry`], [`procs`]), the way the target starts a replacement
+//! ([`replace`]) and the watch of the replicas' own readiness ([`readiness`]).
 //!
 //! The seam for a new kind of target (docs/architecture.md): a [`Kind`] arm for what
 //! it must stop at the end, a [`registry::Respawn`] arm for its replacements, and its

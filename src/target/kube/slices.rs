@@ -325,35 +325,65 @@ pub async fn watch(
                     break;
                 }
             };
-            let mut events = std::pin::pin!(events);
-            let expired = loop {
-                let ev = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    ev = events.next() => ev,
-                };
-                let applied = match ev {
-                    None => break false,
-                    Some(Ok(WatchEvent::Added(s) | WatchEvent::Modified(s))) => {
-                        version = s.metadata.resource_version.clone().unwrap_or(version);
-                        Applied::Upsert(s)
-                    }
-                    Some(Ok(WatchEvent::Deleted(s))) => {
-                        version = s.metadata.resource_version.clone().unwrap_or(version);
-                        Applied::Delete(s)
-                    }
-                    Some(Ok(WatchEvent::Bookmark(b))) => {
-                        version = b.metadata.resource_version;
-                        continue;
-                    }
-                    Some(Ok(WatchEvent::Error(e))) if e.code == 410 => break true,
-                    Some(Ok(WatchEvent::Error(_)) | Err(_)) => break true,
-                };
-                emit(replicas.observe(state.apply(applied)));
+            let Some(expired) = follow(
+                events,
+                &mut version,
+                &mut state,
+                &mut replicas,
+                &emit,
+                &stop,
+            )
+            .await
+            else {
+                return;
             };
             if expired {
                 break;
             }
         }
+    }
+}
+
+type Emit<'a> = dyn Fn(Vec<(Option<String>, &'static str, String)>) + Sync + 'a;
+
+/// Applies one watch stream's events until it ends (`Some(false)`: watch again from
+/// `version`), expires or fails (`Some(true)`: list again), or `stop` (`None`).
+async fn follow(
+    events: impl futures_util::Stream<Item = Result<WatchEvent<EndpointSlice>, kube::Error>> + Send,
+    version: &mut String,
+    state: &mut SliceState,
+    replicas: &mut Replicas,
+    emit: &Emit<'_>,
+    stop: &CancellationToken,
+) -> Option<bool> {
+    let mut events = std::pin::pin!(events);
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => return None,
+            ev = events.next() => ev,
+        };
+        let applied = match ev {
+            None => return Some(false),
+            Some(Ok(WatchEvent::Added(s) | WatchEvent::Modified(s))) => {
+                if let Some(v) = &s.metadata.resource_version {
+                    version.clone_from(v);
+                }
+                Applied::Upsert(s)
+            }
+            Some(Ok(WatchEvent::Deleted(s))) => {
+                if let Some(v) = &s.metadata.resource_version {
+                    version.clone_from(v);
+                }
+                Applied::Delete(s)
+            }
+            Some(Ok(WatchEvent::Bookmark(b))) => {
+                *version = b.metadata.resource_version;
+                continue;
+            }
+            // A 410 (expired) or any other error: list again.
+            Some(Ok(WatchEvent::Error(_)) | Err(_)) => return Some(true),
+        };
+        emit(replicas.observe(state.apply(applied)));
     }
 }
 
