@@ -84,6 +84,10 @@ pub struct RunArgs {
     /// No progress output (the verdict table is still printed).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print every Kubernetes API call the run would make (method, path, body) and
+    /// make none (a `kind: kubernetes` target).
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub overrides: Overrides,
 }

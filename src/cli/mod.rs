@@ -122,6 +122,9 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
             return Exit::Unusable;
         }
     };
+    if a.dry_run {
+        return dry_run(&plan);
+    }
     let opts = RunOptions {
         out: a.out,
         reports_dir: a.reports_dir,
@@ -149,6 +152,25 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         }
         Err(e) => {
             eprintln!("error: the run failed: {e:#}");
+            Exit::Unusable
+        }
+    }
+}
+
+/// `haq run --dry-run`: the Kubernetes API calls of the run, none made.
+fn dry_run(plan: &crate::plan::Plan) -> Exit {
+    use crate::plan::kubernetes::{ContextSource, check_context};
+    let Some(k) = plan.scenario.target.kubernetes.as_ref() else {
+        eprintln!("error: --dry-run lists the Kubernetes API calls of a `kind: kubernetes` target");
+        return Exit::Unusable;
+    };
+    match check_context(k, &ContextSource::read()) {
+        Ok(context) => {
+            print!("{}", crate::target::kube::dryrun::render(plan, &context));
+            Exit::Pass
+        }
+        Err(i) => {
+            eprintln!("error: `{}`: {}", i.field, i.reason);
             Exit::Unusable
         }
     }

@@ -7,6 +7,7 @@ pub mod capacity;
 mod checks;
 pub mod faults;
 pub mod inputs;
+pub mod kubernetes;
 mod phase;
 pub mod rate;
 mod types;
@@ -43,6 +44,12 @@ pub fn load_str(
 fn resolve(parsed: Parsed) -> Result<Plan, ScenarioError> {
     let Parsed { scenario, place } = parsed;
     let mut plan = validate(scenario).map_err(|i| place.error(&i.field, i.value, i.reason))?;
+    // The context a kubernetes target acts in, inside its allow-list (the kubeconfig
+    // is read, no network).
+    if let Some(k) = &plan.scenario.target.kubernetes {
+        kubernetes::check_context(k, &kubernetes::ContextSource::read())
+            .map_err(|i| place.error(&i.field, i.value, i.reason))?;
+    }
     let inputs =
         inputs::load(&plan.scenario).map_err(|e| place.error(&e.field, Some(e.value), e.reason))?;
     if let Some(r) = &inputs.replay {

@@ -223,7 +223,14 @@ fn validate_client(c: &ClientCfg) -> Result<(), Issue> {
 
 fn validate_target(t: &Target) -> Result<(), Issue> {
     validate_headers(&t.headers)?;
+    if t.kind != TargetKind::Kubernetes && t.kubernetes.is_some() {
+        return Err(Issue::missing(
+            "target.kubernetes",
+            "is only used with `kind: kubernetes`",
+        ));
+    }
     match t.kind {
+        TargetKind::Kubernetes => super::kubernetes::validate(t),
         TargetKind::Sim => {
             if let Some(u) = &t.url {
                 return Err(Issue::new(

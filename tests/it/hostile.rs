@@ -256,6 +256,10 @@ fn haq_run_blocking(
         .arg(&dir)
         .arg(&file)
         .env("HAQ_NICE", "off")
+        // What is measured is haq's own holding of a response, not how many malloc
+        // arenas glibc opens for threads that contend on a loaded 2-core machine (one
+        // full-suite run peaked past 64 MiB that way; alone it is ~44 MiB, debug).
+        .env("MALLOC_ARENA_MAX", "2")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     if let Some(n) = nofile {

@@ -10,6 +10,7 @@ mod fuzz;
 mod gateway;
 mod hostile;
 mod interrupt;
+mod kube;
 mod layers;
 mod load;
 mod m9;

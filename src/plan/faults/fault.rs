@@ -43,6 +43,7 @@ pub(super) fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> 
         bytes_per_s: f.bytes_per_s,
         restart: f.restart.clone(),
         command: f.command.clone(),
+        exec: f.exec.clone(),
         verify: f.verify,
     })
 }

@@ -30,6 +30,7 @@ pub(super) fn params(field: &str, f: &Fault, action: FaultAction) -> Result<(), 
         ));
     }
     proxy_params(field, f, action)?;
+    exec_param(field, f)?;
     match (f.backend, &f.command) {
         (FaultBackend::Command, None) => Err(Issue::missing(
             format!("{field}.command"),
@@ -39,6 +40,26 @@ pub(super) fn params(field: &str, f: &Fault, action: FaultAction) -> Result<(), 
         (_, Some(_)) => Err(Issue::missing(
             format!("{field}.command"),
             "is only for `backend: command`",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `exec` exactly for the kubernetes backend's process and gpu kills.
+fn exec_param(field: &str, f: &Fault) -> Result<(), Issue> {
+    use crate::scenario::FailureDomain as D;
+    let wants = f.backend == FaultBackend::Kubernetes && matches!(f.domain, D::Process | D::Gpu);
+    match (&f.exec, wants) {
+        (None, true) => Err(Issue::missing(
+            format!("{field}.exec"),
+            "is required: the command that kills the engine inside its container, e.g. [pkill, -KILL, -f, llama-server] (a container's PID 1 ignores SIGKILL from inside it)",
+        )),
+        (Some(c), true) if c.is_empty() || c[0].trim().is_empty() => {
+            Err(Issue::missing(format!("{field}.exec"), "is empty"))
+        }
+        (Some(_), false) => Err(Issue::missing(
+            format!("{field}.exec"),
+            "is only for `backend: kubernetes` faults of domain `process` or `gpu`",
         )),
         _ => Ok(()),
     }
@@ -128,6 +149,12 @@ pub(super) fn restart(
     }
     if cx.sim() {
         return Ok(());
+    }
+    if cx.kube() {
+        return Err(Issue::missing(
+            format!("{field}.restart"),
+            "a kubernetes target's controller replaces the pod itself; following its new pod is not supported yet (docs/kubernetes.md)",
+        ));
     }
     for name in replicas {
         let declared = cx

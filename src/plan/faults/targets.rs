@@ -31,7 +31,9 @@ pub(super) fn targets(
                     format!("no such replica (the target has {})", cx.names()),
                 ));
             }
-            if f.domain == FailureDomain::Node {
+            // A pod's node is discovered: a kubernetes node fault names a replica and
+            // hits the node it runs on.
+            if f.domain == FailureDomain::Node && !cx.kube() {
                 return Err(Issue::missing(
                     format!("{field}.target.node"),
                     "is required for domain `node` (a node fault removes every replica of the node)",
@@ -39,6 +41,11 @@ pub(super) fn targets(
             }
             Ok((vec![r.clone()], None))
         }
+        (None, Some(n)) if cx.kube() => Err(Issue::new(
+            format!("{field}.target.node"),
+            n,
+            "a pod's node is discovered at the start: name a replica (`target.replica`), and the node fault hits the node it runs on",
+        )),
         (None, Some(n)) => {
             let on: Vec<String> = cx
                 .decls
@@ -80,6 +87,14 @@ pub(super) fn reachable(
         return Ok(());
     };
     match backend {
+        FaultBackend::Kubernetes if !cx.kube() => Err(Issue::missing(
+            format!("{field}.backend"),
+            "the kubernetes backend acts on the pods of a `kind: kubernetes` target",
+        )),
+        FaultBackend::Process if cx.kube() => Err(Issue::missing(
+            format!("{field}.backend"),
+            "the pods of a kubernetes target are faulted through the API: use `backend: kubernetes`",
+        )),
         FaultBackend::Process if !cx.sim() && d.process.is_none() => Err(Issue::missing(
             format!("{field}.backend"),
             format!(

@@ -64,6 +64,9 @@ pub struct FaultPlan {
     pub bytes_per_s: Option<u64>,
     pub restart: Option<Restart>,
     pub command: Option<CommandSpec>,
+    /// `kubernetes` backend, `process` / `gpu`: the kill command exec'd in the pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec: Option<Vec<String>>,
     pub verify: bool,
 }
 

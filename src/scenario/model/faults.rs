@@ -77,6 +77,9 @@ pub enum FaultBackend {
     Proxy,
     /// Your own shell commands (inject / verify / heal) with haq's context in env vars.
     Command,
+    /// The Kubernetes API (`kind: kubernetes` targets): delete or evict pods, cordon
+    /// nodes, isolate pods with a NetworkPolicy, exec a kill in the engine's container.
+    Kubernetes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -148,6 +151,7 @@ impl FaultBackend {
             FaultBackend::Process => "process",
             FaultBackend::Proxy => "proxy",
             FaultBackend::Command => "command",
+            FaultBackend::Kubernetes => "kubernetes",
         }
     }
 }
@@ -242,6 +246,13 @@ pub struct Fault {
     /// `command` backend: the commands to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandSpec>,
+    /// `kubernetes` backend, domain `process` or `gpu`: the command exec'd in the
+    /// engine's container to kill the engine (one GPU's engine, or the whole TP
+    /// group), e.g. `[pkill, -KILL, -f, llama-server]`. A container's PID 1 ignores a
+    /// SIGKILL sent from inside its own PID namespace: kill a child of it, or share
+    /// the pod's process namespace (docs/kubernetes.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<Vec<String>>,
     /// Check that the fault took effect (default true). Unverified faults make
     /// Failure-Domain fail.
     #[serde(default = "yes")]
@@ -382,7 +393,8 @@ fn default_ready_timeout() -> Dur {
 
 /// `command` backend. Each runs with `sh -c` and these variables: `HAQ_FAULT`,
 /// `HAQ_DOMAIN`, `HAQ_REPLICA`, `HAQ_NODE`, `HAQ_PID`, `HAQ_UPSTREAM`, `HAQ_LISTEN`,
-/// `HAQ_PROBE_ID`, `HAQ_RUN_DIR`, `HAQ_SEED`, `HAQ_T_US` (trace time).
+/// `HAQ_PROBE_ID`, `HAQ_RUN_DIR`, `HAQ_SEED`, `HAQ_T_US` (trace time); for a kubernetes
+/// replica also `HAQ_POD`, `HAQ_NAMESPACE`, `HAQ_CONTAINER`, `HAQ_KUBE_CONTEXT`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandSpec {
