@@ -18,11 +18,13 @@ pub mod http;
 mod probe;
 mod replica;
 mod rules;
+mod watch;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -86,6 +88,14 @@ impl ProxySet {
             });
             replicas.push(p);
         }
+        let watched = replicas
+            .iter()
+            .map(|p| watch::Watched {
+                listen: p.listen,
+                replica: p.name.clone(),
+            })
+            .collect();
+        watch::start(&rt, watched, trace, *clock, stop.clone());
         Ok(ProxySet {
             replicas,
             board,
@@ -145,8 +155,9 @@ const REVIVE_POLL: Duration = Duration::from_millis(20);
 
 /// Accepts while the replica lives. When it is found dead (its address refuses
 /// connections), the listener is closed, so the gateway meets a refused connection as
-/// it would without haq in between (M4: dead is not cut off); it is reopened, on the
-/// same port, once the replica's address accepts connections again.
+/// it would without haq in between (M4: dead is not cut off) — each refusal seen by
+/// [`watch`]; it is reopened, on the same port, once the replica's address accepts
+/// connections again.
 async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationToken) {
     let mut l = Some(l);
     loop {
@@ -156,11 +167,14 @@ async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationTok
                 _ = tokio::time::sleep(REVIVE_POLL) => {}
                 _ = stop.cancelled() => return,
             }
-            if upstream_alive(&p).await == Some(true)
+            if p.may_reopen()
+                && upstream_alive(&p).await == Some(true)
                 && let Ok(nl) = TcpListener::bind(p.listen).await
             {
+                // A death noticed while closed is no reason to close the new listener.
+                let _ = p.dead.notified().now_or_never();
                 l = Some(nl);
-                p.listening.send_replace(true);
+                p.set_listening(true);
             }
             continue;
         };
@@ -168,7 +182,7 @@ async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationTok
             a = listener.accept() => a,
             _ = p.dead.notified() => {
                 drop(listener);
-                p.listening.send_replace(false);
+                p.set_listening(false);
                 continue;
             }
             _ = stop.cancelled() => return,

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::probe::lock;
 use super::*;
-use crate::trace::{Event, ProxyEndKind};
+use crate::trace::{Event, ProxyEndKind, RefusedHow};
 
 /// An upstream that answers every POST with `n` SSE events `gap` apart (one chunk
 /// each), then `[DONE]`. `kill` makes every connection drop at once (a crash).
@@ -461,30 +461,71 @@ async fn queued_and_prefill_points_hold_before_the_engine_and_before_the_first_b
     );
 }
 
+/// A replica that died without haq knowing: the first connection is accepted (the
+/// listener was open), the proxy's own connect is refused, and the gateway's
+/// connection is reset before a byte of it is read — recorded as a connect attempt to
+/// the dead endpoint. From then on the listener is closed: the next connect is refused
+/// by the kernel (ECONNREFUSED, exactly as without haq) and recorded all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_to_a_dead_replica_is_attributed_then_reset() {
+async fn connects_to_a_dead_replica_are_refused_and_recorded() {
     let dead = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = dead.local_addr().expect("addr");
     drop(dead);
     let mut fx = Fixture::new(Some(addr.to_string())).await;
-    let mut s = client(fx.p(), "r9").await;
-    let (got, end) = read_for(&mut s, LONG, "").await;
-    assert_eq!(got, "");
-    assert!(
-        matches!(end, Some(Err(ref e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
-        "{end:?}"
-    );
+    let p = fx.p().clone();
+    // The reset often comes before the connect has even completed on this side (a
+    // gateway then sees its connect fail, as a refusal would have made it).
+    let c = tokio::net::TcpSocket::new_v4().expect("socket");
+    c.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let first = c.local_addr().expect("addr").to_string();
+    match c.connect(p.listen).await {
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+        Ok(mut s) => {
+            let _ = s.write_all(request("r9").as_bytes()).await;
+            let (got, end) = read_for(&mut s, LONG, "").await;
+            assert_eq!(got, "");
+            assert!(
+                matches!(end, Some(Err(ref e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
+                "{end:?}"
+            );
+        }
+    }
+    let deadline = Instant::now() + LONG;
+    while p.is_listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let c = tokio::net::TcpSocket::new_v4().expect("socket");
+        c.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        refused.push(c.local_addr().expect("addr").to_string());
+        let e = c.connect(p.listen).await.expect_err("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let evs = fx.events();
-    assert!(
-        evs.iter()
-            .any(|e| matches!(e, Event::ProxyRequest { id: Some(i), .. } if i == "r9"))
-    );
+    let watching = evs.iter().find_map(|e| match e {
+        Event::ProxyWatch { watching, .. } => Some(*watching),
+        _ => None,
+    });
+    assert_eq!(watching, Some(true), "run as root (CAP_NET_RAW): {evs:?}");
+    let attempts: Vec<(String, RefusedHow)> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::ProxyRefused {
+                replica, peer, how, ..
+            } if replica == "w1" => Some((peer.clone(), *how)),
+            _ => None,
+        })
+        .collect();
+    let mut want = vec![(first, RefusedHow::Reset)];
+    want.extend(refused.into_iter().map(|a| (a, RefusedHow::Refused)));
+    assert_eq!(attempts, want, "{evs:?}");
+    // Nothing of the request was read: no exchange was begun.
+    assert!(!evs.iter().any(|e| matches!(e, Event::ProxyRequest { .. })));
     assert!(evs.iter().any(|e| matches!(
         e,
-        Event::ProxyEnd {
-            end: ProxyEndKind::UpstreamRefused,
-            ..
-        }
+        Event::ProxyListener { open: false, replica, .. } if replica == "w1"
     )));
 }
 

@@ -204,6 +204,9 @@ impl Folder {
             | Event::Exited { .. }
             | Event::ProxyRequest { .. }
             | Event::ProxyEnd { .. }
+            | Event::ProxyRefused { .. }
+            | Event::ProxyWatch { .. }
+            | Event::ProxyListener { .. }
             | Event::Warmed { .. }
             | Event::TraceStats { .. } => {}
         }
