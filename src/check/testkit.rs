@@ -129,6 +129,8 @@ pub struct Tb {
     pub journal: Option<Vec<Stamped<GatewayEntry>>>,
     /// Responses carry the `x-haq-worker` attribution header.
     pub headers: bool,
+    /// haq's proxy records each request routed to a worker (`proxy_request`).
+    pub proxy: bool,
     n: usize,
 }
 
@@ -166,6 +168,7 @@ impl Tb {
             ],
             journal: Some(Vec::new()),
             headers: true,
+            proxy: false,
             n: 0,
         }
     }
@@ -174,6 +177,73 @@ impl Tb {
     pub fn without_journal(mut self) -> Self {
         self.journal = None;
         self
+    }
+
+    /// haq's proxy in front of every replica (a `url` target with `listen`): no
+    /// journal, no attribution header; its watch of refused connects on or off.
+    pub fn behind_proxies(mut self, watching: bool) -> Self {
+        self.journal = None;
+        self.headers = false;
+        self.proxy = true;
+        if let Some(Event::Target { replicas, .. }) = self.events.get_mut(1) {
+            for (i, r) in replicas.iter_mut().enumerate() {
+                r.proxy = Some(format!("127.0.0.1:{}", 9101 + i));
+            }
+        }
+        let detail = if watching {
+            "refusals seen (packet socket on lo)"
+        } else {
+            "cannot be seen: packet socket: Operation not permitted (it needs CAP_NET_RAW)"
+        };
+        self.ev(Event::ProxyWatch {
+            t: us(0.4),
+            watching,
+            detail: detail.into(),
+        });
+        self
+    }
+
+    /// A connect to `replica`'s closed proxy listener, refused by the kernel.
+    pub fn refused(&mut self, t: f64, replica: &str) -> &mut Self {
+        self.ev(Event::ProxyRefused {
+            t: us(t),
+            replica: replica.into(),
+            peer: format!("127.0.0.1:{}", 40000 + self.events.len()),
+            how: crate::trace::RefusedHow::Refused,
+        })
+    }
+
+    /// haq's proxy closed (the replica refuses connections) or reopened its listener.
+    pub fn listener(&mut self, t: f64, replica: &str, open: bool) -> &mut Self {
+        self.ev(Event::ProxyListener {
+            t: us(t),
+            replica: replica.into(),
+            open,
+        })
+    }
+
+    /// A request the gateway answered with an error status and body, before any output.
+    pub fn answered(
+        &mut self,
+        id: &str,
+        phase: &str,
+        t: f64,
+        status: u16,
+        body: &str,
+    ) -> &mut Self {
+        let t0 = us(t);
+        self.ev(event(
+            json!({"ev": "request", "t": t0, "id": id, "class": "chat",
+            "phase": phase, "intended": t0, "prompt_tokens": 100, "max_tokens": 10,
+            "protected": true}),
+        ));
+        self.ev(event(
+            json!({"ev": "response", "t": t0 + 2000, "id": id, "status": status}),
+        ));
+        self.ev(event(json!({"ev": "end", "t": t0 + 3000, "id": id,
+            "outcome": if status == 503 { "rejected" } else { "http_error" },
+            "detail": format!("HTTP {status}: {body}"), "tokens": 0, "done": false,
+            "status": status})))
     }
 
     /// The phases of a plan, back to back from 1 s.
@@ -315,6 +385,17 @@ impl Tb {
                     delivered: r.tokens,
                 },
             );
+        }
+        if let Some(w) = r.worker.filter(|_| self.proxy) {
+            self.ev(Event::ProxyRequest {
+                t: t0 + 100,
+                replica: w.into(),
+                conn: 1,
+                id: Some(r.id.clone()),
+                attempt: None,
+                method: "POST".into(),
+                path: "/v1/chat/completions".into(),
+            });
         }
         let first = t0 + us(r.ttft_ms / 1000.0);
         let worker = r.worker.filter(|_| self.headers);

@@ -11,6 +11,7 @@ mod layers;
 mod load;
 mod m9;
 mod report;
+mod routing;
 mod run;
 mod simkit;
 mod support;

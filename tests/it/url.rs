@@ -18,12 +18,12 @@ use crate::support::{events, haq_bin, plan_text, run, scratch, verdict};
 
 /// A port nobody listens on right now (for a proxy listen address the gateway must
 /// know before haq starts).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }
 
-fn host_port(url: &str) -> String {
+pub fn host_port(url: &str) -> String {
     url.trim_start_matches("http://").to_string()
 }
 

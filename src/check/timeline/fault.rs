@@ -24,11 +24,13 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
     }
     let sources = routing_sources(ev);
     let removes = facts::removes_endpoint(f);
-    let removal = (removes && !sources.is_empty()).then(|| {
-        let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-        let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-        removal(ev, f, sources, back, heal)
-    });
+    let removal = removes
+        .then(|| {
+            let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+            let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+            removal(ev, f, sources, back, heal)
+        })
+        .flatten();
     FaultTimeline {
         fault: f.name.clone(),
         replica: f.replica.clone(),

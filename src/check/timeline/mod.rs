@@ -8,6 +8,7 @@
 //! traffic removal in `detection`; the way back in `replacement` and
 //! `full_recovery`; one fault's stages in `fault`; the rows people read in `entries`.
 
+mod dead;
 mod detection;
 mod entries;
 mod fault;
@@ -19,8 +20,8 @@ mod types;
 pub use full_recovery::envelope_restored;
 pub use routed::{routed_to, routing_sources};
 pub use types::{
-    BACKEND, Entry, FaultTimeline, HEADER, InFlight, JOURNAL, Mark, PROXY, Removal, Replacement,
-    Timeline, ms,
+    BACKEND, CLIENT, Entry, FaultTimeline, HEADER, InFlight, JOURNAL, Mark, PROXY, Removal,
+    Replacement, Timeline, ms,
 };
 
 use crate::check::facts::Evidence;
@@ -154,7 +155,8 @@ mod tests {
         assert_eq!((d.t, d.source.as_str()), (us(13.2), "health checker"));
         // Removal comes from the attribution headers, and says so.
         let r = f.removal.as_ref().expect("removal");
-        assert_eq!(r.sources, [HEADER]);
+        // (With no journal and no proxy, the gateway's error answers are read too.)
+        assert_eq!(r.sources, [HEADER, CLIENT]);
         let e = j
             .timeline
             .entries
