@@ -10,6 +10,7 @@ mod gateway;
 mod layers;
 mod load;
 mod m9;
+mod nginx;
 mod report;
 mod routing;
 mod run;

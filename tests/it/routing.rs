@@ -53,8 +53,8 @@ impl Bed {
     }
 
     /// The scenario: the gateway at `gw`, replicas a and b (with haq's proxy when
-    /// `proxy`), b SIGKILLed 500 ms into the fault phase, constant arrivals at `rate`.
-    pub fn scenario(&self, gw: &str, proxy: bool, rate: &str, extra: &str) -> String {
+    /// `proxy`), b SIGKILLed `offset` into the fault phase, constant arrivals at `rate`.
+    pub fn scenario(&self, gw: &str, proxy: bool, rate: &str, offset: &str, extra: &str) -> String {
         let listen = |i: usize| {
             if proxy {
                 format!(", listen: 127.0.0.1:{}", self.listens[i])
@@ -82,7 +82,7 @@ phases:
   - {{name: baseline, duration: 2s}}
   - {{name: fault, duration: 5s}}
 faults:
-  - {{name: kill-b, domain: worker, action: kill, target: {{replica: b}}, at: {{phase: fault, offset: 500ms}}}}
+  - {{name: kill-b, domain: worker, action: kill, target: {{replica: b}}, at: {{phase: fault, offset: {offset}}}}}
 {extra}"#,
             ua = host_port(self.a.url()),
             ub = host_port(self.b.url()),
@@ -213,6 +213,7 @@ async fn gateways_that_keep_routing_to_a_dead_replica_fail_routing_from_the_refu
             &url,
             true,
             "6/s",
+            "500ms",
             "criteria: {routing: {traffic_removal_max: 2s}}\n",
         );
         let r = run(plan_text(&text, &[]), "routing-keeps").await;
@@ -252,6 +253,7 @@ async fn a_gateway_that_takes_the_dead_replica_out_passes_though_its_health_chec
         &g.url,
         true,
         "6/s",
+        "500ms",
         "criteria: {routing: {traffic_removal_max: 2s}}\n",
     );
     let r = run(plan_text(&text, &[]), "routing-removes").await;
