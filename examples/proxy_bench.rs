@@ -84,11 +84,29 @@ async fn upstream(events: u32, gap: Duration) -> std::net::SocketAddr {
     addr
 }
 
+/// A chat request body as haq sends it: a prompt of `BODY_WORDS` words and the
+/// per-request marker in the `user` field (what the proxy reads to attribute it).
+fn body_of(id: usize) -> String {
+    let words = [
+        "the", "cluster", "serves", "tokens", "while", "a", "replica", "fails",
+    ];
+    let prompt: Vec<&str> = (0..BODY_WORDS).map(|i| words[i % words.len()]).collect();
+    format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}],"max_tokens":200,"stream":true,"user":"haq-{BENCH_TOKEN}-r{id:06}"}}"#,
+        prompt.join(" ")
+    )
+}
+
+/// Words of each request's prompt (about 7 bytes each: a 1,000-token prompt).
+const BODY_WORDS: usize = 1000;
+/// The run token of the bench's markers.
+const BENCH_TOKEN: &str = "0be4c100";
+
 /// One stream: returns the receive lag (ns) of each event.
 async fn stream(addr: std::net::SocketAddr, id: usize) -> Vec<u64> {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     let _ = s.set_nodelay(true);
-    let body = "{}";
+    let body = body_of(id);
     let req = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: b\r\nx-request-id: r{id}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
@@ -153,6 +171,33 @@ async fn run(label: &str, addr: std::net::SocketAddr, streams: usize) -> (f64, u
     (cpu, lags.len())
 }
 
+/// What reading the marker costs per request: the scan over one body, alone.
+fn scan_cost() {
+    let Some(token) = haq::wire::marker::RunToken::parse(BENCH_TOKEN) else {
+        return;
+    };
+    let bodies: Vec<String> = (0..1000).map(body_of).collect();
+    let t = Instant::now();
+    let mut found = 0;
+    for _ in 0..20 {
+        for b in &bodies {
+            let mut s = haq::wire::marker::MarkerScan::new(token);
+            // In the pieces a 4 KiB read gives.
+            for part in b.as_bytes().chunks(4096) {
+                s.feed(part);
+            }
+            s.end();
+            found += usize::from(s.found().is_some());
+        }
+    }
+    let per = t.elapsed().as_secs_f64() / 20_000.0;
+    println!(
+        "marker scan: {:.2} µs per {}-byte body ({found} of 20000 found)",
+        per * 1e6,
+        bodies[0].len()
+    );
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -175,6 +220,10 @@ async fn main() {
     )
     .await
     .expect("proxy");
+    // Bodies are scanned for this run's markers, as in `haq run`.
+    if let Some(t) = haq::wire::marker::RunToken::parse(BENCH_TOKEN) {
+        proxies.board().set_run_token(t);
+    }
     let via = proxies.replicas[0].listen;
     let _ = run("warm-up", up, streams / 4 + 1).await;
     let (c1, n1) = run("direct", up, streams).await;
@@ -183,6 +232,7 @@ async fn main() {
         "proxy CPU ≈ {:.2} µs per event",
         (c2 / n2.max(1) as f64 - c1 / n1.max(1) as f64) * 1e6
     );
+    scan_cost();
     drop(proxies);
     drop(tw);
     let _ = th.finish();

@@ -88,12 +88,7 @@ fn a_stored_trace_judges_in_place_as_its_events_judge() {
             // A gateway journal makes the fold merge in time: the event path.
             let mut tb = Tb::new();
             tb.steady("baseline", 1.0, 3.0, 10.0, testkit::rr(&["w1", "w2"]));
-            let lines: Vec<String> = tb
-                .journal
-                .iter()
-                .flatten()
-                .map(|s| serde_json::to_string(s).expect("journal line"))
-                .collect();
+            let lines = tb.journal_lines();
             std::fs::write(dir.join(evidence::GATEWAY_FILE), lines.join("\n") + "\n")
                 .expect("journal");
         }

@@ -14,7 +14,7 @@ use super::fate::{self, Stage};
 use super::history::{FaultRec, RequestRecord};
 use crate::plan::Plan;
 use crate::scenario::{FailureDomain, FaultAction, PhaseKind};
-use crate::trace::{Edge, Event, Outcome, RefusedHow, ReplacementStage, ReplicaInfo};
+use crate::trace::{Edge, Event, Outcome, ProxyEndKind, RefusedHow, ReplacementStage, ReplicaInfo};
 use crate::wire::journal::GatewayEntry;
 
 /// What the run kept of one finished request.
@@ -32,6 +32,9 @@ pub struct Req {
     pub head: Option<u64>,
     /// Replica named by the attribution header (`x-haq-worker`).
     pub worker: Option<String>,
+    /// The replica haq's proxy saw serve it: its last upstream request that completed,
+    /// else the last that sent output, else the last (attributed by marker or header).
+    pub proxy_worker: Option<String>,
     pub attempt: Option<u32>,
     pub retry_after: Option<String>,
     pub first_delta: Option<u64>,
@@ -66,6 +69,7 @@ impl Req {
             status: r.status,
             head: r.response_t,
             worker: r.worker.clone(),
+            proxy_worker: served_by(r),
             attempt: r.attempt_number(),
             retry_after: None,
             first_delta: r.first_delta_t(),
@@ -97,13 +101,28 @@ impl Req {
         self.outcome == Outcome::Completed && self.deltas > 0 && self.finish.is_none()
     }
 
-    /// Failed (not completed, not rejected, not stopped by haq).
+    /// Failed (not completed, not rejected, not stopped by haq, not left by the client
+    /// on purpose).
     pub fn failed(&self) -> bool {
         !matches!(
             self.outcome,
-            Outcome::Completed | Outcome::Rejected | Outcome::Cancelled
+            Outcome::Completed
+                | Outcome::Rejected
+                | Outcome::Cancelled
+                | Outcome::Abandoned
+                | Outcome::Interrupted
         )
     }
+}
+
+/// The replica haq's proxy saw serve `r` (see [`Req::proxy_worker`]).
+fn served_by(r: &RequestRecord) -> Option<String> {
+    let legs = || r.proxy.iter().rev();
+    legs()
+        .find(|l| matches!(l.end, Some((_, crate::trace::ProxyEndKind::Completed))))
+        .or_else(|| legs().find(|l| l.first_event.is_some()))
+        .or_else(|| r.proxy.last())
+        .map(|l| l.replica.clone())
 }
 
 fn short(s: &str) -> String {
@@ -153,12 +172,27 @@ pub struct Replaced {
     pub detail: Option<String>,
 }
 
-/// A request haq's proxy forwarded to a replica (Routing attribution).
+/// A request haq's proxy forwarded to a replica (Routing attribution), and how the
+/// exchange ended there.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Proxied {
     pub t: u64,
     pub replica: String,
     pub id: Option<String>,
+    /// The connection on that replica's proxy.
+    pub conn: u64,
+    /// The replica's response status, once its `proxy_end` was read.
+    pub status: Option<u16>,
+    /// When and how the exchange ended at the proxy.
+    pub end: Option<(u64, ProxyEndKind)>,
+}
+
+impl Proxied {
+    /// The replica answered it in full with a 2xx: it admitted and served the request.
+    pub fn served(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s))
+            && self.end.is_some_and(|e| e.1 == ProxyEndKind::Completed)
+    }
 }
 
 /// A connect attempt to a dead replica's path that haq's proxy saw (`proxy_refused`).
@@ -272,6 +306,8 @@ pub struct EvidenceAcc {
     ev: Evidence,
     retry_after: HashMap<String, String>,
     phase_open: HashMap<String, u64>,
+    /// Proxied exchanges not yet ended: (replica, conn) → index into `ev.proxied`.
+    open_legs: HashMap<(String, u64), usize>,
     /// The run has a gateway journal (its entries arrive through [`Self::gateway`]).
     journal: bool,
     gateway: Vec<GwEntry>,
@@ -286,6 +322,7 @@ impl EvidenceAcc {
             ev: Evidence::default(),
             retry_after: HashMap::new(),
             phase_open: HashMap::new(),
+            open_legs: HashMap::new(),
             journal,
             gateway: Vec::new(),
             ctx: {
@@ -345,12 +382,49 @@ impl EvidenceAcc {
                 pid: *pid,
                 detail: detail.clone(),
             }),
-            Event::ProxyRequest { t, replica, id, .. } => {
+            Event::ProxyRequest { .. }
+            | Event::ProxyEnd { .. }
+            | Event::ProxyRefused { .. }
+            | Event::ProxyWatch { .. }
+            | Event::ProxyListener { .. } => self.see_proxy(e),
+            Event::Observation {
+                t,
+                source,
+                replica,
+                what,
+                detail,
+            } => self.ev.observations.push(Observed {
+                t: *t,
+                source: source.clone(),
+                replica: replica.clone(),
+                what: what.clone(),
+                detail: detail.clone(),
+            }),
+            _ => {}
+        }
+    }
+
+    /// What haq's proxy wrote: its legs, the connects it saw refused, and what it
+    /// could see (its watch, each listener).
+    fn see_proxy(&mut self, e: &Event) {
+        match e {
+            Event::ProxyRequest {
+                t,
+                replica,
+                id,
+                conn,
+                ..
+            } => {
                 self.ev.has_proxy = true;
+                self.open_legs
+                    .insert((replica.clone(), *conn), self.ev.proxied.len());
                 self.ev.proxied.push(Proxied {
                     t: *t,
                     replica: replica.clone(),
                     id: id.clone(),
+                    conn: *conn,
+                    status: None,
+                    end: None,
                 });
             }
             Event::ProxyRefused {
@@ -383,19 +457,20 @@ impl EvidenceAcc {
                 open: *open,
                 detail: String::new(),
             }),
-            Event::Observation {
+            Event::ProxyEnd {
                 t,
-                source,
                 replica,
-                what,
-                detail,
-            } => self.ev.observations.push(Observed {
-                t: *t,
-                source: source.clone(),
-                replica: replica.clone(),
-                what: what.clone(),
-                detail: detail.clone(),
-            }),
+                conn,
+                status,
+                end,
+                ..
+            } => {
+                let open = self.open_legs.remove(&(replica.clone(), *conn));
+                if let Some(p) = open.and_then(|i| self.ev.proxied.get_mut(i)) {
+                    p.status = *status;
+                    p.end = Some((*t, *end));
+                }
+            }
             _ => {}
         }
     }

@@ -17,7 +17,8 @@ pub const NAME: VerdictName = VerdictName::FailureDomain;
 /// Requests served elsewhere after the fault before a silent replica counts as lost.
 const COLLATERAL_MIN_ELSEWHERE: usize = 10;
 
-pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
+/// `interrupted`: a fault the interrupt came before was not applied, not failed.
+pub fn verdict(plan: &Plan, ev: &Evidence, interrupted: bool) -> Verdict {
     if plan.faults.is_empty() && ev.faults.is_empty() {
         return Verdict::new(
             NAME,
@@ -29,7 +30,7 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
     let mut parts: Vec<(Status, String)> = Vec::new();
     let mut evidence = Vec::new();
     for d in &plan.faults {
-        judge_declared(plan, ev, d, &mut parts, &mut evidence);
+        judge_declared(plan, ev, d, interrupted, &mut parts, &mut evidence);
     }
     parts.extend(undeclared(plan, ev));
     for c in collateral(plan, ev) {
@@ -56,6 +57,7 @@ fn judge_declared(
     plan: &Plan,
     ev: &Evidence,
     d: &FaultPlan,
+    interrupted: bool,
     parts: &mut Vec<(Status, String)>,
     evidence: &mut Vec<String>,
 ) {
@@ -102,6 +104,20 @@ fn judge_declared(
             rec.verified,
             rec.detail
         ));
+        if interrupted
+            && !rec.verified
+            && rec.pid.is_none()
+            && rec.detail.starts_with("not applied")
+        {
+            parts.push((
+                Status::Unknown,
+                format!(
+                    "{}: not applied before the run was interrupted ({})",
+                    d.name, rec.detail
+                ),
+            ));
+            continue;
+        }
         parts.push(judge_record(plan, ev, d, &target, rec));
     }
 }
@@ -296,7 +312,7 @@ mod tests {
         let p = plan(&[]);
         let mut tb = standard(&p);
         tb.events.retain(|e| !matches!(e, Event::Fault(_)));
-        tb.fault("kill-w2", "w2", 13.0, false);
+        tb.inject("kill-w2", "w2", us(13.0), false);
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
         assert!(v.summary.contains("verification failed"), "{}", v.summary);
@@ -307,7 +323,7 @@ mod tests {
         let p = plan(&[]);
         let mut tb = standard(&p);
         tb.events.retain(|e| !matches!(e, Event::Fault(_)));
-        tb.fault("kill-w2", "w3", 13.0, true);
+        tb.inject("kill-w2", "w3", us(13.0), true);
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
         assert!(
@@ -340,7 +356,7 @@ mod tests {
     fn collateral_damage_to_an_undeclared_replica_fails() {
         let p = plan(&[]);
         let mut tb = standard(&p);
-        tb.removed(15.0, "w3", "ready check: connection refused");
+        tb.removed(us(15.0), "w3", "ready check: connection refused");
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
         assert!(
@@ -349,7 +365,7 @@ mod tests {
             v.summary
         );
         // A flap that came back is not collateral.
-        tb.ready(16.0, "w3");
+        tb.ready(us(16.0), "w3");
         assert_eq!(pick(&tb.judge(&p), NAME).status, Status::Pass);
     }
 
@@ -359,9 +375,9 @@ mod tests {
         let mut tb = Tb::new().without_journal();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
         assert!(
@@ -402,7 +418,7 @@ mod tests {
             pid: Some(555),
             detail: None,
         });
-        tb.fault("kill-w2-again", "w2", 22.0, true);
+        tb.inject("kill-w2-again", "w2", us(22.0), true);
         for e in &mut tb.events {
             if let Event::Fault(FaultLine { name, pid: p, .. }) = e
                 && name == "kill-w2-again"

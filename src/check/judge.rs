@@ -34,7 +34,7 @@ impl RequestSink for Acc {
                 p.add_measured(r, &m);
             }
             self.series.add(r, &m);
-            self.slip.add(m.slip);
+            self.slip.add(r, &m);
         }
         self.fate.add(r, faults);
         self.run.request(r, &m, faults);
@@ -164,6 +164,13 @@ fn judge_set_up<I: IntoIterator<Item = Event>>(
         mono_ns,
     );
     folder.finish(&mut acc);
+    if folder.proxy.legs > 0 {
+        src.report(
+            "haq's proxy",
+            evidence::SourceState::Used,
+            folder.proxy.describe(),
+        );
+    }
     for (source, e) in read_errors {
         src.report(source, evidence::SourceState::Unreadable, e);
     }
@@ -191,7 +198,7 @@ impl Acc {
             run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
             slo: plan.scenario.slo.clone(),
             series: crate::metrics::SeriesAcc::default(),
-            slip: crate::metrics::SlipAcc::new(&plan.scenario.client),
+            slip: crate::metrics::SlipAcc::new(plan),
         }
     }
 }
@@ -277,9 +284,10 @@ fn judgement(
         fate: &acc.fate,
         sources: &src.reports,
         complete: folder.info.complete,
+        interrupted: folder.info.interrupted,
     });
     let unfinished = folder.unfinished();
-    let client = acc.slip.finish(&plan.scenario.client);
+    let client = super::validity::judge(plan, &acc.slip.finish(), &phases);
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     Judgement {

@@ -40,8 +40,8 @@ pub struct Judgement {
     pub facts: facts::Evidence,
     /// Per second of the run (latencies by dispatch second, from intended time).
     pub seconds: Vec<crate::metrics::SecondStats>,
-    /// The load client's own schedule slip; `valid: false` makes the run INVALID.
-    pub client: crate::metrics::ClientHealth,
+    /// haq's own sends per phase; `valid: false` makes the run INVALID.
+    pub client: super::validity::ClientHealth,
 }
 
 impl Judgement {
@@ -59,21 +59,56 @@ impl Judgement {
         }
     }
 
-    /// The client fell behind its schedule: the measurements are not evidence and the
-    /// run qualifies nothing, whatever the verdicts say.
+    /// haq's own lateness could have changed a verdict: the measurements are not
+    /// evidence and the run qualifies nothing, whatever the verdicts say.
     pub fn invalid(&self) -> bool {
         !self.client.valid
     }
 
-    /// `INVALID` for an invalid run, else the overall status.
-    pub fn result_label(&self) -> &'static str {
+    /// The run's one result, which every renderer prints and the exit code follows:
+    /// INTERRUPTED beats INVALID beats the verdicts' overall status.
+    pub fn result(&self) -> RunResult {
         if self.run.interrupted {
-            // Exit code 3: a partial report, whatever the verdicts of the part say.
-            "INTERRUPTED"
+            // A partial report, whatever the verdicts of the part say.
+            RunResult::Interrupted
         } else if self.invalid() {
-            "INVALID"
+            RunResult::Invalid
         } else {
-            self.overall().as_str()
+            match self.overall() {
+                Status::Pass | Status::NotEvaluated => RunResult::Pass,
+                Status::Fail => RunResult::Fail,
+                Status::Unknown => RunResult::Unknown,
+            }
         }
+    }
+}
+
+/// The result of a run (README: exit codes 0 PASS · 1 FAIL or UNKNOWN · 2 INVALID · 3
+/// INTERRUPTED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RunResult {
+    Pass,
+    Fail,
+    Unknown,
+    Invalid,
+    Interrupted,
+}
+
+impl RunResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunResult::Pass => "PASS",
+            RunResult::Fail => "FAIL",
+            RunResult::Unknown => "UNKNOWN",
+            RunResult::Invalid => "INVALID",
+            RunResult::Interrupted => "INTERRUPTED",
+        }
+    }
+}
+
+impl std::fmt::Display for RunResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

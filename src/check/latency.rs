@@ -83,15 +83,15 @@ mod tests {
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("fault", 11.0, 12.7, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
-        tb.removed(13.05, "w2", "connection failed");
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.removed(us(13.05), "w2", "connection failed");
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
         for k in 0..100 {
             let t = 21.0 + f64::from(k) * 0.1;
             let w = if k % 2 == 0 { "w1" } else { "w3" };
-            tb.req(shape(R::ok(format!("d{k}"), "degraded", t, w)));
+            tb.request(shape(R::ok(format!("d{k}"), "degraded", t, w)));
         }
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         tb.judge(&p)
     }
 
@@ -141,7 +141,7 @@ mod tests {
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("fault", 11.0, 21.0, 10.0, rr(&["w1", "w3"]));
         tb.steady("degraded", 21.0, 21.3, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), "Latency");
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
@@ -161,13 +161,13 @@ mod tests {
         tb.steady("fault", 11.0, 21.0, 1.0, rr(&["w1", "w3"]));
         tb.steady("degraded", 21.0, 31.0, 1.0, rr(&["w1", "w3"]));
         // The probe the fault's trigger held for 3 s at the proxy.
-        tb.req(
+        tb.request(
             R::ok("probe-1", "fault", 12.5, "w2")
                 .ttft(3000.0)
                 .probe("kill-w2"),
         );
-        tb.fault("kill-w2", "w2", 13.0, true);
-        tb.end(32.0);
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.run_end(us(32.0));
         let j = tb.judge(&p);
         let v = pick(&j, "Latency");
         assert_eq!(v.status, Status::Pass, "{v:?}");
@@ -186,9 +186,9 @@ mod tests {
         tb2.steady("baseline", 1.0, 11.0, 1.0, rr(&["w1", "w2", "w3"]));
         tb2.steady("fault", 11.0, 21.0, 1.0, rr(&["w1", "w3"]));
         tb2.steady("degraded", 21.0, 31.0, 1.0, rr(&["w1", "w3"]));
-        tb2.req(R::ok("slow-1", "fault", 12.5, "w2").ttft(3000.0));
-        tb2.fault("kill-w2", "w2", 13.0, true);
-        tb2.end(32.0);
+        tb2.request(R::ok("slow-1", "fault", 12.5, "w2").ttft(3000.0));
+        tb2.inject("kill-w2", "w2", us(13.0), true);
+        tb2.run_end(us(32.0));
         let v = pick(&tb2.judge(&p), "Latency");
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(v.summary.contains("fault: p95 TTFT 3000"), "{}", v.summary);

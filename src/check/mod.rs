@@ -25,12 +25,13 @@ pub mod run;
 #[cfg(test)]
 pub mod testkit;
 pub mod timeline;
+pub mod validity;
 mod verdict;
 pub mod verdicts;
 
 pub use crate::trace::files::SCENARIO_FILE;
 pub use judge::{judge, judge_dir, judge_dir_with, judge_with};
-pub use judgement::Judgement;
+pub use judgement::{Judgement, RunResult};
 pub use verdict::{Status, Verdict, VerdictName, conclude, judged, worst};
 
 /// The eight verdicts of Q13, in report order.

@@ -2,11 +2,14 @@
 //! it sheds load with explicit, fast rejections (429/503), keeps the requests it admits
 //! inside the SLO, and neither cascades into timeouts nor into a retry storm. Rejecting
 //! protected traffic while its own offered rate is within the protected load is a
-//! capacity failure, not load shedding.
+//! capacity failure, not load shedding. The retry storm is counted as upstream
+//! requests per client request sent upstream, from the gateway journal's attempts and,
+//! journal or not, from haq's own proxy (its upstream requests by request id): both
+//! figures against the one bound.
 
 use std::collections::HashSet;
 
-use super::facts::{Evidence, GwEntry, Req};
+use super::facts::{Evidence, GwEntry, Proxied, Req};
 use super::latency::{MIN_SAMPLES, PhaseStats};
 use super::verdict::{VerdictName, conclude};
 use super::{Status, Verdict};
@@ -48,7 +51,12 @@ pub fn verdict(plan: &Plan, ev: &Evidence, phases: &[PhaseStats]) -> Verdict {
     let mut parts = Vec::new();
     let mut evidence = Vec::new();
     for w in over {
-        let reqs: Vec<&Req> = ev.requests.iter().filter(|r| r.phase == w.name).collect();
+        // Requests haq's interrupt stopped are neither served nor failed.
+        let reqs: Vec<&Req> = ev
+            .requests
+            .iter()
+            .filter(|r| r.phase == w.name && r.outcome != Outcome::Interrupted)
+            .collect();
         let stats = phases.iter().find(|p| p.name == w.name);
         let (s, line, ev_lines) = judge_phase(plan, &crit, ev, &w.name, w.rate, &reqs, stats);
         evidence.extend(ev_lines);
@@ -83,8 +91,89 @@ fn judge_phase(
     if let Some(j) = &ev.gateway {
         retry_amplification(name, crit, j, reqs, &mut ev_lines, &mut bad);
     }
+    let mut unknown = None;
+    if ev.has_proxy {
+        let window = ev.phase(name).map_or((0, u64::MAX), |w| (w.start, w.end));
+        let legs = ProxyLegs::count(&ev.proxied, reqs, window);
+        unknown = legs.judge(name, crit, ev.gateway.is_some(), &mut ev_lines, &mut bad);
+    }
     bad.extend(m.protected_shed(plan));
-    m.render(plan, name, rate, &bad, ev_lines)
+    let (status, line, ev_lines) = m.render(plan, name, rate, &bad, ev_lines);
+    match unknown {
+        Some(why) if status == Status::Pass => {
+            (Status::Unknown, format!("{name}: {why}"), ev_lines)
+        }
+        _ => (status, line, ev_lines),
+    }
+}
+
+/// The upstream requests haq's proxy forwarded for one phase's client requests: the
+/// retry amplification seen from haq's own vantage point, journal or not (Q10).
+struct ProxyLegs {
+    /// Upstream requests carrying the id of one of the phase's requests.
+    legs: u64,
+    /// Client requests with at least one of them (sent upstream).
+    sent: u64,
+    /// Upstream requests during the phase that carry no request id.
+    anonymous: u64,
+}
+
+impl ProxyLegs {
+    fn count(proxied: &[Proxied], reqs: &[&Req], (start, end): (u64, u64)) -> ProxyLegs {
+        let ids: HashSet<&str> = reqs.iter().map(|r| r.id.as_str()).collect();
+        let mut sent: HashSet<&str> = HashSet::new();
+        let (mut legs, mut anonymous) = (0, 0);
+        for p in proxied {
+            match p.id.as_deref() {
+                Some(id) if ids.contains(id) => {
+                    legs += 1;
+                    sent.insert(id);
+                }
+                None if p.t >= start && p.t < end => anonymous += 1,
+                _ => {}
+            }
+        }
+        ProxyLegs {
+            legs,
+            sent: sent.len() as u64,
+            anonymous,
+        }
+    }
+
+    /// Upstream requests per client request sent upstream against the bound: above
+    /// it, a retry cascade. Returns why the figure cannot be told, when it cannot and
+    /// no journal tells it instead.
+    fn judge(
+        &self,
+        name: &str,
+        crit: &OverloadCriteria,
+        journal: bool,
+        ev_lines: &mut Vec<String>,
+        bad: &mut Vec<String>,
+    ) -> Option<String> {
+        let max = crit.retry_amplification_max;
+        if self.sent > 0 {
+            let amp = self.legs as f64 / self.sent as f64;
+            ev_lines.push(format!(
+                "{name}: haq's proxy forwarded {} upstream requests for {} client requests sent upstream ({amp:.2} per request, bound {max:.2})",
+                self.legs, self.sent
+            ));
+            if amp > max {
+                bad.push(format!(
+                    "{amp:.2} upstream requests per client request at haq's proxy (bound {max:.2}): a retry cascade"
+                ));
+            }
+        }
+        if self.anonymous == 0 {
+            return None;
+        }
+        let why = format!(
+            "{} upstream requests haq's proxy forwarded during the phase carry no request id: retry amplification cannot be told from the proxy",
+            self.anonymous
+        );
+        ev_lines.push(format!("{name}: {why}"));
+        (!journal).then_some(why)
+    }
 }
 
 /// What one overload phase's requests show.
@@ -350,7 +439,7 @@ mod tests {
         tb.steady("overload", 11.0, 21.0, 20.0, |i, _| {
             (i % 2 == 0).then_some(["w1", "w2", "w3"][i % 3])
         });
-        tb.end(22.0);
+        tb.run_end(us(22.0));
         let j = tb.judge(&p);
         let v = pick(&j, NAME);
         assert_eq!(v.status, Status::Pass, "{v:?}");
@@ -374,9 +463,9 @@ mod tests {
         let mut tb = base(&p);
         for k in 0..200 {
             let t = 11.0 + k as f64 * 0.05;
-            tb.req(R::ok(format!("q{k}"), "overload", t, "w1").ttft(200.0 + k as f64 * 20.0));
+            tb.request(R::ok(format!("q{k}"), "overload", t, "w1").ttft(200.0 + k as f64 * 20.0));
         }
-        tb.end(30.0);
+        tb.run_end(us(30.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(
@@ -393,13 +482,13 @@ mod tests {
         for k in 0..200 {
             let t = 11.0 + k as f64 * 0.05;
             let r = R::ok(format!("t{k}"), "overload", t, "w1");
-            tb.req(if k % 3 == 0 {
+            tb.request(if k % 3 == 0 {
                 r.outcome(Outcome::FirstTokenTimeout)
             } else {
                 r
             });
         }
-        tb.end(22.0);
+        tb.run_end(us(22.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(
@@ -427,7 +516,7 @@ mod tests {
         for id in ids {
             for a in 2..=3 {
                 tb.gw(
-                    15.0,
+                    us(15.0),
                     GatewayEntry::AttemptStart {
                         req: id.clone(),
                         attempt: format!("{id}/a{a}"),
@@ -437,13 +526,163 @@ mod tests {
                 );
             }
         }
-        tb.end(22.0);
+        tb.run_end(us(22.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(
             v.summary.contains("3.00 attempts per request"),
             "{}",
             v.summary
+        );
+    }
+
+    /// The ids of the overload phase's requests.
+    fn overload_ids(tb: &Tb) -> Vec<String> {
+        tb.events
+            .iter()
+            .filter_map(|e| match e {
+                crate::trace::Event::Request { id, phase, .. } if phase == "overload" => {
+                    Some(id.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// No gateway journal (a `url` target); each overload request forwarded `legs`
+    /// times by haq's proxy (the last to w3), `anonymous` more upstream requests with
+    /// no request id.
+    fn behind_the_proxy(legs: usize, anonymous: usize) -> Tb {
+        let p = oplan();
+        let mut tb = base(&p).without_journal();
+        tb.steady("overload", 11.0, 21.0, 20.0, rr(&["w1", "w3"]));
+        for (k, id) in overload_ids(&tb).into_iter().enumerate() {
+            for n in 0..legs {
+                let conn = (k * legs + n) as u64;
+                tb.proxy_req(&id, us(11.0 + k as f64 * 0.05) + n as u64 * MS, "w3", conn);
+            }
+        }
+        for n in 0..anonymous {
+            tb.ev(crate::trace::Event::ProxyRequest {
+                t: us(12.0) + n as u64 * MS,
+                replica: "w1".into(),
+                conn: 10_000 + n as u64,
+                id: None,
+                by: None,
+                unattributed: Some(crate::trace::Unattributed::NoMarker),
+                attempt: None,
+                method: "POST".into(),
+                path: "/v1/chat/completions".into(),
+            });
+        }
+        tb.run_end(us(22.0));
+        tb
+    }
+
+    #[test]
+    fn without_a_journal_haqs_proxy_shows_the_retry_storm() {
+        let p = oplan();
+        let v = pick(&behind_the_proxy(3, 0).judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary.contains(
+                "3.00 upstream requests per client request at haq's proxy (bound 1.25): a retry cascade"
+            ),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.evidence.iter().any(|e| e.contains(
+                "haq's proxy forwarded 600 upstream requests for 200 client requests sent upstream"
+            )),
+            "{:?}",
+            v.evidence
+        );
+    }
+
+    #[test]
+    fn one_upstream_request_per_client_request_at_the_proxy_passes_without_a_journal() {
+        let p = oplan();
+        let v = pick(&behind_the_proxy(1, 0).judge(&p), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(
+            v.evidence
+                .iter()
+                .any(|e| e.contains("(1.00 per request, bound 1.25)")),
+            "{:?}",
+            v.evidence
+        );
+        // A declared bound is the bound the proxy's figure is judged against.
+        let p = plan(&[
+            "faults=[]",
+            "phases=[{name: baseline, duration: 10s}, {name: overload, load: 2, duration: 10s}]",
+            "criteria.overload.retry_amplification_max=3.5",
+        ]);
+        let v = pick(&behind_the_proxy(3, 0).judge(&p), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+    }
+
+    #[test]
+    fn upstream_requests_the_proxy_cannot_attribute_leave_the_amplification_unknown() {
+        let p = oplan();
+        let v = pick(&behind_the_proxy(1, 5).judge(&p), NAME);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.summary.contains(
+                "5 upstream requests haq's proxy forwarded during the phase carry no request id"
+            ),
+            "{}",
+            v.summary
+        );
+        // A storm among the attributed ones is a FAIL all the same.
+        let v = pick(&behind_the_proxy(3, 5).judge(&p), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+    }
+
+    #[test]
+    fn the_proxys_figure_is_shown_beside_the_journals() {
+        let p = oplan();
+        let mut tb = base(&p);
+        tb.steady("overload", 11.0, 21.0, 20.0, rr(&["w1", "w3"]));
+        for (k, id) in overload_ids(&tb).into_iter().enumerate() {
+            tb.proxy_req(&id, us(11.0 + k as f64 * 0.05), "w1", k as u64);
+        }
+        tb.run_end(us(22.0));
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        let has = |s: &str| v.evidence.iter().any(|e| e.contains(s));
+        assert!(
+            has("200 gateway attempts for 200 requests"),
+            "{:?}",
+            v.evidence
+        );
+        assert!(
+            has("haq's proxy forwarded 200 upstream requests"),
+            "{:?}",
+            v.evidence
+        );
+    }
+
+    #[test]
+    fn clients_that_leave_on_purpose_are_no_cascade() {
+        let p = oplan();
+        let mut tb = base(&p);
+        for k in 0..200 {
+            let t = 11.0 + k as f64 * 0.05;
+            let r = R::ok(format!("a{k}"), "overload", t, ["w1", "w3"][k % 2]);
+            tb.request(if k % 3 == 0 {
+                r.outcome(Outcome::Abandoned)
+            } else {
+                r
+            });
+        }
+        tb.run_end(us(22.0));
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(
+            v.evidence[0].contains("0 failed otherwise"),
+            "{:?}",
+            v.evidence
         );
     }
 

@@ -232,11 +232,11 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
-        tb.removed(13.05, "w2", "connection failed");
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.removed(us(13.05), "w2", "connection failed");
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
         if let Some(r) = ready {
-            tb.ready(r, "w2");
+            tb.ready(us(r), "w2");
         }
         let s = serve.unwrap_or(41.0);
         tb.steady("degraded", 21.0, s.min(31.0), 10.0, rr(&["w1", "w3"]));
@@ -250,9 +250,9 @@ mod tests {
         }
         for k in 0..100 {
             let t = 31.0 + k as f64 * 0.1;
-            tb.req(R::ok(format!("rec{k}"), "recovered", t, ws[k % ws.len()]).ttft(ttft_after));
+            tb.request(R::ok(format!("rec{k}"), "recovered", t, ws[k % ws.len()]).ttft(ttft_after));
         }
-        tb.end(42.0);
+        tb.run_end(us(42.0));
         tb
     }
 
@@ -333,9 +333,9 @@ mod tests {
         for (tb, back) in [(&mut ok, true), (&mut never, false)] {
             tb.phases(&p);
             tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-            tb.fault_as("freeze-w2", "worker", "freeze", "w2", 13.0, true);
+            tb.inject_as("freeze-w2", "worker", "freeze", "w2", us(13.0), true);
             tb.steady("fault", 13.05, 15.0, 10.0, rr(&["w1", "w3"]));
-            tb.heal("freeze-w2", "w2", 15.0);
+            tb.heal("freeze-w2", "w2", us(15.0));
             let ws: &'static [&'static str] = if back {
                 &["w1", "w2", "w3"]
             } else {
@@ -343,7 +343,7 @@ mod tests {
             };
             tb.steady("fault", 15.05, 21.0, 10.0, rr(ws));
             tb.steady("degraded", 21.0, 31.0, 10.0, rr(ws));
-            tb.end(32.0);
+            tb.run_end(us(32.0));
         }
         let j = ok.judge(&p);
         let v = pick(&j, NAME);

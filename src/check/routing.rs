@@ -183,7 +183,7 @@ mod tests {
 
     fn attempt(tb: &mut Tb, t: f64, id: &str, w: &str) {
         tb.gw(
-            t,
+            us(t),
             GatewayEntry::AttemptStart {
                 req: id.into(),
                 attempt: format!("{id}/a1"),
@@ -239,10 +239,10 @@ mod tests {
         let mut tb = Tb::new().without_journal();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(
@@ -259,9 +259,9 @@ mod tests {
         t2.headers = false;
         t2.phases(&p);
         t2.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        t2.fault("kill-w2", "w2", 13.0, true);
+        t2.inject("kill-w2", "w2", us(13.0), true);
         t2.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        t2.end(32.0);
+        t2.run_end(us(32.0));
         let v = pick(&t2.judge(&p), NAME);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(v.summary.contains("no routing evidence"), "{}", v.summary);
@@ -269,7 +269,7 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
     }
 
@@ -279,9 +279,9 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         attempt(&mut tb, 13.5, "late", "w2");
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
@@ -304,12 +304,12 @@ mod tests {
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("fault", 11.0, 13.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault_as("freeze-w2", "worker", "freeze", "w2", 13.0, true);
+        tb.inject_as("freeze-w2", "worker", "freeze", "w2", us(13.0), true);
         tb.steady("fault", 13.05, heal, 10.0, rr(during));
-        tb.heal("freeze-w2", "w2", heal);
+        tb.heal("freeze-w2", "w2", us(heal));
         tb.steady("fault", heal + 0.05, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         (p, tb)
     }
 
@@ -380,14 +380,14 @@ mod tests {
         let mut tb = Tb::new().behind_proxies(watching);
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.listener(13.0005, "w2", false);
         for &t in refusals {
             tb.refused(t, "w2");
         }
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
         tb.steady("degraded", 21.0, 41.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(42.0);
+        tb.run_end(us(42.0));
         (tb, sets)
     }
 
@@ -504,7 +504,7 @@ mod tests {
     fn error_answers_naming_an_unreachable_upstream_are_traffic_to_the_dead_endpoint() {
         let p = plan(&["criteria.routing.traffic_removal_max=5s"]);
         let mut tb = bare(&p);
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
         for k in 0..6 {
             let t = 13.05 + k as f64 * 3.0;
@@ -525,7 +525,7 @@ mod tests {
             r#"{"error": {"message": "overloaded, retry later"}}"#,
         );
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let j = tb.judge(&p);
         let v = pick(&j, NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
@@ -539,7 +539,7 @@ mod tests {
         assert_eq!(r.last.map(|m| m.source), Some(CLIENT.to_string()));
         // Error answers only soon after the kill: they cannot show that traffic stopped.
         let mut tb = bare(&p);
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.answered(
             "e0",
             "fault",
@@ -548,7 +548,7 @@ mod tests {
             r#"{"error":{"message":"Connection error."}}"#,
         );
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
@@ -565,8 +565,8 @@ mod tests {
             "criteria.routing.traffic_removal_max=5s",
         ]);
         let mut tb = bare(&p);
-        tb.fault("kill-w2", "w2", 13.0, true);
-        tb.fault("kill-w3", "w3", 15.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.inject("kill-w3", "w3", us(15.0), true);
         tb.answered(
             "only-w2-down",
             "fault",
@@ -584,7 +584,7 @@ mod tests {
             );
         }
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let j = tb.judge(&p);
         let w2 = j
             .timeline

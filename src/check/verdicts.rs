@@ -21,6 +21,9 @@ pub struct Judged<'a> {
     pub sources: &'a [SourceReport],
     /// The trace has its last line (a run cut short passes nothing).
     pub complete: bool,
+    /// The run was interrupted (SIGINT/SIGTERM): what the interrupt cut short is not
+    /// the target's doing.
+    pub interrupted: bool,
 }
 
 /// The eight verdicts, in report order. A trace with no end (the run was killed)
@@ -44,11 +47,11 @@ pub fn judge(j: &Judged) -> Vec<Verdict> {
 fn one(name: VerdictName, j: &Judged) -> Verdict {
     let (plan, ev, tl) = (j.plan, &j.level.evidence, &j.level.timeline);
     match name {
-        VerdictName::FailureDomain => failure_domain::verdict(plan, ev),
+        VerdictName::FailureDomain => failure_domain::verdict(plan, ev, j.interrupted),
         VerdictName::Routing => routing::verdict(plan, tl),
         VerdictName::RequestFate => {
             let sim = plan.scenario.target.kind == TargetKind::Sim;
-            fate::verdict(j.fate, fate::fate_faults(plan), j.sources, sim)
+            fate::verdict(j.fate, &fate::fate_faults(plan), &ev.faults, j.sources, sim)
         }
         VerdictName::Capacity => {
             capacity::verdict(plan, tl, &j.level.window, j.level.capacity.as_ref())

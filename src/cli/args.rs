@@ -16,8 +16,8 @@ use crate::wire;
 /// loop, and judges eight verdicts from what the client measured.
 ///
 /// Exit codes: 0 every verdict PASS · 1 any FAIL (or UNKNOWN) · 2 unusable scenario or
-/// environment (nothing was qualified), including an INVALID run (haq's own client fell
-/// behind its schedule; the report is written and marked INVALID) · 3 interrupted
+/// environment (nothing was qualified), including an INVALID run (haq's own lateness
+/// could have changed a verdict; the report is written and names why) · 3 interrupted
 /// (partial report written).
 #[derive(Debug, Parser)]
 #[command(name = "haq", version, max_term_width = 100)]
@@ -41,6 +41,11 @@ pub enum Command {
     /// Re-render every output of a stored run from its trace, with no network:
     /// report.json, report.md, junit.xml, report.html, requests.csv, latency.hlog.
     Report(CheckArgs),
+    /// Undo what a killed run left applied (RUN_DIR/heals.jsonl): resume a process
+    /// it froze — only while it is the same process — and run the heal commands of
+    /// its command faults. `haq run` does the same at its start for the runs of its
+    /// reports directory. Exit 0 when nothing is left applied, 1 when something is.
+    Heal(CheckArgs),
     /// Compare two stored runs (or a phase of each, e.g. healthy vs degraded): latency
     /// percentiles, throughput, goodput and errors side by side. Exit 1 when B regresses
     /// against A beyond the thresholds.

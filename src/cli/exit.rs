@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use crate::check::Status;
+use crate::check::RunResult;
 
 /// Process exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,20 +20,12 @@ impl From<Exit> for ExitCode {
     }
 }
 
-fn exit_for(status: Status) -> Exit {
-    match status {
-        Status::Pass | Status::NotEvaluated => Exit::Pass,
-        Status::Fail | Status::Unknown => Exit::Fail,
-    }
-}
-
-/// Exit code of a judged run: interrupted (3) beats INVALID (2) beats the verdicts.
-pub fn exit_for_run(j: &crate::check::Judgement, interrupted: bool) -> Exit {
-    if interrupted {
-        Exit::Interrupted
-    } else if j.invalid() {
-        Exit::Unusable
-    } else {
-        exit_for(j.overall())
+/// Exit code of a judged run: its one result ([`crate::check::Judgement::result`]).
+pub fn exit_for_run(j: &crate::check::Judgement) -> Exit {
+    match j.result() {
+        RunResult::Pass => Exit::Pass,
+        RunResult::Fail | RunResult::Unknown => Exit::Fail,
+        RunResult::Invalid => Exit::Unusable,
+        RunResult::Interrupted => Exit::Interrupted,
     }
 }

@@ -29,7 +29,9 @@ pub fn cancel_on_signals(token: CancellationToken) {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        eprintln!("haq: interrupted; stopping load, healing faults, writing a partial report");
+        eprintln!(
+            "haq: interrupted; stopping the load and healing faults, then judging what completed before the signal"
+        );
         token.cancel();
     });
 }
@@ -62,7 +64,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
         Command::Check(a) => match crate::check::judge_dir(&a.run_dir) {
             Ok((plan, j)) => {
                 print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
-                exit_for_run(&j, j.run.interrupted)
+                exit_for_run(&j)
             }
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -75,7 +77,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                     Ok(files) => {
                         print!("{}", crate::report::terminal(&plan, &j, &a.run_dir));
                         println!("wrote {} in {}", files.join(", "), a.run_dir.display());
-                        exit_for_run(&j, j.run.interrupted)
+                        exit_for_run(&j)
                     }
                     Err(e) => {
                         eprintln!("error: writing the reports in {}: {e}", a.run_dir.display());
@@ -88,6 +90,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                 Exit::Unusable
             }
         },
+        Command::Heal(a) => heal(&a.run_dir),
         Command::Compare(a) => compare_runs(
             &a.run_a,
             &a.run_b,
@@ -125,13 +128,20 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         quiet: a.quiet,
         haq_bin: None,
     };
+    let interrupt = cancel.clone();
     match crate::run(plan, opts, cancel).await {
         Ok(r) => {
             print!(
                 "{}",
                 crate::report::terminal(&r.plan, &r.judgement, &r.run_dir)
             );
-            exit_for_run(&r.judgement, r.interrupted)
+            exit_for_run(&r.judgement)
+        }
+        // SIGINT/SIGTERM before the load began: nothing was measured, nothing is left
+        // applied (the target's start is undone as on any error).
+        Err(e) if interrupt.is_cancelled() => {
+            eprintln!("haq: interrupted before the load began: {e:#}");
+            Exit::Interrupted
         }
         Err(e) if e.downcast_ref::<EnvironmentError>().is_some() => {
             eprintln!("error: {e:#}");
@@ -236,6 +246,36 @@ fn compare_runs(
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("error: {e:#}");
             Exit::Unusable
+        }
+    }
+}
+
+/// `haq heal RUN_DIR`: undoes what the ledger of a killed run leaves open.
+fn heal(dir: &Path) -> Exit {
+    match crate::faults::ledger::heal_dir(dir) {
+        Err(e) => {
+            eprintln!("error: {e}");
+            Exit::Unusable
+        }
+        Ok(done) if done.is_empty() => {
+            println!("{}: nothing left applied", dir.display());
+            Exit::Pass
+        }
+        Ok(done) => {
+            for d in &done {
+                println!(
+                    "{} {} on {}: {}",
+                    if d.ok { "healed" } else { "NOT healed" },
+                    d.entry.fault,
+                    d.entry.replica,
+                    d.detail
+                );
+            }
+            if done.iter().all(|d| d.ok) {
+                Exit::Pass
+            } else {
+                Exit::Fail
+            }
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{HeaderName, HeaderValue};
 
+pub use crate::scenario::Leave;
 use crate::trace::Outcome;
 
 /// Client timeouts. The first-token deadline runs from dispatch until the first
@@ -34,6 +35,9 @@ pub struct Call {
     pub attribution: Option<Arc<Attribution>>,
     /// Told of the response head and of delivered deltas (probe requests only).
     pub observe: Option<Observe>,
+    /// The client leaves early (workload abandonment): it stops reading and closes
+    /// its connection mid-stream, and the request ends `abandoned`.
+    pub leave: Option<Leave>,
 }
 
 /// What a per-request observer is told, inline from the read loop.
@@ -59,11 +63,31 @@ impl std::fmt::Debug for Observe {
     }
 }
 
-/// Names of the attribution headers a gateway sends (Request-Fate and Routing evidence).
+/// Names of the attribution headers a gateway sends (Request-Fate and Routing evidence),
+/// and how a worker header's value maps to a replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attribution {
     pub worker: String,
     pub attempt: String,
+    /// Each replica's name with the addresses it is known by (`host:port` of haq's
+    /// proxy for it and of the replica itself): a gateway that names its upstream by
+    /// address or URL (`x-upstream: http://127.0.0.1:9101`) names that replica.
+    pub replicas: Vec<(String, Vec<String>)>,
+}
+
+impl Attribution {
+    /// The replica a worker header's value names: a replica's name as it is, else the
+    /// replica whose proxy or own address the value names, else the value itself.
+    pub fn replica<'a>(&'a self, value: &'a str) -> &'a str {
+        if self.replicas.iter().any(|(n, _)| n == value) {
+            return value;
+        }
+        let a = crate::wire::headers::authority(value);
+        self.replicas
+            .iter()
+            .find(|(_, addrs)| addrs.iter().any(|x| x.eq_ignore_ascii_case(a)))
+            .map_or(value, |(n, _)| n.as_str())
+    }
 }
 
 impl Call {
@@ -76,6 +100,7 @@ impl Call {
             expect_json: false,
             attribution: None,
             observe: None,
+            leave: None,
         }
     }
 }
@@ -92,4 +117,35 @@ pub struct CallResult {
     pub ttft_us: Option<u64>,
     pub e2e_us: u64,
     pub tokens: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Attribution;
+
+    /// A worker header names a replica by name, by its proxy's or its own address, or
+    /// by a URL of either; anything else is kept as it is.
+    #[test]
+    fn worker_header_values_map_to_replicas_by_name_address_or_url() {
+        let a = Attribution {
+            worker: "x-upstream".into(),
+            attempt: "x-attempt".into(),
+            replicas: vec![
+                (
+                    "vllm-a".into(),
+                    vec!["127.0.0.1:9101".into(), "10.0.0.11:8000".into()],
+                ),
+                ("vllm-b".into(), vec!["127.0.0.1:9102".into()]),
+            ],
+        };
+        for (v, want) in [
+            ("vllm-b", "vllm-b"),
+            ("http://127.0.0.1:9101", "vllm-a"),
+            ("127.0.0.1:9102", "vllm-b"),
+            ("http://10.0.0.11:8000/v1", "vllm-a"),
+            ("http://10.0.0.99:8000", "http://10.0.0.99:8000"),
+        ] {
+            assert_eq!(a.replica(v), want, "{v}");
+        }
+    }
 }

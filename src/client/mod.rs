@@ -17,6 +17,8 @@ pub mod warm;
 
 use tokio::time::Instant;
 
+use crate::scenario::Leave;
+
 pub use self::call::{Attribution, Call, CallResult, Observe, Seen, Timeouts};
 pub use self::record::{MAX_HEADER_BYTES, MAX_HEADERS, record_headers};
 use self::record::{failed, finish, response_event};
@@ -39,14 +41,21 @@ pub async fn execute(
     let dispatch_us = clock.now_us();
     let first_deadline = Instant::now() + timeouts.first_token;
     let done = |status, first, e| finish(call, clock, trace, dispatch_us, first, status, e);
+    // A client that leaves T after sending leaves whatever it is waiting for.
+    let leave_at = match call.leave {
+        Some(Leave::After(d)) => Some(Instant::now() + d),
+        _ => None,
+    };
 
-    let mut resp = match tokio::time::timeout_at(first_deadline, http.send(call)).await {
-        Err(_) => {
+    let send = tokio::time::timeout_at(first_deadline, http.send(call));
+    let mut resp = match until_left(leave_at, send).await {
+        None => return done(None, None, left(call, "before the response head")),
+        Some(Err(_)) => {
             let d = format!("no response headers within {:?}", timeouts.first_token);
             return done(None, None, failed(Outcome::FirstTokenTimeout, d));
         }
-        Ok(Err(e)) => return done(None, None, failed(e.outcome(), e.text())),
-        Ok(Ok(r)) => r,
+        Some(Ok(Err(e))) => return done(None, None, failed(e.outcome(), e.text())),
+        Some(Ok(Ok(r))) => r,
     };
     let status = resp.status();
     let h = resp.headers();
@@ -58,7 +67,7 @@ pub async fn execute(
     if let Some(o) = &call.observe {
         (o.0)(Seen::Head {
             status,
-            worker: h.get(WORKER_HEADER).and_then(|v| v.to_str().ok()),
+            worker: record::worker_of(h, call),
         });
     }
     if status != 200 {
@@ -75,19 +84,63 @@ pub async fn execute(
         let first = st.first_delta_us();
         return done(Some(status), first, st.conclude(cut));
     }
+    if call.leave == Some(Leave::BeforeFirstToken) {
+        // The head is in: the client goes before reading any output.
+        drop(resp);
+        return done(
+            Some(status),
+            None,
+            left(call, "once the response head arrived"),
+        );
+    }
+    let deadlines = Deadlines {
+        first: first_deadline,
+        leave: leave_at,
+    };
     let cut = read_stream(
-        &mut resp,
-        &mut st,
-        call,
-        timeouts,
-        first_deadline,
-        clock,
-        &mut emit,
+        &mut resp, &mut st, call, timeouts, deadlines, clock, &mut emit,
     )
     .await;
-    st.on_eof(clock.now_us(), &call.id, &mut emit);
+    if matches!(cut, Cut::Failed(Outcome::Abandoned, _)) {
+        // The client closes its connection now; a half-read event stays unread.
+        drop(resp);
+    } else {
+        st.on_eof(clock.now_us(), &call.id, &mut emit);
+    }
     let first = st.first_delta_us();
     done(Some(status), first, st.conclude(cut))
+}
+
+/// `f`, unless the client leaves (at `leave_at`) first: `None` then.
+async fn until_left<T>(
+    leave_at: Option<Instant>,
+    f: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match leave_at {
+        None => Some(f.await),
+        Some(at) => tokio::select! {
+            biased;
+            r = f => Some(r),
+            _ = tokio::time::sleep_until(at) => None,
+        },
+    }
+}
+
+/// How a request whose client left on purpose ends (the workload's `abandon`).
+fn left(call: &Call, when: &str) -> stream::Ending {
+    let how = call.leave.map(|l| l.describe()).unwrap_or_default();
+    failed(
+        Outcome::Abandoned,
+        format!("the client left {how} ({when}): workload abandonment"),
+    )
+}
+
+/// When a stream's reading stops short: the first-token deadline, and when the
+/// client leaves `after` a time.
+#[derive(Clone, Copy)]
+struct Deadlines {
+    first: Instant,
+    leave: Option<Instant>,
 }
 
 /// A status other than 200 fails the request; the start of its body (read within
@@ -135,20 +188,32 @@ async fn read_stream(
     st: &mut StreamState,
     call: &Call,
     timeouts: Timeouts,
-    first_deadline: Instant,
+    deadlines: Deadlines,
     clock: &Clock,
     emit: &mut impl FnMut(ChunkRef<'_>),
 ) -> Cut {
     // One timer per stream, moved lazily: reading an event costs no timer work; when
     // the timer fires, it is pushed to the real deadline if events came meanwhile.
-    let timer = tokio::time::sleep_until(first_deadline);
+    let timer = tokio::time::sleep_until(deadlines.first);
     tokio::pin!(timer);
+    let leave = async {
+        match deadlines.leave {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(leave);
+    let after_deltas = match call.leave {
+        Some(Leave::AfterDeltas(n)) => n,
+        _ => u32::MAX,
+    };
     let mut was_settled = false;
     loop {
         let read = tokio::select! {
             biased;
             r = resp.fill() => Some(r),
             _ = &mut timer => None,
+            _ = &mut leave => break left_cut(call, "mid-stream"),
         };
         match read {
             Some(Ok(true)) => {
@@ -161,6 +226,9 @@ async fn read_stream(
                     && st.deltas() != deltas
                 {
                     (o.0)(Seen::Deltas(st.deltas()));
+                }
+                if st.deltas() >= after_deltas && !st.ended() {
+                    break left_cut(call, &format!("having read {} deltas", st.deltas()));
                 }
                 if !was_settled && st.settled() {
                     was_settled = true;
@@ -192,6 +260,12 @@ async fn read_stream(
     }
 }
 
+/// The read loop's end when the client leaves on purpose.
+fn left_cut(call: &Call, when: &str) -> Cut {
+    let e = left(call, when);
+    Cut::Failed(e.outcome, e.detail.unwrap_or_default())
+}
+
 /// Classifies an error while reading the body: a router or proxy that cuts a chunked
 /// body mid-stream surfaces as a decode error whose source chain ends in
 /// `UnexpectedEof` or `ConnectionReset` (`is_body()` is false for both).
@@ -212,8 +286,8 @@ pub fn classify_body_error(e: &(dyn std::error::Error + 'static)) -> Cut {
     }
 }
 
-/// Runs `call` to its end, or until `stopped` completes: then it is recorded as
-/// cancelled (stopped by haq: an interrupt or the drain timeout) and `None` is
+/// Runs `call` to its end, or until `stopped` completes with the outcome to record
+/// (`cancelled` at the drain timeout, `interrupted` at an interrupt) and `None` is
 /// returned. `stopped` is polled on every wake-up of the read loop: it must be cheap
 /// ([`stop::Stop::wait`]).
 pub async fn execute_until(
@@ -222,18 +296,22 @@ pub async fn execute_until(
     timeouts: Timeouts,
     clock: &Clock,
     trace: &TraceWriter,
-    stopped: impl std::future::Future<Output = ()>,
+    stopped: impl std::future::Future<Output = Outcome>,
 ) -> Option<CallResult> {
     tokio::select! {
         // The request first: a read that completes it wins over a stop that came after.
         biased;
         r = execute(client, call, timeouts, clock, trace) => Some(r),
-        _ = stopped => {
+        outcome = stopped => {
+            let detail = match outcome {
+                Outcome::Interrupted => "stopped by haq: interrupted (SIGINT/SIGTERM)",
+                _ => "stopped by haq: the drain timeout",
+            };
             trace.emit(Event::End {
                 t: clock.now_us(),
                 id: call.id.clone(),
-                outcome: Outcome::Cancelled,
-                detail: Some("stopped by haq (interrupt or drain timeout)".into()),
+                outcome,
+                detail: Some(detail.into()),
                 tokens: 0,
                 done: false,
                 finish: None,

@@ -42,6 +42,17 @@ fn header(h: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The replica the response names: the worker header's value, mapped to a replica's
+/// name when it names one by address or URL (`evidence.worker_header`).
+pub(super) fn worker_of<'a>(h: &'a HeaderMap, call: &'a Call) -> Option<&'a str> {
+    let a = call.attribution.as_deref();
+    let v = h
+        .get(a.map_or(WORKER_HEADER, |a| a.worker.as_str()))?
+        .to_str()
+        .ok()?;
+    Some(a.map_or(v, |a| a.replica(v)))
+}
+
 fn queue_us(h: &HeaderMap) -> Option<u64> {
     QUEUE_HEADERS.iter().find_map(|name| {
         let ms: f64 = h.get(*name)?.to_str().ok()?.trim().parse().ok()?;
@@ -58,12 +69,7 @@ pub(super) fn response_event(resp: &Resp, call: &Call, clock: &Clock, trace: &Tr
         t: clock.now_us(),
         id: call.id.clone(),
         status: resp.status(),
-        worker: header(
-            h,
-            call.attribution
-                .as_ref()
-                .map_or(WORKER_HEADER, |a| &a.worker),
-        ),
+        worker: worker_of(h, call).map(str::to_string),
         attempt: header(
             h,
             call.attribution

@@ -121,6 +121,13 @@ impl StreamState {
         f.first_delta_us.is_some() || f.error.is_some() || f.done
     }
 
+    /// The answer is over (a terminator, a finish_reason or an error came): a client
+    /// that meant to leave has nothing left to leave.
+    pub fn ended(&self) -> bool {
+        let f = &self.fold;
+        f.done || f.finish.is_some() || f.error.is_some()
+    }
+
     /// Classifies the stream once no more bytes will come (SPEC M3, M10: every end is
     /// named; a clean end is never assumed).
     pub fn conclude(self, cut: Cut) -> Ending {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 
 use crate::plan::Plan;
+use crate::scenario::HeaderSource;
 use crate::trace;
 
 fn utc_stamp() -> String {
@@ -41,10 +42,25 @@ pub fn make_run_dir(
     Ok(dir)
 }
 
+/// The effective scenario as the run keeps it: a credential header written as a value
+/// (not through `env` or `file`) is kept as `[redacted]`.
+fn recorded(plan: &Plan) -> crate::scenario::Scenario {
+    let mut s = plan.scenario.clone();
+    for (k, v) in &mut s.target.headers {
+        if let HeaderSource::Value(x) = v
+            && crate::wire::redact::is_credential(k)
+        {
+            *x = crate::wire::redact::REDACTED.into();
+        }
+    }
+    s
+}
+
 pub fn record_scenario(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
-    let json = serde_json::to_string_pretty(&plan.scenario)?;
+    let scenario = recorded(plan);
+    let json = serde_json::to_string_pretty(&scenario)?;
     std::fs::write(dir.join(trace::files::SCENARIO_FILE), json + "\n")?;
-    let yaml = serde_saphyr::to_string(&plan.scenario).map_err(|e| anyhow!("{e}"))?;
+    let yaml = serde_saphyr::to_string(&scenario).map_err(|e| anyhow!("{e}"))?;
     std::fs::write(
         dir.join(trace::files::SCENARIO_YAML),
         format!("# effective scenario of this run (overrides applied, workload inlined)\n{yaml}"),

@@ -12,6 +12,7 @@
 //! `max(intended, admitted)`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -22,7 +23,7 @@ use super::progress::Progress;
 use crate::client::{self, Call, Timeouts};
 use crate::plan::Plan;
 use crate::target::Running;
-use crate::trace::{Clock, Edge, Event, Outcome, TraceWriter};
+use crate::trace::{Clock, Edge, Event, Outcome, ReplicaInfo, TraceWriter};
 use crate::workload::{self, Planned, Schedule};
 
 /// What the dispatcher thread owns.
@@ -42,6 +43,10 @@ struct Dispatcher {
     load_start: Instant,
     /// Attribution headers other than the sim's, as the scenario names them.
     attribution: Option<Arc<client::Attribution>>,
+    /// When a client last went away before its answer ended (trace µs; 0: never).
+    left: Arc<AtomicU64>,
+    /// Where each body carries its marker, and the run's token.
+    marker: workload::BodyMarker,
 }
 
 /// A request ready to go: body built, event filled but for the dispatch stamp.
@@ -52,17 +57,33 @@ struct Ready {
     intended: u64,
 }
 
+/// What the load shares with the rest of the run.
+pub(super) struct Ctx<'a> {
+    pub clock: &'a Clock,
+    pub tw: &'a TraceWriter,
+    pub cancel: &'a CancellationToken,
+    pub progress: &'a Progress,
+    /// Set to the last time a client went away before its answer ended: its workload
+    /// abandonment, or haq's own stop at the drain timeout.
+    pub left: Arc<AtomicU64>,
+}
+
 /// Offers the schedule and fires phase edges on time from the start of load (told to
 /// `started`, whose clock the fault schedule shares), then drains.
 pub(super) async fn drive(
     plan: &Plan,
     target: &Running,
+    marker: workload::BodyMarker,
     started: tokio::sync::oneshot::Sender<Instant>,
-    clock: &Clock,
-    tw: &TraceWriter,
-    cancel: &CancellationToken,
-    progress: &Progress,
+    ctx: Ctx<'_>,
 ) -> anyhow::Result<()> {
+    let Ctx {
+        clock,
+        tw,
+        cancel,
+        progress,
+        left,
+    } = ctx;
     let c = &plan.scenario.client;
     let http = client::Http::new(
         c.connect_timeout.0,
@@ -74,14 +95,15 @@ pub(super) async fn drive(
     if c.warm_connections > 0 {
         warm(plan, &http, &target.api_url, clock, tw, cancel, progress).await;
     }
-    // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
+    // Stops in-flight requests: at the drain timeout they record `cancelled`, at an
+    // interrupt `interrupted`.
     let stop = Arc::new(client::stop::Stop::default());
     // An interrupt stops them too.
     let _interrupt = {
         let (cancel, stop) = (cancel.clone(), stop.clone());
         tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             cancel.cancelled().await;
-            stop.stop();
+            stop.interrupt();
         }))
     };
     let tracker = TaskTracker::new();
@@ -109,7 +131,9 @@ pub(super) async fn drive(
             .max_concurrency
             .map(|n| Arc::new(Semaphore::new(n as usize))),
         load_start,
-        attribution: attribution(plan),
+        attribution: attribution(plan, &target.replicas),
+        left,
+        marker,
     };
     let dispatched = dispatch(d, cancel).await;
     drain(plan, &tracker, cancel, progress).await;
@@ -120,17 +144,34 @@ pub(super) async fn drive(
 }
 
 /// The response headers that name the serving replica and attempt, when the scenario
-/// names others than the sim's.
-fn attribution(plan: &Plan) -> Option<Arc<client::Attribution>> {
+/// names others than the sim's or the target's replicas have addresses a gateway may
+/// name them by (its own upstream header, `evidence.worker_header`).
+pub(super) fn attribution(
+    plan: &Plan,
+    replicas: &[ReplicaInfo],
+) -> Option<Arc<client::Attribution>> {
     let ev = &plan.scenario.evidence;
-    (ev.worker_header != client::WORKER_HEADER || ev.attempt_header != client::ATTEMPT_HEADER).then(
-        || {
-            Arc::new(client::Attribution {
-                worker: ev.worker_header.to_ascii_lowercase(),
-                attempt: ev.attempt_header.to_ascii_lowercase(),
-            })
-        },
-    )
+    let by_address = plan.scenario.target.kind != crate::scenario::TargetKind::Sim;
+    let named =
+        ev.worker_header != client::WORKER_HEADER || ev.attempt_header != client::ATTEMPT_HEADER;
+    (named || by_address).then(|| {
+        Arc::new(client::Attribution {
+            worker: ev.worker_header.to_ascii_lowercase(),
+            attempt: ev.attempt_header.to_ascii_lowercase(),
+            replicas: replicas
+                .iter()
+                .map(|r| {
+                    let addrs = [r.proxy.as_deref(), Some(r.url.as_str())]
+                        .into_iter()
+                        .flatten()
+                        .map(|a| crate::wire::headers::authority(a).to_string())
+                        .filter(|a| !a.is_empty())
+                        .collect();
+                    (r.name.clone(), addrs)
+                })
+                .collect(),
+        })
+    })
 }
 
 /// Opens `client.warm_connections` connections before load and records them.
@@ -249,9 +290,10 @@ impl Dispatcher {
         let mut call = Call::new(
             p.id.clone(),
             format!("{}{}", self.api_url, workload::api_path(class.api)),
-            workload::request_body(plan, &p),
+            workload::request_body(plan, &p, &self.marker),
         );
         call.expect_json = class.response_format.is_some();
+        call.leave = p.leave;
         call.attribution.clone_from(&self.attribution);
         call.headers.push((
             reqwest::header::HeaderName::from_static(client::PRIORITY_HEADER),
@@ -400,6 +442,7 @@ impl Dispatcher {
             self.progress.clone(),
             self.timeouts,
         );
+        let left = self.left.clone();
         let task = async move {
             let _slot = permit;
             if let Event::Request { t, admitted: a, .. } = &mut event {
@@ -410,12 +453,18 @@ impl Dispatcher {
             progress.sent();
             match client::execute_until(&http, &call, timeouts, &clock, &tw, stop.wait()).await {
                 Some(r) => {
+                    if r.outcome == Outcome::Abandoned {
+                        left.fetch_max(clock.now_us(), Ordering::Relaxed);
+                    }
                     progress.done(
                         r.outcome,
                         r.first_delta_us.map(|f| f.saturating_sub(intended)),
                     );
                 }
-                None => progress.done(Outcome::Cancelled, None),
+                None => {
+                    left.fetch_max(clock.now_us(), Ordering::Relaxed);
+                    progress.done(Outcome::Cancelled, None);
+                }
             }
         };
         self.tracker.spawn_on(task, &self.handle);

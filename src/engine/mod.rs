@@ -3,6 +3,7 @@
 //! stop and clean up whatever happens — and stop there: judging the trace is the next
 //! stage's job (`crate::run` goes on to `check` and `report`).
 
+mod calibrate;
 mod dir;
 mod evidence;
 mod headers;
@@ -11,6 +12,7 @@ mod progress;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -60,6 +62,8 @@ struct Run<'a> {
     tw: TraceWriter,
     progress: Progress,
     cancel: &'a CancellationToken,
+    /// Where every request body carries its marker, with this run's token.
+    marker: crate::workload::BodyMarker,
 }
 
 fn fault_env(
@@ -87,6 +91,8 @@ fn fault_env(
             )?,
             url: format!("{}/chat/completions", target.api_url),
             model: plan.scenario.target.model.clone(),
+            marker: r.marker,
+            attribution: load::attribution(plan, &target.replicas),
             timeouts: client::Timeouts {
                 first_token: c.first_token_timeout.0,
                 idle: c.idle_timeout.0,
@@ -98,6 +104,9 @@ fn fault_env(
         load_start: Instant::now(),
         load_done: load_done.clone(),
         stop: stop.clone(),
+        ledger: Arc::new(
+            crate::faults::ledger::Ledger::open(&r.dir).context("opening the heal ledger")?,
+        ),
     })
 }
 
@@ -140,22 +149,30 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<Recorded> {
     let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
+    heal_leftovers(&opts);
     let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;
     let clock = Clock::start();
     let (tw, th) = TraceWriter::create(&dir.join(trace::TRACE_FILE))
         .context("creating the trace")
         .map_err(env)?;
-    let r = Run {
+    let mut r = Run {
         plan: &plan,
         dir,
         clock,
         tw,
         progress: Progress::new(opts.quiet),
         cancel: &cancel,
+        marker: crate::workload::BodyMarker {
+            field: plan.scenario.client.marker,
+            token: crate::wire::marker::RunToken::fresh(),
+        },
     };
     let target = match start_target(&r, &opts).await {
-        Ok(t) => t,
+        Ok((t, field)) => {
+            r.marker.field = field;
+            t
+        }
         Err(e) => {
             r.tw.emit(Event::RunEnd {
                 t: r.clock.now_us(),
@@ -189,8 +206,12 @@ pub async fn run(
     })
 }
 
-/// The run's first lines, then the target started (sim) or reached (url) and recorded.
-async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running> {
+/// The run's first lines, then the target started (sim) or reached (url) and
+/// recorded, with the place its request markers go.
+async fn start_target(
+    r: &Run<'_>,
+    opts: &RunOptions,
+) -> anyhow::Result<(Running, crate::scenario::MarkerField)> {
     let plan = r.plan;
     r.tw.emit(Event::RunStart {
         t: 0,
@@ -199,6 +220,7 @@ async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running>
         wall: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         mono_ns: r.clock.base_mono_ns(),
         version: env!("CARGO_PKG_VERSION").into(),
+        token: Some(r.marker.token.to_string()),
     });
     r.progress.line(&format!(
         "haq: starting target ({:?}) · run dir {}",
@@ -206,16 +228,24 @@ async fn start_target(r: &Run<'_>, opts: &RunOptions) -> anyhow::Result<Running>
         r.dir.display()
     ));
     let headers = headers::request_headers(plan)?;
+    let say = |s: &str| r.progress.line(s);
     let target = tokio::select! {
-        t = target::start(plan, opts.haq_bin.as_deref(), &headers, &r.dir, &r.tw, &r.clock) => t?,
+        t = target::start(plan, opts.haq_bin.as_deref(), &headers, &r.dir, &r.tw, &r.clock, &say) => t?,
         _ = r.cancel.cancelled() => anyhow::bail!("interrupted while starting the target"),
     };
+    if let Some(p) = &target.proxies {
+        // The proxies attribute by this run's markers only.
+        p.board().set_run_token(r.marker.token);
+    }
+    let (field, used) =
+        calibrate::marker_field(plan, &target, r.marker, &headers, r.cancel, &say).await?;
     r.tw.emit(Event::Target {
         t: r.clock.now_us(),
         url: target.api_url.clone(),
         replicas: target.replicas.clone(),
+        marker: used,
     });
-    Ok(target)
+    Ok((target, field))
 }
 
 /// The load through every phase with the faults on its clock; then every fault
@@ -249,14 +279,19 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
             crate::faults::schedule::run(fault_plans, Arc::new(env)).await;
         }
     });
+    let left = Arc::new(AtomicU64::new(0));
     let driven = load::drive(
         plan,
         &target,
+        r.marker,
         started,
-        &r.clock,
-        &r.tw,
-        r.cancel,
-        &r.progress,
+        load::Ctx {
+            clock: &r.clock,
+            tw: &r.tw,
+            cancel: r.cancel,
+            progress: &r.progress,
+            left: left.clone(),
+        },
     )
     .await;
     load_done.cancel();
@@ -265,11 +300,43 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
     }
     finish_faults(faults, plan, &stop_faults).await;
     guard.heals().heal_all("the run ended").await;
+    if target.proxies.is_some() {
+        observe_cancel_grace(r, left.load(Ordering::Relaxed)).await;
+    }
     target.stop_proxies();
     collect_evidence(r).await;
     target.stop().await;
     drop(guard);
     Ok(driven)
+}
+
+/// How much longer than the cancel grace the proxies observe: an upstream still
+/// running when they stop has then clearly outlived the grace.
+const GRACE_MARGIN: Duration = Duration::from_millis(250);
+
+/// The proxies keep observing until `evidence.cancel_grace` (and [`GRACE_MARGIN`])
+/// has passed since a client last went away (`left_us`, trace µs; 0: none did): an
+/// upstream the gateway keeps running after its client left then shows in the trace
+/// (M4), instead of being cut short by haq stopping its proxies. Not after an
+/// interrupt.
+async fn observe_cancel_grace(r: &Run<'_>, left_us: u64) {
+    if left_us == 0 || r.cancel.is_cancelled() {
+        return;
+    }
+    let grace = r.plan.scenario.evidence.cancel_grace.0;
+    let until = r.clock.instant_at(left_us) + grace + GRACE_MARGIN;
+    let wait = until.saturating_duration_since(Instant::now());
+    if wait.is_zero() {
+        return;
+    }
+    r.progress.line(&format!(
+        "observing upstreams for {:.1} s more (evidence.cancel_grace after the last client left)",
+        wait.as_secs_f64()
+    ));
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = r.cancel.cancelled() => {}
+    }
 }
 
 /// Evidence kept outside the run directory (a tool log) is copied in (M10).
@@ -283,5 +350,38 @@ async fn collect_evidence(r: &Run<'_>) {
             what: "tool_log_unavailable".into(),
             detail: Some(e),
         });
+    }
+}
+
+/// Before a run: what earlier runs in the same reports directory (and the run
+/// directory asked for) left applied when they were killed is undone first
+/// (`haq heal` on each), so no replica stays frozen from one run into the next.
+fn heal_leftovers(opts: &RunOptions) {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&opts.reports_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join(trace::files::HEALS_FILE).exists())
+        .collect();
+    dirs.extend(
+        opts.out
+            .clone()
+            .filter(|d| d.join(trace::files::HEALS_FILE).exists()),
+    );
+    for d in dirs {
+        // A run still alive heals its own (heal_dir refuses it).
+        if let Ok(done) = crate::faults::ledger::heal_dir(&d) {
+            for x in done {
+                eprintln!(
+                    "haq: {} {} on {} left by the run in {}: {}",
+                    if x.ok { "healed" } else { "could NOT heal" },
+                    x.entry.fault,
+                    x.entry.replica,
+                    d.display(),
+                    x.detail
+                );
+            }
+        }
     }
 }

@@ -48,6 +48,11 @@ pub struct Context {
     /// For the replicas' own endpoints (readiness, admin): built once, off the load's
     /// hot path.
     pub http: reqwest::Client,
+    /// haq was interrupted (or the run's faults are being stopped): a command that
+    /// injects or verifies ends at once. Heals are not stopped by it.
+    pub stop: tokio_util::sync::CancellationToken,
+    /// Where a fault that could outlive haq is written before it is applied.
+    pub ledger: std::sync::Arc<super::ledger::Ledger>,
 }
 
 /// The client fault backends use to reach replicas directly (readiness, admin hooks).

@@ -3,131 +3,16 @@
 //! variables. Each command runs with `sh -c`, in its own process group, bounded by a
 //! timeout (the group is killed when it expires).
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 
 use super::backend::{Context, Injected, Injector};
 use super::{Healed, Replica, Undo};
 use crate::plan::FaultPlan;
 
-/// How a command ended.
-#[derive(Debug, Clone)]
-pub struct Ran {
-    pub ok: bool,
-    /// `exit 0`, `exit 3`, `timed out after 2s`, …
-    pub status: String,
-    /// stdout then stderr, trimmed and bounded.
-    pub output: String,
-}
-
-impl Ran {
-    pub fn describe(&self, what: &str) -> String {
-        if self.output.is_empty() {
-            format!("{what} {}", self.status)
-        } else {
-            format!("{what} {}: {}", self.status, self.output)
-        }
-    }
-}
-
-fn tail(s: &[u8]) -> String {
-    let t = String::from_utf8_lossy(s);
-    let t = t.trim();
-    let n = t.chars().count();
-    if n > 400 {
-        format!("…{}", t.chars().skip(n - 400).collect::<String>())
-    } else {
-        t.to_string()
-    }
-}
-
-/// Runs `sh -c cmd` with `env`, blocking, for at most `timeout`.
-pub fn run_sh(cmd: &str, env: &[(String, String)], timeout: Duration) -> Ran {
-    let mut c = Command::new("sh");
-    c.arg("-c")
-        .arg(cmd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    // SAFETY: restore_in_child is async-signal-safe.
-    unsafe {
-        c.pre_exec(crate::priority::restore_in_child);
-    }
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = match c.spawn() {
-        Ok(ch) => ch,
-        Err(e) => {
-            return Ran {
-                ok: false,
-                status: format!("could not start: {e}"),
-                output: String::new(),
-            };
-        }
-    };
-    // Read the pipes on their own threads so a chatty command never blocks.
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    let ro = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_end(&mut b);
-        }
-        b
-    });
-    let re = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_end(&mut b);
-        }
-        b
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Ok(st),
-            Ok(None) if Instant::now() >= deadline => {
-                // SAFETY: killpg on the group this child leads (process_group(0)).
-                unsafe { libc::killpg(child.id() as i32, libc::SIGKILL) };
-                let _ = child.wait();
-                break Err(format!(
-                    "timed out after {timeout:?} (process group killed)"
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => break Err(format!("wait failed: {e}")),
-        }
-    };
-    let mut output = tail(&ro.join().unwrap_or_default());
-    let e = tail(&re.join().unwrap_or_default());
-    if !e.is_empty() {
-        if !output.is_empty() {
-            output.push_str(" | ");
-        }
-        output.push_str(&e);
-    }
-    match status {
-        Ok(st) => Ran {
-            ok: st.success(),
-            status: match st.code() {
-                Some(c) => format!("exit {c}"),
-                None => format!("killed by {st}"),
-            },
-            output,
-        },
-        Err(s) => Ran {
-            ok: false,
-            status: s,
-            output,
-        },
-    }
-}
+pub use super::shell::{Ran, run_sh};
 
 /// The environment every command of a fault sees.
 pub fn env(f: &FaultPlan, r: &Replica, cx: &Context) -> Vec<(String, String)> {
@@ -161,8 +46,13 @@ pub fn env(f: &FaultPlan, r: &Replica, cx: &Context) -> Vec<(String, String)> {
     v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
-async fn run_async(cmd: String, env: Vec<(String, String)>, timeout: Duration) -> Ran {
-    tokio::task::spawn_blocking(move || run_sh(&cmd, &env, timeout))
+async fn run_async(
+    cmd: String,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+    stop: CancellationToken,
+) -> Ran {
+    tokio::task::spawn_blocking(move || run_sh(&cmd, &env, timeout, Some(&stop)))
         .await
         .unwrap_or_else(|e| Ran {
             ok: false,
@@ -187,7 +77,21 @@ impl Injector for CommandInjector {
             };
             let env = env(f, r, cx);
             let timeout = spec.timeout.0;
-            let inject = run_async(spec.inject.clone(), env.clone(), timeout).await;
+            // In the ledger before the command runs: if haq is killed while the fault
+            // holds, `haq heal` runs the heal command.
+            let entry = spec.heal.as_ref().map(|heal| {
+                let remedy = super::ledger::Remedy::Command {
+                    heal: heal.clone(),
+                    env: env.clone(),
+                    timeout_ms: timeout.as_millis() as u64,
+                };
+                (
+                    cx.ledger.clone(),
+                    cx.ledger.intend(&f.name, &r.name, remedy),
+                )
+            });
+            let inject =
+                run_async(spec.inject.clone(), env.clone(), timeout, cx.stop.clone()).await;
             // Whatever the inject did, even half, is undone by the heal command.
             let undo: Option<Box<dyn Undo>> = spec.heal.clone().map(|heal| {
                 Box::new(RunHeal {
@@ -195,6 +99,7 @@ impl Injector for CommandInjector {
                     verify: spec.verify.clone(),
                     env: env.clone(),
                     timeout,
+                    ledger: entry.clone(),
                 }) as Box<dyn Undo>
             });
             if !inject.ok {
@@ -207,7 +112,7 @@ impl Injector for CommandInjector {
             }
             let inj = match (&spec.verify, f.verify) {
                 (Some(v), true) => {
-                    let ran = run_async(v.clone(), env, timeout).await;
+                    let ran = run_async(v.clone(), env, timeout, cx.stop.clone()).await;
                     Injected {
                         at,
                         pid: None,
@@ -234,17 +139,29 @@ impl Injector for CommandInjector {
 }
 
 /// Runs the heal command; when there is a verify command, the heal is verified by
-/// the fault no longer verifying.
+/// the fault no longer verifying. A verified heal closes its ledger entry.
 struct RunHeal {
     heal: String,
     verify: Option<String>,
     env: Vec<(String, String)>,
     timeout: Duration,
+    ledger: Option<(std::sync::Arc<super::ledger::Ledger>, u64)>,
 }
 
 impl Undo for RunHeal {
     fn undo(&mut self) -> Healed {
-        let h = run_sh(&self.heal, &self.env, self.timeout);
+        let h = self.heal_once();
+        // Healed and verified: nothing is left for `haq heal`.
+        if let (true, Some((l, id))) = (h.verified, &self.ledger) {
+            l.healed(*id, &h.detail);
+        }
+        h
+    }
+}
+
+impl RunHeal {
+    fn heal_once(&self) -> Healed {
+        let h = run_sh(&self.heal, &self.env, self.timeout, None);
         if !h.ok {
             return Healed {
                 verified: false,
@@ -253,7 +170,7 @@ impl Undo for RunHeal {
         }
         match &self.verify {
             Some(v) => {
-                let still = run_sh(v, &self.env, self.timeout);
+                let still = run_sh(v, &self.env, self.timeout, None);
                 Healed {
                     verified: !still.ok,
                     detail: format!(

@@ -22,6 +22,10 @@ pub struct ProbeClient {
     pub url: String,
     pub model: String,
     pub timeouts: Timeouts,
+    /// The marker the probe's body carries (its proxy attribution).
+    pub marker: crate::workload::BodyMarker,
+    /// How its response names the serving replica (`evidence.worker_header`).
+    pub attribution: Option<Arc<client::Attribution>>,
 }
 
 /// Everything the fault tasks share.
@@ -44,6 +48,8 @@ pub struct Env {
     pub load_done: CancellationToken,
     /// Hard stop: probe requests still running are cancelled.
     pub stop: CancellationToken,
+    /// The heal ledger (RUN_DIR/heals.jsonl).
+    pub ledger: Arc<super::ledger::Ledger>,
 }
 
 impl Env {
@@ -55,6 +61,8 @@ impl Env {
             trace: self.trace.clone(),
             probe,
             http: self.admin.clone(),
+            stop: self.stop.clone(),
+            ledger: self.ledger.clone(),
         }
     }
 }

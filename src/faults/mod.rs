@@ -17,11 +17,13 @@ mod env;
 mod fire;
 pub mod guard;
 pub mod hook;
+pub mod ledger;
 pub mod probe;
 pub mod process;
 pub mod proxy;
 pub mod replace;
 pub mod schedule;
+mod shell;
 
 use crate::scenario::FaultBackend;
 pub use crate::target::registry::{Registry, Replica};

@@ -38,6 +38,9 @@ fn body(env: &Env, f: &FaultPlan, point: ProbePoint, prompt: u32, max_tokens: u3
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if let Some(body) = v.as_object_mut() {
+        env.probes.marker.put(body, &probe_id(&f.name));
+    }
     if point == ProbePoint::ToolCall {
         v["tools"] = serde_json::json!([{"type": "function", "function": {
             "name": "haq_probe_action",
@@ -155,6 +158,7 @@ fn send(
         body(env, f, point, prompt_tokens, max_tokens),
     );
     call.observe = Some(observe);
+    call.attribution.clone_from(&env.probes.attribution);
     env.trace.emit(Event::Request {
         t: env.clock.now_us(),
         id: id.to_string(),
@@ -178,14 +182,10 @@ fn send(
         env.stop.clone(),
     );
     let request = tokio::spawn(async move {
-        client::execute_until(
-            &http,
-            &call,
-            probes.timeouts,
-            &clock,
-            &trace,
-            stop.cancelled(),
-        )
+        client::execute_until(&http, &call, probes.timeouts, &clock, &trace, async move {
+            stop.cancelled().await;
+            crate::trace::Outcome::Cancelled
+        })
         .await
     });
     Probe {

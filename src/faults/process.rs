@@ -10,6 +10,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::backend::{Context, Injected, Injector, VERIFY_TIMEOUT};
+use super::ledger::{Ledger, Remedy};
 use super::{Healed, Replica, Undo};
 use crate::plan::FaultPlan;
 use crate::proxy::ReplicaProxy;
@@ -67,7 +68,7 @@ impl Injector for ProcessInjector {
                     }
                     (inj, None)
                 }
-                FaultAction::Freeze => freeze(&p).await,
+                FaultAction::Freeze => freeze(&p, f, r, cx).await,
                 FaultAction::Drain => (drain(&p, r, f, cx).await, None),
                 other => (
                     Injected::failed(
@@ -177,18 +178,32 @@ async fn sim_pid(p: &ProcRef) -> Result<u32, String> {
 }
 
 /// SIGSTOP, verified by the kernel's stopped state; undone with SIGCONT.
-async fn freeze(p: &ProcRef) -> (Injected, Option<Box<dyn Undo>>) {
+async fn freeze(
+    p: &ProcRef,
+    f: &FaultPlan,
+    r: &Replica,
+    cx: &Context,
+) -> (Injected, Option<Box<dyn Undo>>) {
     let at = Instant::now();
     let pid = match sim_pid(p).await {
         Ok(pid) => pid,
         Err(e) => return (Injected::failed(at, None, e), None),
     };
     let start = proc_stat(pid).map(|s| s.1);
+    // In the ledger before the signal: if haq is killed now, `haq heal` resumes it.
+    let entry = cx
+        .ledger
+        .intend(&f.name, &r.name, Remedy::Resume { pid, start });
     if let Err(e) = signal(pid, Signal::SIGSTOP) {
+        cx.ledger.healed(entry, &format!("never stopped: {e}"));
         return (Injected::failed(at, Some(pid), e), None);
     }
     // Registered even if verification fails: a stop that lands late is still resumed.
-    let undo: Box<dyn Undo> = Box::new(Resume { pid, start });
+    let undo: Box<dyn Undo> = Box::new(Resume {
+        pid,
+        start,
+        ledger: Some((cx.ledger.clone(), entry)),
+    });
     let inj = match poll(VERIFY_TIMEOUT, || stopped(pid)).await {
         Some(d) => Injected {
             at,
@@ -208,51 +223,22 @@ async fn freeze(p: &ProcRef) -> (Injected, Option<Box<dyn Undo>>) {
     (inj, Some(undo))
 }
 
-/// Resumes a frozen process (SIGCONT), verified by the kernel's state.
+/// Resumes a frozen process (SIGCONT), verified by the kernel's state; a verified
+/// resume closes its ledger entry.
 pub struct Resume {
     pub pid: u32,
     pub start: Option<u64>,
+    pub ledger: Option<(std::sync::Arc<Ledger>, u64)>,
 }
 
 impl Undo for Resume {
     fn undo(&mut self) -> Healed {
-        let pid = self.pid;
-        match proc_stat(pid) {
-            None => {
-                return Healed {
-                    verified: true,
-                    detail: format!("pid {pid} no longer exists: nothing left frozen"),
-                };
-            }
-            Some((_, s)) if self.start.is_some_and(|want| want != s) => {
-                return Healed {
-                    verified: true,
-                    detail: format!("pid {pid} was reused by another process: not signalled"),
-                };
-            }
-            _ => {}
+        let (verified, detail) = super::ledger::resume(self.pid, self.start);
+        let h = Healed { verified, detail };
+        if let (true, Some((l, id))) = (h.verified, &self.ledger) {
+            l.healed(*id, &h.detail);
         }
-        if let Err(e) = signal(pid, Signal::SIGCONT) {
-            return Healed {
-                verified: gone(pid),
-                detail: format!("SIGCONT failed: {e}"),
-            };
-        }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while stopped(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        if stopped(pid) {
-            Healed {
-                verified: false,
-                detail: format!("SIGCONT sent; pid {pid} still stopped"),
-            }
-        } else {
-            Healed {
-                verified: true,
-                detail: format!("SIGCONT sent; pid {pid} running again"),
-            }
-        }
+        h
     }
 }
 

@@ -89,6 +89,8 @@ fn context(dir: &std::path::Path) -> Context {
         trace: TraceWriter::sink(),
         probe: None,
         http: admin_client().expect("client"),
+        stop: tokio_util::sync::CancellationToken::new(),
+        ledger: std::sync::Arc::new(super::ledger::Ledger::none()),
     }
 }
 
@@ -194,9 +196,74 @@ async fn command_backend_runs_with_context_verifies_and_heals() {
 
     // A command that hangs is killed at its timeout.
     let t = std::time::Instant::now();
-    let ran = command::run_sh("sleep 30", &[], Duration::from_millis(300));
+    let ran = command::run_sh("sleep 30", &[], Duration::from_millis(300), None);
     assert!(!ran.ok && ran.status.contains("timed out"), "{ran:?}");
     assert!(t.elapsed() < Duration::from_secs(10));
+}
+
+/// A descendant that leaves the command's process group (`setsid … &`) and keeps its
+/// pipes open cannot hold haq past the command (issue 15): the command's own end (or
+/// its timeout) ends the wait, with the output read so far; an interrupt ends it too.
+#[test]
+fn a_setsid_child_cannot_hold_a_command_past_its_end_or_its_timeout() {
+    let dir = std::env::temp_dir().join(format!("haq-setsid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let pidfile = dir.join("escaped.pid");
+    // The escaped child writes its pid, then lives 20 s holding stdout and stderr.
+    let escape = format!(
+        "setsid sh -c 'echo $$ > {p}; exec sleep 20' & echo injected",
+        p = pidfile.display()
+    );
+    let kill_escaped = || {
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = std::fs::remove_file(&pidfile);
+    };
+    let t = std::time::Instant::now();
+    let ran = command::run_sh(&escape, &[], Duration::from_secs(10), None);
+    assert!(ran.ok, "{ran:?}");
+    assert!(ran.output.contains("injected"), "{ran:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "held {:?}",
+        t.elapsed()
+    );
+    kill_escaped();
+    // Past its timeout: the group is killed and the escaped child is not waited for.
+    let t = std::time::Instant::now();
+    let hang = format!("{escape}; sleep 30");
+    let ran = command::run_sh(&hang, &[], Duration::from_millis(500), None);
+    assert!(!ran.ok && ran.status.contains("timed out"), "{ran:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "held {:?}",
+        t.elapsed()
+    );
+    kill_escaped();
+    // An interrupt ends a long command at once.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let s2 = stop.clone();
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        s2.cancel();
+    });
+    let t = std::time::Instant::now();
+    let ran = command::run_sh("sleep 30", &[], Duration::from_secs(600), Some(&stop));
+    assert!(!ran.ok && ran.status.contains("interrupted"), "{ran:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "held {:?}",
+        t.elapsed()
+    );
+    let _ = canceller.join();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The guard heals what is still applied when a panic unwinds through its owner: the

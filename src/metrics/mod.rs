@@ -13,4 +13,4 @@ pub use hist::{EaPcts, Ms, Pcts, ea_pcts, p95_us, pcts};
 pub use phase::{PhaseAcc, PhaseStats};
 pub use request::Measured;
 pub use series::{SecondStats, SeriesAcc};
-pub use slip::{ClientHealth, SlipAcc};
+pub use slip::{Sends, SlipAcc};

@@ -23,6 +23,11 @@ pub struct PhaseAcc {
     pub failed: u64,
     pub rejected: u64,
     pub cancelled: u64,
+    /// The client left on purpose (workload abandonment): neither a success nor a
+    /// failure of the target (counted in `outcomes` as `abandoned`).
+    pub abandoned: u64,
+    /// Stopped by haq's interrupt (`interrupted`): neither served nor failed.
+    pub interrupted: u64,
     pub tokens: u64,
     pub outcomes: BTreeMap<Outcome, u64>,
     pub slo_met: u64,
@@ -58,6 +63,8 @@ impl PhaseAcc {
             failed: 0,
             rejected: 0,
             cancelled: 0,
+            abandoned: 0,
+            interrupted: 0,
             tokens: 0,
             outcomes: BTreeMap::new(),
             slo_met: 0,
@@ -97,6 +104,8 @@ impl PhaseAcc {
             Outcome::Completed => self.completed += 1,
             Outcome::Rejected => self.rejected += 1,
             Outcome::Cancelled => self.cancelled += 1,
+            Outcome::Abandoned => self.abandoned += 1,
+            Outcome::Interrupted => self.interrupted += 1,
             _ => self.failed += 1,
         }
         self.tool_calls += end.tool_calls.len() as u64;
@@ -173,7 +182,8 @@ pub struct PhaseStats {
     pub achieved_rps: f64,
     /// Requests that completed inside every per-request SLO target, per second.
     pub goodput_rps: f64,
-    /// Share of requests (not counting haq-cancelled ones) inside the SLO targets.
+    /// Share of requests (not counting haq-cancelled ones, nor those whose client left
+    /// on purpose) inside the SLO targets.
     pub slo_attainment: f64,
     pub output_tokens_per_s: f64,
     pub ttfb_ms: Pcts,
@@ -202,7 +212,9 @@ impl From<&PhaseAcc> for PhaseStats {
                 0.0
             }
         };
-        let judged = a.requests.saturating_sub(a.cancelled);
+        let judged = a
+            .requests
+            .saturating_sub(a.cancelled + a.abandoned + a.interrupted);
         PhaseStats {
             name: a.name.clone(),
             kind: a.kind,

@@ -51,7 +51,11 @@ impl Measured {
         let ok = end.outcome == Outcome::Completed;
         let mut m = Measured {
             ok,
-            failed: !ok && end.outcome != Outcome::Cancelled,
+            failed: !ok
+                && !matches!(
+                    end.outcome,
+                    Outcome::Cancelled | Outcome::Abandoned | Outcome::Interrupted
+                ),
             ttfb: r.response_t.map(|t| t.saturating_sub(r.dispatch)),
             queue: r.queue_us,
             slip,

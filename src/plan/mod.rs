@@ -63,7 +63,14 @@ fn resolve(parsed: Parsed) -> Result<Plan, ScenarioError> {
 
 /// Reads back the effective scenario recorded in a run directory.
 pub fn from_recorded_json(text: &str) -> Result<Plan, String> {
-    let s: Scenario = serde_json::from_str(text).map_err(|e| format!("scenario.json: {e}"))?;
+    let mut s: Scenario = serde_json::from_str(text).map_err(|e| format!("scenario.json: {e}"))?;
+    // A run recorded before issue 21 (it names max_slip_p99) is judged by today's
+    // validity rule: with the old default of max_late (50ms) recorded, today's default.
+    if s.client.max_slip_p99.take().is_some()
+        && s.client.max_late == Some(crate::wire::units::Dur::millis(50))
+    {
+        s.client.max_late = None;
+    }
     validate(s).map_err(|i| format!("scenario.json: `{}`: {}", i.field, i.reason))
 }
 

@@ -195,6 +195,22 @@ fn validate_client(c: &ClientCfg) -> Result<(), Issue> {
     positive("client.first_token_timeout", c.first_token_timeout)?;
     positive("client.idle_timeout", c.idle_timeout)?;
     positive("client.drain_timeout", c.drain_timeout)?;
+    if c.max_slip_p99.is_some() {
+        return Err(Issue {
+            field: "client.max_slip_p99".into(),
+            value: None,
+            reason: "was removed (issue 21): a p99 of schedule slip over ~100 sends is one \
+                     scheduler hiccup. A run is now INVALID only when haq's own lateness could \
+                     change a verdict: a send later than `client.max_late` (the tightest \
+                     latency objective, at most 1s), a phase p95 moved by more than `client.max_p95_shift` (10%) of the objective, or \
+                     a phase's load off by more than `client.max_load_error` (5%); delete the \
+                     line"
+                .into(),
+        });
+    }
+    if let Some(d) = c.max_late {
+        positive("client.max_late", d)?;
+    }
     if c.warm_connections > MAX_WARM_CONNECTIONS {
         return Err(Issue::new(
             "client.warm_connections",
@@ -206,6 +222,7 @@ fn validate_client(c: &ClientCfg) -> Result<(), Issue> {
 }
 
 fn validate_target(t: &Target) -> Result<(), Issue> {
+    validate_headers(&t.headers)?;
     match t.kind {
         TargetKind::Sim => {
             if let Some(u) = &t.url {
@@ -247,6 +264,49 @@ fn validate_target(t: &Target) -> Result<(), Issue> {
             Ok(())
         }
     }
+}
+
+/// `target.headers`: names and values an HTTP request can carry (no CR, LF or NUL: a
+/// header that would split the request is refused here, not after the target started).
+fn validate_headers(h: &std::collections::BTreeMap<String, HeaderSource>) -> Result<(), Issue> {
+    for (k, src) in h {
+        if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+            return Err(Issue::new(
+                format!("target.headers.{k}"),
+                format!("{k:?}"),
+                "is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
+            ));
+        }
+        let v = match src {
+            HeaderSource::Value(v) => v.as_str(),
+            HeaderSource::Env { env, .. } if env.is_empty() => {
+                return Err(Issue::new(
+                    format!("target.headers.{k}.env"),
+                    "\"\"",
+                    "names no environment variable",
+                ));
+            }
+            HeaderSource::File { file, .. } if file.is_empty() => {
+                return Err(Issue::new(
+                    format!("target.headers.{k}.file"),
+                    "\"\"",
+                    "names no file",
+                ));
+            }
+            // Read when the run starts (a CI job validates without its secrets).
+            HeaderSource::Env { prefix, .. } | HeaderSource::File { prefix, .. } => {
+                prefix.as_deref().unwrap_or("")
+            }
+        };
+        if reqwest::header::HeaderValue::from_str(v).is_err() {
+            return Err(Issue::new(
+                format!("target.headers.{k}"),
+                "(not shown)",
+                "is not a valid header value (no CR, LF, NUL or other control characters)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The sim engine's knobs (docs/sim.md).

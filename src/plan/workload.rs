@@ -285,6 +285,45 @@ pub(super) fn validate_mix(m: &Mix) -> Result<(), Issue> {
                 "must be between 1 and 8",
             ));
         }
+        if let Some(a) = &c.abandon {
+            validate_abandon(&format!("{f}.abandon"), a)?;
+        }
+    }
+    Ok(())
+}
+
+/// A class's abandonment: a share above 0 and exactly one way of leaving.
+fn validate_abandon(f: &str, a: &Abandon) -> Result<(), Issue> {
+    if a.share.0 <= 0.0 {
+        return Err(Issue::new(
+            format!("{f}.share"),
+            a.share,
+            "must be greater than 0% (drop `abandon` for none)",
+        ));
+    }
+    let ways = usize::from(a.before_first_token)
+        + usize::from(a.after_deltas.is_some())
+        + usize::from(a.after.is_some());
+    if ways != 1 {
+        return Err(Issue::new(
+            f,
+            format!("{ways} ways of leaving"),
+            "needs exactly one of `before_first_token: true`, `after_deltas: N`, `after: DURATION`",
+        ));
+    }
+    if a.after_deltas == Some(0) {
+        return Err(Issue::new(
+            format!("{f}.after_deltas"),
+            0,
+            "must be at least 1 (use `before_first_token: true` to leave before any output)",
+        ));
+    }
+    if a.after.is_some_and(|d| d.0.is_zero()) {
+        return Err(Issue::new(
+            format!("{f}.after"),
+            "0s",
+            "must be greater than 0",
+        ));
     }
     Ok(())
 }

@@ -14,6 +14,7 @@
 //!   then release or drop what it held.
 
 mod conn;
+pub mod handover;
 pub mod http;
 mod probe;
 mod replica;

@@ -3,10 +3,12 @@
 //! ([`Release`]), and the board every replica's proxy looks watches up on.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use tokio::sync::{mpsc, oneshot};
+
+use crate::wire::marker::RunToken;
 
 /// What the fault tells a held request or response to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,15 +64,30 @@ struct Watch {
     fired: bool,
 }
 
-/// Probe requests being watched, shared by every replica's proxy.
+/// Probe requests being watched, shared by every replica's proxy; and the run's token,
+/// by which the proxies read the marker in each request body.
 #[derive(Default)]
 pub struct ProbeBoard {
     n: AtomicUsize,
+    /// Watches at the `Queued` point not fired yet: while there is one, a request
+    /// head that names no watched probe waits for its body's marker before it is
+    /// forwarded (the probe must be held before the replica sees it).
+    queued: AtomicUsize,
     map: Mutex<HashMap<String, Watch>>,
+    token: OnceLock<RunToken>,
 }
 
 impl ProbeBoard {
-    /// Watches requests with this `x-request-id`.
+    /// The run's token: from now on, request bodies are scanned for its markers.
+    pub fn set_run_token(&self, token: RunToken) {
+        let _ = self.token.set(token);
+    }
+
+    pub fn run_token(&self) -> Option<RunToken> {
+        self.token.get().copied()
+    }
+
+    /// Watches requests with this id (`x-request-id`, or the marker in the body).
     pub fn watch(&self, id: &str, point: ProxyPoint) -> mpsc::UnboundedReceiver<ProxySeen> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut m = lock(&self.map);
@@ -82,14 +99,29 @@ impl ProbeBoard {
                 fired: false,
             },
         );
-        self.n.store(m.len(), Ordering::Release);
+        self.recount(&m);
         rx
     }
 
     pub fn unwatch(&self, id: &str) {
         let mut m = lock(&self.map);
         m.remove(id);
+        self.recount(&m);
+    }
+
+    fn recount(&self, m: &HashMap<String, Watch>) {
         self.n.store(m.len(), Ordering::Release);
+        let q = m
+            .values()
+            .filter(|w| w.point == ProxyPoint::Queued && !w.fired)
+            .count();
+        self.queued.store(q, Ordering::Release);
+    }
+
+    /// A request head that names no watched probe must wait for its marker: a probe
+    /// at the `Queued` point is watched and has not fired (cheap when none is).
+    pub(super) fn holds_heads(&self) -> bool {
+        self.queued.load(Ordering::Acquire) > 0
     }
 
     /// The watch on `id`, if any (cheap when nothing is watched).
@@ -108,13 +140,17 @@ impl ProbeBoard {
     /// Claims the one firing of the watch on `id` (a retry elsewhere does not fire again).
     pub(super) fn claim(&self, id: &str) -> bool {
         let mut m = lock(&self.map);
-        match m.get_mut(id) {
+        let claimed = match m.get_mut(id) {
             Some(w) if !w.fired => {
                 w.fired = true;
                 true
             }
             _ => false,
+        };
+        if claimed {
+            self.recount(&m);
         }
+        claimed
     }
 }
 

@@ -64,12 +64,22 @@ async fn upstream(n: u32, gap: Duration) -> Upstream {
                         }
                     };
                     let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
-                    let len: usize = head
+                    let mut len: usize = head
                         .lines()
                         .find_map(|l| l.strip_prefix("content-length:"))
                         .and_then(|v| v.trim().parse().ok())
                         .unwrap_or(0);
-                    while buf.len() < head_end + len {
+                    let chunked = head.contains("transfer-encoding: chunked");
+                    loop {
+                        if chunked
+                            && let Some(p) =
+                                buf[head_end..].windows(5).position(|x| x == b"0\r\n\r\n")
+                        {
+                            len = p + 5;
+                        }
+                        if (!chunked || len > 0) && buf.len() >= head_end + len {
+                            break;
+                        }
                         match s.read(&mut tmp).await {
                             Ok(0) | Err(_) => return,
                             Ok(n) => buf.extend_from_slice(&tmp[..n]),
@@ -100,10 +110,11 @@ async fn upstream(n: u32, gap: Duration) -> Upstream {
                             _ = tokio::time::sleep(gap) => {}
                             _ = k.wait_for(|x| *x) => return,
                         }
+                        // Counted before the write: the proxy may read it first.
+                        w.fetch_add(1, Ordering::SeqCst);
                         if s.write_all(chunk(&event(i)).as_bytes()).await.is_err() {
                             return;
                         }
-                        w.fetch_add(1, Ordering::SeqCst);
                     }
                     let tail = format!("{}0\r\n\r\n", chunk("data: [DONE]\n\n"));
                     if s.write_all(tail.as_bytes()).await.is_err() {
@@ -567,4 +578,191 @@ async fn a_dead_replica_refuses_connections_until_it_listens_again() {
     .await
     .expect("the request reached the replacement");
     assert!(got.starts_with("POST /v1/chat/completions"), "{got}");
+}
+
+/// The run token of the marker tests.
+const TOKEN: crate::wire::marker::RunToken = crate::wire::marker::RunToken::from_u32(0x5eed_f00d);
+
+/// A request with `marker` in its body (a `user` field), `x-request-id: header` when
+/// given, its body chunked (two chunks, the marker split across them) or not.
+fn marked(header: Option<&str>, marker: &str, chunked: bool) -> Vec<u8> {
+    let body = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"the cluster serves tokens"}}],"stream":true,"user":"{marker}"}}"#
+    );
+    let mut head = String::from("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n");
+    if let Some(h) = header {
+        head.push_str(&format!("x-request-id: {h}\r\n"));
+    }
+    if chunked {
+        let cut = body.find("haq-").map_or(body.len() / 2, |i| i + 6);
+        let (a, b) = body.split_at(cut);
+        head.push_str("transfer-encoding: chunked\r\n\r\n");
+        format!("{head}{}{}0\r\n\r\n", chunk(a), chunk(b)).into_bytes()
+    } else {
+        format!("{head}content-length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    }
+}
+
+/// Writes `req` a few bytes at a time, so the proxy reads its body in many pieces.
+async fn send_slowly(s: &mut TcpStream, req: &[u8]) {
+    for part in req.chunks(23) {
+        s.write_all(part).await.expect("send");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn attributions(evs: &[Event]) -> Vec<(Option<String>, Option<LegByT>, Option<UnattrT>)> {
+    evs.iter()
+        .filter_map(|e| match e {
+            Event::ProxyRequest {
+                id,
+                by,
+                unattributed,
+                ..
+            } => Some((id.clone(), *by, *unattributed)),
+            _ => None,
+        })
+        .collect()
+}
+
+type LegByT = crate::trace::LegBy;
+type UnattrT = crate::trace::Unattributed;
+
+/// Behind a gateway that forwards no `x-request-id` (or rewrites it), each upstream
+/// request is tied to its client request by the marker in its body — chunked or not,
+/// read in many pieces — and the bytes pass unchanged; a body without this run's
+/// marker is recorded unattributed, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_attributed_by_the_marker_in_their_body() {
+    use crate::trace::{LegBy, Unattributed};
+    use crate::wire::marker::{RunToken, marker};
+    let up = upstream(2, Duration::from_millis(1)).await;
+    let mut fx = Fixture::new(Some(up.addr.to_string())).await;
+    fx.set.board().set_run_token(TOKEN);
+    let ours = |id: &str| marker(TOKEN, id);
+    let cases: Vec<Vec<u8>> = vec![
+        marked(None, &ours("r000001"), false),
+        marked(None, &ours("r000002"), true),
+        // A gateway's own request id: the marker names the client request.
+        marked(Some("gw-77"), &ours("r000003"), true),
+        marked(Some("r000004"), "not-a-marker", false),
+        marked(None, &marker(RunToken::from_u32(1), "r000005"), false),
+        marked(None, "nothing", true),
+    ];
+    let mut direct = TcpStream::connect(up.addr).await.expect("direct");
+    direct.write_all(&cases[1]).await.expect("send");
+    let (want, _) = read_for(&mut direct, LONG, "0\r\n\r\n").await;
+    let mut s = TcpStream::connect(fx.p().listen).await.expect("connect");
+    for req in &cases {
+        send_slowly(&mut s, req).await;
+        let (got, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+        assert_eq!(got, want, "the proxy must not change a byte");
+    }
+    drop(s);
+    let evs = fx.events();
+    let m = Some(LegBy::Marker);
+    assert_eq!(
+        attributions(&evs),
+        vec![
+            (Some("r000001".into()), m, None),
+            (Some("r000002".into()), m, None),
+            (Some("r000003".into()), m, None),
+            (Some("r000004".into()), Some(LegBy::Header), None),
+            (None, None, Some(Unattributed::OtherRun)),
+            (None, None, Some(Unattributed::NoMarker)),
+        ]
+    );
+    // Every exchange ended under the id it was attributed to.
+    let ends: Vec<Option<String>> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::ProxyEnd { id, .. } => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        attributions(&evs)
+            .into_iter()
+            .map(|a| a.0)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A probe found by its marker alone is held at the `Queued` point before the replica
+/// sees a byte of it, while other requests pass (held only until their marker is
+/// read); at the `Prefill` point its response is held from the first byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_is_found_by_its_marker_and_held_before_the_replica_sees_it() {
+    use crate::wire::marker::marker;
+    let up = upstream(3, Duration::from_millis(5)).await;
+    let fx = Fixture::new(Some(up.addr.to_string())).await;
+    fx.set.board().set_run_token(TOKEN);
+    let p = fx.p().clone();
+    let mut seen = fx.set.board().watch("probe-q", ProxyPoint::Queued);
+    // Another request while the probe is watched: it goes through.
+    let mut other = TcpStream::connect(p.listen).await.expect("connect");
+    send_slowly(&mut other, &marked(None, &marker(TOKEN, "r1"), true)).await;
+    let (got, _) = read_for(&mut other, LONG, "0\r\n\r\n").await;
+    assert!(got.contains("[DONE]"), "{got}");
+    let mut s = TcpStream::connect(p.listen).await.expect("connect");
+    send_slowly(&mut s, &marked(None, &marker(TOKEN, "probe-q"), true)).await;
+    assert!(matches!(seen.recv().await, Some(ProxySeen::Routed { .. })));
+    let Some(ProxySeen::Reached { release, .. }) = seen.recv().await else {
+        panic!("not reached")
+    };
+    // Requests sent while it is held pass, and the replica never saw the probe.
+    send_slowly(&mut other, &marked(None, &marker(TOKEN, "r2"), false)).await;
+    let (got, _) = read_for(&mut other, LONG, "0\r\n\r\n").await;
+    assert!(got.contains("[DONE]"), "{got}");
+    assert_eq!(
+        lock(&up.received).len(),
+        2,
+        "the replica saw a held request"
+    );
+    let _ = release.send(Release::Forward);
+    let (got, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(got.contains("[DONE]"), "{got}");
+    assert_eq!(lock(&up.received).len(), 3);
+    // Prefill, by the marker: the gateway gets no byte until released.
+    let mut seen = fx.set.board().watch("probe-p", ProxyPoint::Prefill);
+    let mut s = TcpStream::connect(p.listen).await.expect("connect");
+    send_slowly(&mut s, &marked(None, &marker(TOKEN, "probe-p"), false)).await;
+    let _ = seen.recv().await;
+    let Some(ProxySeen::Reached { release, .. }) = seen.recv().await else {
+        panic!("not reached")
+    };
+    let (none, _) = read_for(&mut s, Duration::from_millis(300), "").await;
+    assert_eq!(none, "");
+    assert_eq!(lock(&up.received).len(), 4);
+    let _ = release.send(Release::Forward);
+    let (got, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(got.contains("[DONE]"), "{got}");
+}
+
+/// A body longer than the scan cap with its marker past the cap is forwarded whole and
+/// recorded unattributed (`over_cap`), even while a `Queued` probe is watched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_scan_cap_is_forwarded_unattributed() {
+    use crate::wire::marker::{SCAN_CAP, marker};
+    let up = upstream(1, Duration::from_millis(1)).await;
+    let mut fx = Fixture::new(Some(up.addr.to_string())).await;
+    fx.set.board().set_run_token(TOKEN);
+    let _seen = fx.set.board().watch("probe-q", ProxyPoint::Queued);
+    let pad = "x".repeat(SCAN_CAP as usize);
+    let body = format!(r#"{{"prompt":"{pad}","user":"{}"}}"#, marker(TOKEN, "r1"));
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(fx.p().listen).await.expect("connect");
+    s.write_all(req.as_bytes()).await.expect("send");
+    let (got, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(got.contains("[DONE]"), "{got}");
+    drop(s);
+    let evs = fx.events();
+    assert_eq!(
+        attributions(&evs),
+        vec![(None, None, Some(crate::trace::Unattributed::OverCap))]
+    );
 }

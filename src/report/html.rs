@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use super::svg::{self, Band, Line, Marker, Plot, esc};
 use super::worksheet::Section;
-use crate::check::{Judgement, Status};
+use crate::check::Judgement;
 use crate::metrics::SecondStats;
 use crate::plan::Plan;
 
@@ -289,9 +289,9 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
     }
     let _ = writeln!(
         o,
-        "<p class=\"muted\">haq {} · overall {}</p><script>{CHECK}</script></body></html>",
+        "<p class=\"muted\">haq {} · result {}</p><script>{CHECK}</script></body></html>",
         env!("CARGO_PKG_VERSION"),
-        status(Status::as_str(j.overall()))
+        status(j.result().as_str())
     );
     o
 }
@@ -300,7 +300,7 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
 /// the description and, for an INVALID run, why.
 fn summary(o: &mut String, plan: &Plan, j: &Judgement) {
     let sc = &plan.scenario;
-    let label = j.result_label();
+    let label = j.result().as_str();
     let _ = write!(
         o,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>haq · {} · {}</title><style>{CSS}</style></head><body>",
@@ -328,7 +328,7 @@ fn summary(o: &mut String, plan: &Plan, j: &Judgement) {
         let _ = write!(
             o,
             "<p class=\"INVALID\"><b>INVALID</b>: {} — nothing measured is evidence.</p>",
-            esc(&j.client.invalid_reasons.join("; "))
+            esc(&j.client.reasons().join("; "))
         );
     }
 }

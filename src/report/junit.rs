@@ -51,7 +51,7 @@ pub fn render(plan: &Plan, j: &Judgement) -> String {
     let props = [
         ("scenario", plan.scenario.name.clone()),
         ("seed", plan.seed.to_string()),
-        ("result", j.result_label().to_string()),
+        ("result", j.result().to_string()),
         ("protected_load", plan.scenario.protected_load.to_string()),
         ("complete", j.run.complete.to_string()),
     ];
@@ -80,7 +80,7 @@ pub fn render(plan: &Plan, j: &Judgement) -> String {
                 "\n      <error type=\"INVALID\" message=\"{}\">{}</error>",
                 xml(&format!(
                     "the run is INVALID ({}): {}",
-                    j.client.invalid_reasons.join("; "),
+                    j.client.reasons().join("; "),
                     v.summary
                 )),
                 xml(&evidence)
@@ -116,7 +116,7 @@ mod tests {
         // Keep routing to the dead worker: Routing FAILs.
         for k in 0..20 {
             tb.gw(
-                13.5 + k as f64 * 0.5,
+                us(13.5 + k as f64 * 0.5),
                 crate::wire::journal::GatewayEntry::AttemptStart {
                     req: format!("x<{k}>&"),
                     attempt: format!("x{k}/a1"),
@@ -138,9 +138,9 @@ mod tests {
         tb.headers = false;
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let x = render(&p, &tb.judge(&p));
         assert!(
             x.contains("<error type=\"UNKNOWN\" message=\"kill-w2: no routing evidence"),

@@ -64,7 +64,7 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
 /// client) and a notice when the run did not complete.
 fn summary(out: &mut String, plan: &Plan, j: &Judgement) {
     let sc = &plan.scenario;
-    let _ = writeln!(out, "# haq · {} · {}\n", sc.name, j.result_label());
+    let _ = writeln!(out, "# haq · {} · {}\n", sc.name, j.result());
     if !sc.description.is_empty() {
         let _ = writeln!(out, "> {}\n", sc.description.trim().replace('\n', " "));
     }
@@ -88,7 +88,7 @@ fn summary(out: &mut String, plan: &Plan, j: &Judgement) {
         [
             vec![
                 "result".into(),
-                format!("**{}** ({})", j.result_label(), tally.join(", ")),
+                format!("**{}** ({})", j.result(), tally.join(", ")),
             ],
             vec![
                 "run".into(),
@@ -105,11 +105,12 @@ fn summary(out: &mut String, plan: &Plan, j: &Judgement) {
             vec![
                 "client".into(),
                 format!(
-                    "{} requests · schedule slip p99 {:.2} ms{}",
+                    "{} requests · sent late p99 {:.2} ms, max {:.1} ms{}",
                     c.requests,
                     c.slip_p99_ms,
+                    c.slip_max_ms,
                     if j.invalid() {
-                        format!(" · **INVALID**: {}", c.invalid_reasons.join("; "))
+                        format!(" · **INVALID**: {}", c.reasons().join("; "))
                     } else {
                         String::new()
                     }

@@ -21,7 +21,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::check::{
-    Judgement, Status, Verdict,
+    Judgement, Verdict,
     fate::{FateRow, Finding},
     history::FaultRec,
     latency::PhaseStats,
@@ -43,7 +43,9 @@ pub struct Report<'a> {
     pub description: &'a str,
     pub seed: u64,
     pub started: &'a str,
-    pub result: Status,
+    /// The run's one result: what report.md, junit.xml, the terminal and the exit
+    /// code say.
+    pub result: crate::check::RunResult,
     pub complete: bool,
     pub interrupted: bool,
     pub verdicts: &'a [Verdict],
@@ -62,11 +64,11 @@ pub struct Report<'a> {
     pub timeline: &'a crate::check::timeline::Timeline,
     /// Protected traffic of the degraded interval (Capacity).
     pub degraded: Option<&'a crate::check::capacity::Window>,
-    /// False when haq's own client fell behind its schedule: the run is INVALID (exit
-    /// code 2) and its measurements are not evidence.
+    /// False when haq's own lateness could have changed a verdict: the run is INVALID
+    /// (exit code 2) and its measurements are not evidence.
     pub valid: bool,
-    /// Schedule slip of the load client, with the reasons for INVALID.
-    pub client: &'a crate::metrics::ClientHealth,
+    /// haq's own sends per phase, with the breaches that make the run INVALID.
+    pub client: &'a crate::check::validity::ClientHealth,
     /// Per second of the run.
     pub seconds: &'a [crate::metrics::SecondStats],
     /// The HA worksheet (Q14).
@@ -93,7 +95,7 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         description: &plan.scenario.description,
         seed: plan.seed,
         started: &j.run.wall,
-        result: j.overall(),
+        result: j.result(),
         complete: j.run.complete,
         interrupted: j.run.interrupted,
         verdicts: &j.verdicts,

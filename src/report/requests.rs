@@ -46,7 +46,8 @@ fn row(j: &Judgement, r: &Req) -> [String; 22] {
         opt(r.ttft().map(ms)),
         ms(r.e2e()),
         opt(r.status.map(|x| x.to_string())),
-        opt(r.worker.clone()),
+        // The response's attribution header, else the replica haq's proxy saw serve it.
+        opt(r.worker.clone().or_else(|| r.proxy_worker.clone())),
         opt(r.attempt.map(|x| x.to_string())),
         r.outcome.as_str().into(),
         r.tokens.to_string(),
@@ -73,4 +74,45 @@ pub fn render(j: &Judgement) -> Result<String, csv::Error> {
     }
     let bytes = w.into_inner().map_err(|e| e.into_error())?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::check::testkit::{R, Tb, event, plan, us};
+    use serde_json::json;
+
+    /// A url target whose responses name no replica: the worker column is the replica
+    /// haq's proxy saw serve the request (attributed by its body's marker).
+    #[test]
+    fn the_worker_column_falls_back_to_the_proxy_attribution() {
+        let p = plan(&[]);
+        let mut tb = Tb::new().without_journal();
+        tb.headers = false;
+        tb.phases(&p);
+        tb.request(R::ok("r1", "baseline", 2.0, "w2"));
+        tb.request(R::ok("r2", "baseline", 2.5, "w3"));
+        tb.ev(event(
+            json!({"ev": "proxy_request", "t": us(2.001), "replica": "w2",
+            "conn": 1, "id": "r1", "by": "marker", "method": "POST",
+            "path": "/v1/chat/completions"}),
+        ));
+        tb.ev(event(
+            json!({"ev": "proxy_end", "t": us(2.4), "replica": "w2",
+            "conn": 1, "id": "r1", "status": 200, "events": 11, "end": "completed"}),
+        ));
+        tb.run_end(us(5.0));
+        let j = tb.judge(&p);
+        let csv = super::render(&j).expect("csv");
+        let mut rd = csv::Reader::from_reader(csv.as_bytes());
+        let col = super::HEADER
+            .iter()
+            .position(|h| *h == "worker")
+            .expect("col");
+        let workers: Vec<String> = rd
+            .records()
+            .map(|r| r.expect("row")[col].to_string())
+            .collect();
+        // r2: no header, no upstream request seen: nobody knows.
+        assert_eq!(workers, vec!["w2".to_string(), String::new()]);
+    }
 }

@@ -41,11 +41,7 @@ pub fn terminal(plan: &Plan, j: &Judgement, run_dir: &Path) -> String {
     out.push_str(&verdict_table(j).to_string());
     out.push('\n');
     client(&mut out, j);
-    out.push_str(&format!(
-        "result: {} · {}\n",
-        j.result_label(),
-        run_dir.display()
-    ));
+    out.push_str(&format!("result: {} · {}\n", j.result(), run_dir.display()));
     out
 }
 
@@ -102,7 +98,7 @@ fn faults(out: &mut String, j: &Judgement) {
                 .map(|l| f.t.saturating_sub(l) as f64 / 1e6)
                 .unwrap_or(0.0),
             f.action,
-            f.replica,
+            f.replica_label(),
             f.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             f.verified,
             f.detail
@@ -152,17 +148,20 @@ fn findings(out: &mut String, j: &Judgement) {
     }
 }
 
-/// The load client's schedule slip, and why the run is INVALID when it is.
+/// haq's own sends, and what made the run INVALID when it is: the rule, the phase,
+/// the measured effect.
 fn client(out: &mut String, j: &Judgement) {
     let c = &j.client;
     out.push_str(&format!(
-        "client: schedule slip p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
+        "client: sends late p50 {:.2} ms · p99 {:.2} ms · max {:.1} ms over {} requests\n",
         c.slip_p50_ms, c.slip_p99_ms, c.slip_max_ms, c.requests
     ));
     if j.invalid() {
+        for r in c.reasons() {
+            out.push_str(&format!("INVALID {r}\n"));
+        }
         out.push_str(&format!(
-            "INVALID: {} — the verdicts above (would be {}) are not evidence\n",
-            c.invalid_reasons.join("; "),
+            "INVALID: haq's own lateness could have changed a verdict — the verdicts above (would be {}) are not evidence\n",
             j.overall().as_str()
         ));
     }

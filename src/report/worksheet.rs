@@ -156,7 +156,8 @@ fn budget(plan: &Plan, j: &Judgement) -> Section {
             format!("{:?}", f.action).to_lowercase(),
             f.replica.clone(),
             format!("+{:.1}s ({})", f.at.as_secs_f64(), f.phase),
-            rec.map(|r| r.replica.clone()).unwrap_or_else(|| "—".into()),
+            rec.map(|r| r.replica_label().to_string())
+                .unwrap_or_else(|| "—".into()),
             rec.map(|r| r.verified.to_string())
                 .unwrap_or_else(|| "not recorded".into()),
         ]);

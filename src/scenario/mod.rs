@@ -95,7 +95,7 @@ impl Sources {
 /// Reads a scenario file, applies the overrides and inlines its workload file.
 pub fn parse(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Parsed, ScenarioError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+    let text = read_bounded(path).map_err(|e| ScenarioError {
         source: file.clone(),
         pos: None,
         field: String::new(),
@@ -104,6 +104,34 @@ pub fn parse(path: &Path, sets: &[String], seed: Option<u64>) -> Result<Parsed, 
     })?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     parse_str(&text, &file, &base, sets, seed)
+}
+
+/// Largest scenario or workload file read (a scenario is a page of YAML).
+pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// A scenario or workload file's text: a regular file (not a FIFO or a device, which
+/// could block or never end) of at most [`MAX_FILE_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{} bytes, larger than the {MAX_FILE_BYTES}-byte limit",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    // A file that grows while read is still read no further than the limit.
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::other("larger than the limit"));
+    }
+    Ok(text)
 }
 
 /// As [`parse`], from text already read (`file` names it in errors, `base` resolves
@@ -243,7 +271,7 @@ fn inline_mix(
     } else {
         base.join(&rel)
     };
-    let text = std::fs::read_to_string(&p).map_err(|e| {
+    let text = read_bounded(&p).map_err(|e| {
         src.error(
             "workload.mix",
             Some(rel.clone()),

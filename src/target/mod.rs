@@ -80,7 +80,8 @@ fn replica_info(r: &Replica, pid: Option<u32>) -> ReplicaInfo {
 
 /// Starts (sim) or reaches (url) the plan's target, with haq's proxies in front of its
 /// replicas. `headers` go with the reachability check of a `url` target; `haq_bin` is
-/// the executable sim processes start from (default: `$HAQ_BIN` or this one).
+/// the executable sim processes start from (default: `$HAQ_BIN` or this one); `say`
+/// tells the person watching what the start waits for.
 pub async fn start(
     plan: &Plan,
     haq_bin: Option<&Path>,
@@ -88,10 +89,11 @@ pub async fn start(
     dir: &Path,
     tw: &TraceWriter,
     clock: &Clock,
+    say: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<Running> {
     match plan.scenario.target.kind {
         TargetKind::Sim => start_sim(plan, haq_bin, dir, tw, clock).await,
-        TargetKind::Url => start_url(plan, headers, tw, clock).await,
+        TargetKind::Url => start_url(plan, headers, tw, clock, say).await,
     }
 }
 
@@ -172,6 +174,7 @@ async fn start_url(
     headers: &HeaderMap,
     tw: &TraceWriter,
     clock: &Clock,
+    say: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<Running> {
     let t = &plan.scenario.target;
     let url = t
@@ -182,11 +185,7 @@ async fn start_url(
         .to_string();
     let (registry, proxies) = url::replicas(plan, tw, clock).await?;
     let http = crate::client::http_client(Duration::from_secs(5), headers)?;
-    http.get(format!("{url}/models"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .with_context(|| format!("target {url} is not reachable"))?;
+    wait_ready(&http, &url, t.ready_timeout.0, say).await?;
     let replicas = registry
         .replicas
         .iter()
@@ -202,4 +201,138 @@ async fn start_url(
         proxies,
         registry,
     })
+}
+
+/// Waits until the gateway answers `GET {url}/models` — 2xx, or a 4xx that is an
+/// answer (a gateway without a model list) — within `timeout`; refused connections,
+/// timeouts and 5xx (no healthy upstream yet) are waited out. A 401/403 is an error at
+/// once: the request headers (the API key) are wrong.
+async fn wait_ready(
+    http: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+    say: &(dyn Fn(&str) + Sync),
+) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        let got = http
+            .get(format!("{url}/models"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        let why = match got {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) if matches!(r.status().as_u16(), 401 | 403) => anyhow::bail!(
+                "target {url} answered {} to GET {url}/models: check target.headers (the API key)",
+                r.status()
+            ),
+            Ok(r) if r.status().is_client_error() && !matches!(r.status().as_u16(), 408 | 429) => {
+                return Ok(());
+            }
+            Ok(r) => format!("it answered {}", r.status()),
+            Err(e) => crate::wire::io::chain_text(&e),
+        };
+        let waited = start.elapsed();
+        if waited >= timeout {
+            anyhow::bail!(
+                "target {url} is not ready: no answer to GET {url}/models within {timeout:?} (target.ready_timeout); last: {why}"
+            );
+        }
+        if !told && waited >= Duration::from_secs(1) {
+            told = true;
+            say(&format!(
+                "waiting for the gateway at {url} (up to {timeout:?}): {why}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250).min(timeout - waited)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU16, Ordering};
+    use std::time::Duration;
+
+    use super::wait_ready;
+
+    /// A gateway on `port` answering `GET /v1/models` with `status`.
+    fn gateway(status: Arc<AtomicU16>) -> axum::Router {
+        axum::Router::new().route(
+            "/v1/models",
+            axum::routing::get(move || {
+                let s = status.load(Ordering::Relaxed);
+                async move { axum::http::StatusCode::from_u16(s).unwrap_or_default() }
+            }),
+        )
+    }
+
+    fn client() -> reqwest::Client {
+        crate::wire::tls::install_crypto_provider();
+        crate::client::http_client(Duration::from_secs(2), &reqwest::header::HeaderMap::new())
+            .expect("client")
+    }
+
+    /// A router that listens only once its replicas are healthy (vllm-router,
+    /// sglang-router): haq waits for it, saying so, instead of giving up at once.
+    #[tokio::test]
+    async fn the_gateway_is_waited_for_until_it_answers() {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = probe.local_addr().expect("addr");
+        drop(probe);
+        let status = Arc::new(AtomicU16::new(503));
+        let app = gateway(status.clone());
+        let server = tokio::spawn(async move {
+            // Not listening for the first 1.2 s, then "no healthy upstream", then ready.
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            let l = tokio::net::TcpListener::bind(addr).await.expect("rebind");
+            let st = status.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                st.store(200, Ordering::Relaxed);
+            });
+            axum::serve(l, app).await
+        });
+        let said = std::sync::Mutex::new(Vec::new());
+        let say = |s: &str| said.lock().expect("lock").push(s.to_string());
+        let url = format!("http://{addr}/v1");
+        wait_ready(&client(), &url, Duration::from_secs(20), &say)
+            .await
+            .expect("ready once it answers 200");
+        let said = said.into_inner().expect("said");
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("waiting for the gateway"), "{said:?}");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_gateway_that_never_gets_ready_or_refuses_the_key_is_an_error() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let status = Arc::new(AtomicU16::new(503));
+        let server = tokio::spawn(axum::serve(l, gateway(status.clone())).into_future());
+        let url = format!("http://{addr}/v1");
+        let e = wait_ready(&client(), &url, Duration::from_millis(800), &|_| {})
+            .await
+            .expect_err("never ready");
+        let e = e.to_string();
+        assert!(e.contains("not ready") && e.contains("503"), "{e}");
+        assert!(e.contains("target.ready_timeout"), "{e}");
+        status.store(401, Ordering::Relaxed);
+        let t = std::time::Instant::now();
+        let e = wait_ready(&client(), &url, Duration::from_secs(30), &|_| {})
+            .await
+            .expect_err("unauthorized");
+        assert!(e.to_string().contains("API key"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(10), "not waited out");
+        // A gateway without a model list answers 404: it is up.
+        status.store(404, Ordering::Relaxed);
+        wait_ready(&client(), &url, Duration::from_secs(5), &|_| {})
+            .await
+            .expect("a 404 is an answer");
+        server.abort();
+    }
 }

@@ -20,12 +20,21 @@ pub enum Event {
         /// CLOCK_MONOTONIC (ns) at t = 0, to place other processes' journals.
         mono_ns: u64,
         version: String,
+        /// The run's token (8 hex digits): every request body carries the marker
+        /// `haq-<token>-<request id>` (`client.marker`), by which haq's proxy tells this
+        /// run's requests from anyone else's. Absent in older traces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// The system under test as started or reached.
     Target {
         t: u64,
         url: String,
         replicas: Vec<ReplicaInfo>,
+        /// Where the request markers go, when `client.marker: auto` learned it at
+        /// the start (absent otherwise, and in older traces).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        marker: Option<MarkerUse>,
     },
     Phase {
         t: u64,
@@ -180,15 +189,24 @@ pub enum Event {
         fault: Option<String>,
     },
     /// haq's proxy forwarded a request to a replica (attribution: Routing evidence).
-    /// Inference requests (POST) only; health checks are not recorded.
+    /// Inference requests (POST) only; health checks are not recorded. `t` is when its
+    /// head arrived; the line is written once the body's marker was read (or the body
+    /// ended without one).
     ProxyRequest {
         t: u64,
         replica: String,
         /// Connection number on this replica's proxy.
         conn: u64,
-        /// `x-request-id` (the client's request id, forwarded by the gateway).
+        /// The client's request id: from this run's marker in the body
+        /// (`haq-<token>-<id>`), else from `x-request-id` as the gateway forwarded it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
+        /// How `id` was read (absent in older traces: the header).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<LegBy>,
+        /// Why a request with no `id` could not be attributed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unattributed: Option<Unattributed>,
         /// `x-haq-attempt` (the gateway's attempt id), when sent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<String>,
@@ -314,6 +332,45 @@ impl Event {
     }
 }
 
+/// How haq's proxy tied an upstream request to its client request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LegBy {
+    /// This run's marker in the request body (`client.marker`).
+    Marker,
+    /// The `x-request-id` header the gateway forwarded.
+    Header,
+}
+
+/// Why haq's proxy could not tie an upstream request to a client request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unattributed {
+    /// The body was read to its end: no marker of this run, no `x-request-id` (another
+    /// client's traffic, or `client.marker: none` behind a gateway that drops the header).
+    NoMarker,
+    /// Only markers of another run (another haq, an earlier run).
+    OtherRun,
+    /// A body longer than the scan cap (1 MiB) with no marker in its first 1 MiB.
+    OverCap,
+    /// The exchange ended before its body was read (or the body was not HTTP/1.1 framed).
+    Unread,
+    /// The proxy had no run token (bodies are not scanned).
+    NoToken,
+}
+
+impl Unattributed {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unattributed::NoMarker => "no marker",
+            Unattributed::OtherRun => "another run's marker",
+            Unattributed::OverCap => "body over the scan cap",
+            Unattributed::Unread => "body not read",
+            Unattributed::NoToken => "no run token",
+        }
+    }
+}
+
 /// One fault on one replica, as the trace records it (`"ev": "fault"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FaultLine {
@@ -368,6 +425,27 @@ pub struct ReplicaInfo {
     /// The node the replica is declared on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+}
+
+/// What `client.marker: auto` learned before the load: one small request per place,
+/// in order, until haq's proxy read one upstream and the answer was a success.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarkerUse {
+    /// Where the run's markers went (`user`, `metadata`, `top_level`, `prompt`, `none`).
+    pub field: String,
+    /// Each place tried, in order.
+    pub tried: Vec<MarkerTry>,
+}
+
+/// One place tried by `client.marker: auto`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarkerTry {
+    pub field: String,
+    /// haq's proxy read the marker from an upstream request (the gateway forwarded it).
+    pub forwarded: bool,
+    /// How the request ended (`completed`, `http_error`, …; `unanswered` when the
+    /// calibration's time ran out first).
+    pub outcome: String,
 }
 
 /// Q11 stages of a replacement that haq can see.
@@ -457,8 +535,16 @@ pub enum Outcome {
     Truncated,
     /// An event that could not be read.
     Malformed,
-    /// haq stopped the request (the run was interrupted or drained).
+    /// haq stopped the request at the drain timeout (it ran past the end of the load
+    /// and the drain): not served.
     Cancelled,
+    /// The client left on purpose (the workload's `abandon`): closed its connection
+    /// mid-stream. The client's own leaving, never the target's failure; Request-Fate
+    /// asks whether the gateway cancelled the upstream (M4).
+    Abandoned,
+    /// haq was interrupted (SIGINT/SIGTERM) while the request ran and stopped it:
+    /// neither a failure nor a success of the target; the judgement leaves it out.
+    Interrupted,
 }
 
 impl Outcome {
@@ -476,6 +562,8 @@ impl Outcome {
             Outcome::Truncated => "truncated",
             Outcome::Malformed => "malformed",
             Outcome::Cancelled => "cancelled",
+            Outcome::Abandoned => "abandoned",
+            Outcome::Interrupted => "interrupted",
         }
     }
 }

@@ -11,6 +11,8 @@ pub const SCENARIO_YAML: &str = "scenario.yaml";
 pub const GATEWAY_FILE: &str = "gateway.jsonl";
 /// The tool service's execution log (the sim's, or `evidence.tool_log` copied in).
 pub const TOOLS_FILE: &str = "tools.jsonl";
+/// The heal ledger: reversible faults applied and healed (`haq heal` reads it).
+pub const HEALS_FILE: &str = "heals.jsonl";
 /// The HdrHistogram interval log, rebuilt from the trace whenever it is re-rendered.
 pub const HLOG_FILE: &str = "latency.hlog";
 /// Prefix and suffix of each sim worker's journal (`worker-<name>.jsonl`).

@@ -109,6 +109,8 @@ pub struct AttemptRec {
     pub cancelled: Option<u64>,
     /// The engine preempted it and recomputed (worker journal).
     pub recomputed: bool,
+    /// An upstream request haq's proxy saw (no gateway journal): not the gateway's word.
+    pub proxy_leg: bool,
 }
 
 impl AttemptRec {
@@ -141,6 +143,13 @@ pub struct ProxyLeg {
 }
 
 impl ProxyLeg {
+    /// Its name as an attempt: the gateway's attempt header, else `<replica>#<conn>`.
+    pub fn id(&self) -> String {
+        self.attempt
+            .clone()
+            .unwrap_or_else(|| format!("{}#{}", self.replica, self.conn))
+    }
+
     /// The leg as an attempt, for gateways that keep no journal: ended by the gateway
     /// closing the connection is a cancel (`client_gone`), by the replica a failure.
     pub fn attempt(&self) -> AttemptRec {
@@ -151,15 +160,13 @@ impl ProxyLeg {
             _ => "failed",
         });
         AttemptRec {
-            id: self
-                .attempt
-                .clone()
-                .unwrap_or_else(|| format!("{}#{}", self.replica, self.conn)),
+            id: self.id(),
             worker: self.replica.clone(),
             start: self.start,
             end: self.end.map(|e| e.0),
             result: result.map(str::to_string),
             why: self.end.map(|(_, k)| format!("proxy: {k:?}")),
+            proxy_leg: true,
             ..Default::default()
         }
     }

@@ -135,6 +135,17 @@ impl TraceWriter {
     /// trace was finished, events are dropped.
     #[inline]
     pub fn emit(&self, ev: Event) {
+        if crate::wire::redact::any() {
+            // A secret a server echoed (a header, an error body) never reaches the file.
+            let Ok(mut line) = serde_json::to_vec(&ev) else {
+                return;
+            };
+            crate::wire::redact::redact_bytes(&mut line);
+            return self.append(|out| {
+                out.extend_from_slice(&line);
+                true
+            });
+        }
         self.append(|out| serde_json::to_writer(out, &ev).is_ok());
     }
 
@@ -142,6 +153,16 @@ impl TraceWriter {
     /// path: no allocation per event). The line is the one [`Event::Chunk`] gives.
     #[inline]
     pub fn emit_chunk(&self, c: &ChunkRef<'_>) {
+        if c.raw.is_some() && crate::wire::redact::any() {
+            // An error event's payload may echo a key.
+            let mut line = Vec::new();
+            c.write_json(&mut line);
+            crate::wire::redact::redact_bytes(&mut line);
+            return self.append(|out| {
+                out.extend_from_slice(&line);
+                true
+            });
+        }
         self.append(|out| {
             c.write_json(out);
             true

@@ -12,6 +12,8 @@ pub mod headers;
 pub mod io;
 pub mod journal;
 pub mod kinds;
+pub mod marker;
+pub mod redact;
 pub mod scan;
 pub mod sse;
 pub mod tls;

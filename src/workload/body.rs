@@ -7,6 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 
 use super::Planned;
+use super::marker::BodyMarker;
 use crate::plan::Plan;
 use crate::scenario::{Api, ResponseFormat, ToolChoice};
 use crate::wire::hash::mix64;
@@ -182,8 +183,8 @@ fn response_format(f: ResponseFormat) -> Value {
     }
 }
 
-/// The JSON body of request `p`.
-pub fn request_body(plan: &Plan, p: &Planned) -> Bytes {
+/// The JSON body of request `p`, with its marker.
+pub fn request_body(plan: &Plan, p: &Planned, marker: &BodyMarker) -> Bytes {
     let class = &plan.mix.classes[p.class];
     let seed = plan.seed;
     let prompt = match &p.hash_ids {
@@ -240,6 +241,7 @@ pub fn request_body(plan: &Plan, p: &Planned) -> Bytes {
     if p.stream {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
+    marker.put(&mut body, &p.id);
     Bytes::from(Value::Object(body).to_string())
 }
 

@@ -5,6 +5,7 @@
 pub mod arrival;
 pub mod body;
 pub mod dist;
+mod marker;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +17,9 @@ use crate::plan::inputs::Replay;
 pub use arrival::RateProfile;
 pub use body::{api_path, prompt_text, request_body};
 use dist::Sampler;
+pub use marker::BodyMarker;
 
-use crate::scenario::{ArrivalProcess, Priority};
+use crate::scenario::{ArrivalProcess, Leave, Priority};
 
 use crate::plan::Plan;
 use crate::wire::hash::mix64;
@@ -53,6 +55,8 @@ pub struct Planned {
     pub session: Option<Turn>,
     /// Replayed Mooncake block hashes for the prompt.
     pub hash_ids: Option<Arc<[u32]>>,
+    /// The client leaves early (the class's `abandon`, drawn for this request).
+    pub leave: Option<Leave>,
 }
 
 impl Planned {
@@ -281,6 +285,7 @@ impl Iterator for Schedule<'_> {
         let idx = self.idx;
         self.idx += 1;
         let session = self.turn(class, idx, prompt_tokens, max_tokens);
+        let leave = leaves(self.plan.seed, idx, stream, c.abandon.as_ref());
         let phase = self
             .plan
             .phases
@@ -299,8 +304,24 @@ impl Iterator for Schedule<'_> {
             prefix,
             session,
             hash_ids,
+            leave,
         })
     }
+}
+
+/// Whether request `idx` leaves early, and when: drawn from the seed and the index
+/// alone, so abandonment moves no other draw of the schedule. Only streamed requests
+/// leave (a whole answer has no mid-stream to leave in).
+fn leaves(
+    seed: u64,
+    idx: u64,
+    stream: bool,
+    abandon: Option<&crate::scenario::Abandon>,
+) -> Option<Leave> {
+    let a = abandon.filter(|_| stream)?;
+    let draw = mix64(mix64(seed ^ 0xABA4_D0E5) ^ idx) >> 11;
+    let unit = draw as f64 / (1u64 << 53) as f64;
+    (unit < a.share.0).then(|| a.leave()).flatten()
 }
 
 pub fn is_protected(plan: &Plan, p: &Planned) -> bool {

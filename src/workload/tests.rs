@@ -15,6 +15,73 @@ fn plan_with(workload: &str, extra: &[&str]) -> Plan {
 
 const BASIC: &str = "workload:\n  seed: 5\n  mix:\n    classes:\n      - {name: a, weight: 3, prompt_tokens: {uniform: [10, 500]}, output_tokens: {lognormal: {mean: 100, stddev: 80}}}\n      - {name: b, prompt_tokens: {normal: {mean: 200, stddev: 20}}, output_tokens: 7, priority: best_effort, stream: 50%}\n  arrival: {process: poisson, rate: 20/s}";
 
+const NO: BodyMarker = BodyMarker {
+    field: crate::scenario::MarkerField::None,
+    token: crate::wire::marker::RunToken::from_u32(0),
+};
+
+/// Each `client.marker` puts `haq-<token>-<id>` where it says: the `user` field,
+/// `metadata.haq_request_id`, a top-level `haq_marker`, the end of the last user
+/// message (or of the prompt);
+/// the rest of the body is the body without a marker.
+#[test]
+fn the_marker_goes_where_the_scenario_says() {
+    use crate::scenario::MarkerField as F;
+    let token = crate::wire::marker::RunToken::from_u32(0xabcd_0123);
+    let p = plan_with(BASIC, &[]);
+    let a = all(&p);
+    let r = a.iter().find(|r| r.class == 0).expect("chat");
+    let json = |m: &BodyMarker| -> serde_json::Value {
+        serde_json::from_slice(&request_body(&p, r, m)).expect("json")
+    };
+    let plain = json(&NO);
+    let want = format!("haq-abcd0123-{}", r.id);
+    for (field, path) in [
+        (F::User, "/user"),
+        (F::Metadata, "/metadata/haq_request_id"),
+        (F::TopLevel, "/haq_marker"),
+    ] {
+        let mut b = json(&BodyMarker { field, token });
+        assert_eq!(b.pointer(path), Some(&want.clone().into()), "{field:?}");
+        let key = path.split('/').nth(1).expect("key");
+        b.as_object_mut().expect("object").remove(key);
+        assert_eq!(b, plain, "{field:?}");
+    }
+    let b = json(&BodyMarker {
+        field: F::Prompt,
+        token,
+    });
+    let last = |v: &serde_json::Value| {
+        v["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .map(str::to_string)
+            .expect("last message")
+    };
+    assert_eq!(last(&b), format!("{} ({want})", last(&plain)));
+    let completions = plan_with(
+        &BASIC.replace("output_tokens: 7,", "output_tokens: 7, api: completions,"),
+        &[],
+    );
+    let c = all(&completions);
+    let r = c.iter().find(|r| r.class == 1).expect("completions");
+    let b: serde_json::Value = serde_json::from_slice(&request_body(
+        &completions,
+        r,
+        &BodyMarker {
+            field: F::Prompt,
+            token,
+        },
+    ))
+    .expect("json");
+    let prompt = b["prompt"].as_str().expect("prompt");
+    assert!(
+        prompt.ends_with(&format!(" (haq-abcd0123-{})", r.id)),
+        "{prompt}"
+    );
+}
+
 fn all(p: &Plan) -> Vec<Planned> {
     Schedule::new(p).expect("schedule").collect()
 }
@@ -37,7 +104,7 @@ fn same_seed_same_requests_other_seed_others() {
     assert_eq!(times(&a), times(&d));
     // Bodies are deterministic too.
     let p = plan_with(BASIC, &[]);
-    assert_eq!(request_body(&p, &a[3]), request_body(&p, &b[3]));
+    assert_eq!(request_body(&p, &a[3], &NO), request_body(&p, &b[3], &NO));
     // streaming share and priority
     let b_class: Vec<_> = a.iter().filter(|r| r.class == 1).collect();
     let streamed = b_class.iter().filter(|r| r.stream).count() as f64 / b_class.len() as f64;
@@ -47,6 +114,7 @@ fn same_seed_same_requests_other_seed_others() {
     let body: serde_json::Value = serde_json::from_slice(&request_body(
         &p,
         b_class.iter().find(|r| !r.stream).expect("one"),
+        &NO,
     ))
     .expect("json");
     assert_eq!(body["stream"], false);
@@ -140,7 +208,8 @@ fn sessions_prefixes_tools_and_structured_output() {
     let (g, n) = third.prefix.expect("prefix");
     assert!(g < 2 && (50..=60).contains(&n));
     assert_eq!(third.total_prompt_tokens(), 20 + 2 * (20 + 10) + n);
-    let body: serde_json::Value = serde_json::from_slice(&request_body(&p, third)).expect("json");
+    let body: serde_json::Value =
+        serde_json::from_slice(&request_body(&p, third, &NO)).expect("json");
     let msgs = body["messages"].as_array().expect("messages");
     assert_eq!(
         msgs.len(),
@@ -155,7 +224,7 @@ fn sessions_prefixes_tools_and_structured_output() {
     let texts: std::collections::BTreeSet<String> = reqs
         .iter()
         .filter_map(|r| {
-            let b: serde_json::Value = serde_json::from_slice(&request_body(&p, r)).ok()?;
+            let b: serde_json::Value = serde_json::from_slice(&request_body(&p, r, &NO)).ok()?;
             b["messages"][0]["content"].as_str().map(str::to_string)
         })
         .collect();
@@ -194,7 +263,7 @@ fn trace_replay_with_time_scaling_and_shared_blocks() {
     );
     assert_eq!((reqs[1].prompt_tokens, reqs[1].max_tokens), (700, 6));
     let text = |r: &Planned| {
-        let b: serde_json::Value = serde_json::from_slice(&request_body(&p, r)).expect("json");
+        let b: serde_json::Value = serde_json::from_slice(&request_body(&p, r, &NO)).expect("json");
         b["messages"][0]["content"]
             .as_str()
             .expect("text")
@@ -214,4 +283,43 @@ fn trace_replay_with_time_scaling_and_shared_blocks() {
         &[],
     ));
     assert_eq!(looped.len(), 15, "three requests every 6 s over 30 s");
+}
+
+#[test]
+fn a_share_of_a_class_leaves_early_drawn_from_the_seed_alone() {
+    let abandon = "workload.mix.classes[0].abandon={share: 30%, after_deltas: 2}";
+    let plain = all(&plan_with(BASIC, &[]));
+    let left = all(&plan_with(BASIC, &[abandon]));
+    // Abandonment moves no other draw: the same requests, some of them leaving.
+    let strip = |v: &[Planned]| {
+        v.iter()
+            .map(|p| Planned {
+                leave: None,
+                ..p.clone()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&plain), strip(&left));
+    assert!(plain.iter().all(|p| p.leave.is_none()));
+    // Only class `a` (all streamed), about 30 % of it.
+    let a: Vec<&Planned> = left.iter().filter(|p| p.class == 0).collect();
+    let gone = a.iter().filter(|p| p.leave.is_some()).count();
+    let share = gone as f64 / a.len() as f64;
+    assert!((0.22..0.38).contains(&share), "{gone} of {}", a.len());
+    assert!(
+        left.iter()
+            .filter(|p| p.leave.is_some())
+            .all(|p| p.class == 0 && p.leave == Some(crate::scenario::Leave::AfterDeltas(2)))
+    );
+    // Same seed, same leavers.
+    assert_eq!(left, all(&plan_with(BASIC, &[abandon])));
+    // Class b streams half its requests: only streamed ones leave.
+    let b = "workload.mix.classes[1].abandon={share: 100%, before_first_token: true}";
+    let bs = all(&plan_with(BASIC, &[b]));
+    assert!(
+        bs.iter()
+            .filter(|p| p.class == 1)
+            .all(|p| p.leave.is_some() == p.stream)
+    );
+    assert!(bs.iter().any(|p| p.class == 1 && !p.stream));
 }

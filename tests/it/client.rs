@@ -253,13 +253,22 @@ async fn every_stream_end_is_classified() {
     let runs = TRANSPORTS.into_iter().flat_map(|tr| {
         cases.map(|(p, want)| {
             let url = format!("{base}{p}");
-            let short = matches!(p, "/first-token" | "/idle");
+            let timeouts = match p {
+                "/first-token" => timeouts(true),
+                // A short silence after the first event, but no hurry for the first
+                // one: a busy machine may take longer than 700 ms to deliver it.
+                "/idle" => Timeouts {
+                    idle: Duration::from_millis(400),
+                    ..timeouts(false)
+                },
+                _ => timeouts(false),
+            };
             async move {
                 (
                     p,
                     want,
                     tr,
-                    call_with(&url, p == "/whole", timeouts(short), tr).await,
+                    call_with(&url, p == "/whole", timeouts, tr).await,
                 )
             }
         })
@@ -361,5 +370,101 @@ async fn connection_refused_and_connect_timeout() {
             "{tr:?}: {:?}",
             got.end()
         );
+    }
+}
+
+/// A server that streams `n` deltas `gap` apart after its head (waiting `first`
+/// before the first) and reports, per connection, how many it wrote before a write
+/// failed: the client closed its connection.
+async fn leaving_server(
+    n: usize,
+    first: Duration,
+    gap: Duration,
+) -> (String, tokio::sync::mpsc::UnboundedReceiver<Option<usize>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if crate::support::read_request(&mut s, &mut Vec::new())
+                    .await
+                    .is_none()
+                {
+                    return;
+                }
+                let mut cut = s.write_all(SSE_HEAD).await.err();
+                tokio::time::sleep(first).await;
+                let mut wrote = 0;
+                while cut.is_none() && wrote < n {
+                    cut = write_chunk(&mut s, delta("w ").as_bytes()).await.err();
+                    if cut.is_none() {
+                        wrote += 1;
+                    }
+                    tokio::time::sleep(gap).await;
+                }
+                let _ = tx.send(cut.map(|_| wrote));
+            });
+        }
+    });
+    (format!("http://{addr}/x"), rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_closes_its_connection_mid_stream_and_says_so() {
+    use haq::scenario::Leave;
+    let cases = [
+        (Leave::AfterDeltas(2), Duration::ZERO),
+        (Leave::BeforeFirstToken, Duration::from_millis(300)),
+        (Leave::After(Duration::from_millis(400)), Duration::ZERO),
+    ];
+    for tr in TRANSPORTS {
+        for (leave, first) in cases {
+            // 40 deltas, 50 ms apart: 2 s of answer the client does not wait for.
+            let (url, mut seen) = leaving_server(40, first, Duration::from_millis(50)).await;
+            haq::install_crypto_provider();
+            let dir = scratch("client-leave");
+            let path = dir.join("t.jsonl");
+            let (tw, th) = TraceWriter::create(&path).expect("trace");
+            let http = client::Http::new(Duration::from_millis(300), &Default::default(), tr)
+                .expect("client");
+            let mut c = Call::new("r1", &url, bytes::Bytes::from_static(b"{}"));
+            c.leave = Some(leave);
+            let r = client::execute(&http, &c, timeouts(false), &Clock::start(), &tw).await;
+            drop(tw);
+            th.finish().expect("trace written");
+            let what = format!("{leave:?} over {tr:?}");
+            assert_eq!(r.outcome, Outcome::Abandoned, "{what}");
+            let end = haq::trace::read(&path)
+                .expect("read")
+                .map(|e| e.expect("event"))
+                .find_map(|e| match e {
+                    Event::End {
+                        outcome,
+                        detail,
+                        counted,
+                        ..
+                    } => Some((outcome, detail, counted)),
+                    _ => None,
+                })
+                .expect("end");
+            assert_eq!(end.0, Outcome::Abandoned, "{what}");
+            let detail = end.1.unwrap_or_default();
+            assert!(detail.contains("workload abandonment"), "{what}: {detail}");
+            let counted = end.2.unwrap_or(0);
+            match leave {
+                Leave::AfterDeltas(_) => assert!((2..40).contains(&counted), "{what}: {counted}"),
+                Leave::BeforeFirstToken => assert_eq!(counted, 0, "{what}"),
+                Leave::After(_) => assert!(counted < 40, "{what}: {counted}"),
+            }
+            // The server's writes fail soon after: the connection was closed, not
+            // left open and idle.
+            let wrote = tokio::time::timeout(Duration::from_secs(20), seen.recv())
+                .await
+                .expect("the server finished")
+                .flatten();
+            assert!(wrote.is_some_and(|w| w < 40), "{what}: {wrote:?}");
+        }
     }
 }

@@ -124,6 +124,7 @@ async fn attribution_headers_named_in_the_scenario_are_recorded() {
     c.attribution = Some(std::sync::Arc::new(client::Attribution {
         worker: "x-backend".into(),
         attempt: "x-try".into(),
+        replicas: Vec::new(),
     }));
     let timeouts = Timeouts {
         first_token: Duration::from_secs(5),

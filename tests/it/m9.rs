@@ -20,7 +20,6 @@ fn m9(file: &str, policy: &str) -> haq::plan::Plan {
         "phases[0].duration=3s",
         "phases[1].duration=5s",
         "phases[2].duration=3s",
-        "client.max_slip_p99=500ms",
         "client.max_late=3s",
         &p,
     ];

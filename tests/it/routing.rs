@@ -15,12 +15,11 @@ use haq::check::Status;
 use haq::target::sim::SimProcess;
 use haq::trace::{Event, RefusedHow};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::simkit::{Proc, worker_in};
-use crate::support::{events, haq_bin, plan_text, run, scratch, verdict};
-use crate::url::{free_port, host_port};
+use crate::simkit::{Proc, free_port, host_port, worker_in};
+use crate::support::{events, haq_bin, plan_text, read_request_as_sent, run, scratch, verdict};
 
 /// Two sim workers started as external servers, and the proxy ports the gateway uses.
 pub struct Bed {
@@ -54,6 +53,9 @@ impl Bed {
 
     /// The scenario: the gateway at `gw`, replicas a and b (with haq's proxy when
     /// `proxy`), b SIGKILLed `offset` into the fault phase, constant arrivals at `rate`.
+    /// The marker goes in `user`, so haq sends no calibration requests before the
+    /// load (`client.marker: auto` does, behind proxies only): the gateway gets the
+    /// same requests with and without haq's proxy.
     pub fn scenario(&self, gw: &str, proxy: bool, rate: &str, offset: &str, extra: &str) -> String {
         let listen = |i: usize| {
             if proxy {
@@ -77,7 +79,7 @@ workload:
   arrival: {{process: constant, rate: {rate}}}
 protected_load: {rate}
 slo: {{ttft_p95: 10s, itl_p95: 2s, e2e_p95: 60s, error_rate_max: 100%, rejection_rate_max: 100%}}
-client: {{max_slip_p99: 500ms, max_late: 3s}}
+client: {{max_late: 3s, marker: user}}
 phases:
   - {{name: baseline, duration: 2s}}
   - {{name: fault, duration: 5s}}
@@ -112,7 +114,7 @@ async fn round_robin(ups: Vec<String>) -> SocketAddr {
 /// One request to `up`, its answer relayed back; `connection: close` upstream, so
 /// the answer ends with the connection (and says so to the client).
 async fn relay_one(mut s: TcpStream, up: String) {
-    let Some((head, body)) = read_one(&mut s).await else {
+    let Some((head, body)) = read_request_as_sent(&mut s, &mut Vec::new()).await else {
         return;
     };
     let Ok(mut u) = TcpStream::connect(&up).await else {
@@ -136,37 +138,6 @@ async fn relay_one(mut s: TcpStream, up: String) {
     let (mut ur, mut sw) = (u, s);
     let _ = tokio::io::copy(&mut ur, &mut sw).await;
     let _ = sw.shutdown().await;
-}
-
-/// One request: its head (as sent) and its `content-length` body.
-async fn read_one(s: &mut TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut have = Vec::new();
-    let mut buf = vec![0u8; 16384];
-    let end = loop {
-        if let Some(i) = have.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match s.read(&mut buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => have.extend_from_slice(&buf[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&have[..end]).into_owned();
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    while have.len() < end + len {
-        match s.read(&mut buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => have.extend_from_slice(&buf[..n]),
-        }
-    }
-    Some((head, have[end..end + len].to_vec()))
 }
 
 /// The sim gateway with `config`, started as an external server in front of `ups`.

@@ -98,6 +98,18 @@ pub async fn tools(dir: &Path, dedup: bool) -> SimProcess {
         .expect("tool service starts")
 }
 
+/// A port nobody listens on right now (for a proxy listen address the gateway must
+/// know before haq starts).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// `host:port` of an `http://` URL.
+pub fn host_port(url: &str) -> String {
+    url.trim_start_matches("http://").to_string()
+}
+
 pub fn http() -> reqwest::Client {
     haq::install_crypto_provider();
     reqwest::Client::builder()

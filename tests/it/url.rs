@@ -13,19 +13,8 @@ use haq::target::sim::SimProcess;
 use haq::trace::{Event, FaultLine, ReplacementStage};
 use serde_json::json;
 
-use crate::simkit::{Proc, eventually, http, worker_in};
+use crate::simkit::{Proc, eventually, free_port, host_port, http, worker_in};
 use crate::support::{events, haq_bin, plan_text, run, scratch, verdict};
-
-/// A port nobody listens on right now (for a proxy listen address the gateway must
-/// know before haq starts).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-pub fn host_port(url: &str) -> String {
-    url.trim_start_matches("http://").to_string()
-}
 
 /// Two workers and a gateway in front of the proxy ports `listens`.
 struct External {
@@ -109,7 +98,7 @@ fn scenario(target: &str, phases: &str, faults: &str) -> String {
   arrival: {{process: poisson, rate: 4/s}}
 protected_load: 4/s
 slo: {{ttft_p95: 5s, itl_p95: 1s, e2e_p95: 30s, error_rate_max: 20%}}
-client: {{max_slip_p99: 500ms, max_late: 3s}}
+client: {{max_late: 3s}}
 phases:
 {phases}
 faults:
@@ -311,6 +300,72 @@ async fn interrupted_run_heals(sig: nix::sys::signal::Signal) {
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report"))
             .expect("json");
     assert_eq!(report["interrupted"], true);
+    drop(ext);
+}
+
+/// haq SIGKILLed while it holds a url-target replica frozen (nothing can heal it then):
+/// `haq heal RUN_DIR` resumes it from the run's heal ledger, once; the process is
+/// running again (issue 15 item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_freeze_then_haq_heal_leaves_no_process_frozen() {
+    let ext = external("url-sigkill").await;
+    let text = scenario(
+        &ext.target("true"),
+        "  - {name: baseline, duration: 1s}\n  - {name: fault, duration: 60s}",
+        "  - {name: freeze-a, domain: worker, action: freeze, target: {replica: a}, at: {phase: fault, offset: 300ms}, duration: 60s}\n",
+    );
+    let f = ext.dir.join("sigkill.yaml");
+    std::fs::write(&f, text).expect("scenario");
+    let out = ext.dir.join("run");
+    let mut child = tokio::process::Command::new(haq_bin())
+        .args(["run", "--quiet", "--out"])
+        .arg(&out)
+        .arg(&f)
+        .current_dir(crate::support::root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("haq run");
+    eventually("a frozen", Duration::from_secs(30), async || {
+        state(ext.a.p.pid) == Some('T')
+    })
+    .await;
+    child.start_kill().expect("SIGKILL");
+    let _ = child.wait().await;
+    assert_eq!(state(ext.a.p.pid), Some('T'), "SIGKILL healed nothing");
+    let heal = std::process::Command::new(haq_bin())
+        .arg("heal")
+        .arg(&out)
+        .output()
+        .expect("haq heal");
+    let said = String::from_utf8_lossy(&heal.stdout);
+    assert_eq!(
+        heal.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&heal.stderr)
+    );
+    assert!(
+        said.contains("healed freeze-a on a: SIGCONT sent"),
+        "{said}"
+    );
+    assert_ne!(state(ext.a.p.pid), Some('T'), "a was left frozen");
+    let ready = http()
+        .get(format!("{}/ready", ext.a.url()))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .expect("a answers");
+    assert!(ready.status().is_success());
+    // Healed once: a second `haq heal` finds nothing left.
+    let again = std::process::Command::new(haq_bin())
+        .arg("heal")
+        .arg(&out)
+        .output()
+        .expect("haq heal");
+    assert_eq!(again.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing left applied"));
     drop(ext);
 }
 

@@ -11,7 +11,6 @@ fn short(extra: &[&str]) -> haq::plan::Plan {
     let mut sets = vec![
         "workload.mix.classes[0].output_tokens={uniform: [40, 80]}",
         "workload.mix.classes[0].prompt_tokens={uniform: [50, 200]}",
-        "client.max_slip_p99=250ms",
         "client.max_late=2s",
     ];
     sets.extend(LOOSE_SLO);

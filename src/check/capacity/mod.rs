@@ -80,7 +80,8 @@ impl WindowAcc {
         let a = &self.acc;
         Window {
             phases: self.phases.clone(),
-            requests: a.requests,
+            // Requests haq's interrupt stopped are neither served nor failed.
+            requests: a.requests.saturating_sub(a.interrupted),
             completed: a.completed,
             // Stopped by haq at the drain timeout: not served either.
             failed: a.failed + a.cancelled,
@@ -370,12 +371,12 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         for k in 0..100 {
             let t = 21.0 + k as f64 * 0.1;
-            tb.req(R::ok(format!("slow{k}"), "degraded", t, "w1").ttft(1500.0));
+            tb.request(R::ok(format!("slow{k}"), "degraded", t, "w1").ttft(1500.0));
         }
-        tb.end(33.0);
+        tb.run_end(us(33.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(v.summary.contains("p95 TTFT 1500"), "{}", v.summary);
@@ -387,18 +388,18 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("degraded", 21.0, 26.0, 10.0, rr(&["w1", "w3"]));
         // Whole answers in 1.5 s: over the TTFT SLO as a first token, inside it as E2E.
         for k in 0..50 {
             let t = 26.0 + k as f64 * 0.1;
-            tb.req(
+            tb.request(
                 R::ok(format!("whole{k}"), "degraded", t, "w1")
                     .ttft(1500.0)
                     .whole(),
             );
         }
-        tb.end(33.0);
+        tb.run_end(us(33.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Pass, "{v:?}");
     }
@@ -409,11 +410,11 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
+        tb.inject("kill-w2", "w2", us(13.0), true);
         tb.steady("degraded", 21.0, 31.0, 10.0, |i, _| {
             (i % 5 != 0).then_some(if i % 2 == 0 { "w1" } else { "w3" })
         });
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(v.summary.contains("were rejected"), "{}", v.summary);
@@ -425,15 +426,15 @@ mod tests {
         let p = plan(&[]);
         let mut tb = Tb::new();
         tb.phases(&p);
-        tb.fault("kill-w2", "w2", 13.0, false);
+        tb.inject("kill-w2", "w2", us(13.0), false);
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         assert_eq!(pick(&tb.judge(&p), NAME).status, Status::Unknown);
         let p = plan(&["faults=[]"]);
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
     }
 }

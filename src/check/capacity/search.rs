@@ -54,7 +54,13 @@ pub const MIN_STEP_REQUESTS: u64 = 5;
 
 fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
     let slo = &plan.scenario.slo;
-    let n = p.requests.max(1) as f64;
+    // Requests haq's interrupt stopped are neither served nor failed.
+    let stopped = p
+        .outcomes
+        .get(&crate::trace::Outcome::Interrupted)
+        .copied()
+        .unwrap_or(0);
+    let n = p.requests.saturating_sub(stopped).max(1) as f64;
     let (err, rej) = ((p.failed + p.cancelled) as f64 / n, p.rejected as f64 / n);
     let mut why = Vec::new();
     if p.requests < MIN_STEP_REQUESTS || p.completed < MIN_STEP_REQUESTS {
@@ -198,13 +204,13 @@ mod tests {
                 let t = a + k as f64 / ph.rate;
                 let w = ["w1", "w3"][k % 2];
                 let r = R::ok(format!("{}-{k}", ph.name), &ph.name, t, w);
-                tb.req(if slow { r.ttft(1500.0) } else { r });
+                tb.request(if slow { r.ttft(1500.0) } else { r });
             }
             if ph.name == "fault" {
-                tb.fault("kill-w2", "w2", a + 2.0, true);
+                tb.inject("kill-w2", "w2", us(a + 2.0), true);
             }
         }
-        tb.end(1.0 + p.total.as_secs_f64() + 1.0);
+        tb.run_end(us(1.0 + p.total.as_secs_f64() + 1.0));
         tb.judge(&p)
     }
 

@@ -1,27 +1,42 @@
 //! The client went away (M4): the gateway must cancel the upstream attempt, free the
 //! slot and start no spare attempt. Judged from the gateway journal or haq's proxy
-//! (an upstream connection the gateway closes is a cancel); without either the
-//! question is not asked of the client's trace (it cannot see upstream).
+//! (an upstream connection the gateway closes is a cancel; without a journal the
+//! proxy's legs are the attempts); without either the question is not asked of the
+//! client's trace (it cannot see upstream).
+//!
+//! The client leaves when the workload says so (`abandoned`: the class's `abandon`),
+//! when haq stops it (`cancelled`: the drain timeout, an interrupt) or when it gives up
+//! waiting (a first-token or idle timeout). From then on, the attempt alive (or the
+//! first one, when none had started yet) must end within `evidence.cancel_grace`, and
+//! no further attempt may start for it.
 
 use super::{Ctx, FindingKind, Out, View};
 use crate::check::history::FaultRec;
 use crate::trace::Outcome;
 
 pub fn upstream_cancel(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
-    // haq closed the connection: it stopped the request or gave up waiting.
+    // haq closed the connection: the client left, was stopped, or gave up waiting.
     if v.r.attempts.is_empty()
         || !matches!(
             v.end.outcome,
-            Outcome::Cancelled | Outcome::FirstTokenTimeout | Outcome::IdleTimeout
+            Outcome::Abandoned
+                | Outcome::Cancelled
+                | Outcome::FirstTokenTimeout
+                | Outcome::IdleTimeout
         )
     {
         return;
+    }
+    if v.end.outcome == Outcome::Abandoned {
+        out.left += 1;
     }
     let id = &v.r.id;
     let left = v.end.t;
     let grace = ctx.cancel_grace;
     let ms = |us: u64| format!("{:.0} ms", us as f64 / 1000.0);
-    if let Some(b) = v.r.attempts.iter().find(|a| a.start > left) {
+    let atts = &v.r.attempts;
+    // A later attempt than the first, started once the client was gone: a spare one.
+    if let Some(b) = atts.iter().skip(1).find(|a| a.start > left) {
         out.find(
             FindingKind::UpstreamNotCancelled,
             id,
@@ -36,12 +51,18 @@ pub fn upstream_cancel(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
         .attempts([b.id.clone()]);
         return;
     }
-    let Some(a) = v.r.attempts.iter().rfind(|a| a.start <= left) else {
+    // The attempt alive when the client left; or the first, sent after it left.
+    let Some(a) = atts.iter().rfind(|a| a.start <= left).or(atts.first()) else {
         return;
     };
     // When the upstream was cancelled: the gateway's own word, a fence, or the end.
     let cancel_t = [a.cancelled, a.fenced].into_iter().flatten().min();
     let cancelled = cancel_t.is_some() || a.result.as_deref() == Some("client_gone");
+    let seen = if ctx.journal {
+        "the journal goes on, with no end of the attempt"
+    } else {
+        "haq's proxy saw no end of the upstream request"
+    };
     let problem = match cancel_t.or(a.end) {
         Some(e) if e <= left => None,
         Some(e) if e - left <= grace => None,
@@ -51,16 +72,17 @@ pub fn upstream_cancel(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
             ms(grace)
         )),
         Some(e) => Some(format!(
-            "kept running {} after the client went away and ended as {}",
+            "kept running {} after the client went away and ended as {} (grace {})",
             ms(e - left),
-            a.result.as_deref().unwrap_or("?")
+            a.result.as_deref().unwrap_or("?"),
+            ms(grace)
         )),
-        // Still alive by the journal, which goes on past the grace: never cancelled.
+        // Still alive by the evidence, which goes on past the grace: never cancelled.
         None if v.r.journal_until >= left + grace => Some(format!(
-            "still running {} after the client went away (the journal goes on, with no end of the attempt)",
+            "still running {} after the client went away ({seen})",
             ms(v.r.journal_until - left)
         )),
-        // The journal stops first (the run ended): nothing to say.
+        // The evidence stops first (the run ended): nothing to say.
         None => None,
     };
     if let Some(p) = problem {

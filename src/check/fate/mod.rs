@@ -80,6 +80,9 @@ pub struct FateAcc {
     pub crashes: Vec<Crash>,
     /// Requests whose stream carried tool-call deltas.
     pub tool_call_requests: u64,
+    /// Requests whose client left on purpose (workload abandonment), their upstream
+    /// cancel judged from the journal or haq's proxy (M4).
+    pub left: u64,
     tools: tools::ToolCheck,
 }
 
@@ -103,6 +106,7 @@ impl FateAcc {
             unknown_count: 0,
             crashes: Vec::new(),
             tool_call_requests: 0,
+            left: 0,
             tools: tools::ToolCheck::default(),
         }
     }
@@ -110,6 +114,10 @@ impl FateAcc {
     /// Judges one finished request with every checker, each isolated.
     pub fn add(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         let Some(v) = View::new(r) else { return };
+        // Stopped by haq's interrupt: what it would have become is not known.
+        if v.end.outcome == crate::trace::Outcome::Interrupted {
+            return;
+        }
         self.judged += 1;
         if r.chunks.iter().any(|c| c.kind == ChunkKind::ToolCall) {
             self.tool_call_requests += 1;
@@ -135,6 +143,7 @@ impl FateAcc {
     }
 
     fn merge(&mut self, out: Out) {
+        self.left += out.left;
         for f in out.findings {
             let n = self.counts.entry(f.kind).or_default();
             *n += 1;
@@ -188,12 +197,34 @@ impl FateAcc {
 
 /// The scenario's faults that test request fate: all but planned drains, which must
 /// let in-flight work finish and are judged by Maintenance (Q7).
-pub fn fate_faults(plan: &Plan) -> usize {
+/// The declared faults that test request fate (all but planned drains, Q7).
+pub fn fate_faults(plan: &Plan) -> Vec<&crate::plan::FaultPlan> {
     use crate::scenario::{FailureDomain, FaultAction};
     plan.faults
         .iter()
         .filter(|f| f.domain != FailureDomain::Drain && f.action != FaultAction::Drain)
-        .count()
+        .collect()
+}
+
+/// The request-fate faults that were not applied (no verified record): what each
+/// would have tested was not tested.
+fn not_applied(declared: &[&crate::plan::FaultPlan], recorded: &[FaultRec]) -> Vec<String> {
+    declared
+        .iter()
+        .filter(|d| !recorded.iter().any(|r| r.name == d.name && r.verified))
+        .map(|d| {
+            let why = recorded
+                .iter()
+                .find(|r| r.name == d.name)
+                .map_or("no record of it in the trace".to_string(), |r| {
+                    r.detail.clone()
+                });
+            format!(
+                "{} was not applied ({why}): the request fate it was declared to test was not tested",
+                d.name
+            )
+        })
+        .collect()
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -205,8 +236,16 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// The Request-Fate verdict, composed as in Jepsen: FAIL on any finding; else UNKNOWN
 /// when a checker crashed or evidence was missing; else PASS when some request was
-/// caught by a fault (NOT_EVALUATED when the scenario injects none).
-pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool) -> Verdict {
+/// caught by a fault, or when, with no fault, requests whose client left early were
+/// judged for the upstream cancel (M4); NOT_EVALUATED otherwise when the scenario
+/// injects none.
+pub fn verdict(
+    acc: &FateAcc,
+    declared: &[&crate::plan::FaultPlan],
+    recorded: &[FaultRec],
+    sources: &[SourceReport],
+    sim: bool,
+) -> Verdict {
     let name = VerdictName::RequestFate;
     let mut evidence = verdict_evidence(acc, sources);
     if !acc.counts.is_empty() {
@@ -218,12 +257,24 @@ pub fn verdict(acc: &FateAcc, faults: usize, sources: &[SourceReport], sim: bool
             .join(", ");
         return Verdict::new(name, Status::Fail, format!("findings: {s}"), evidence);
     }
-    let unknown = undecided(acc, sources, sim);
+    let mut unknown = undecided(acc, sources, sim);
+    unknown.extend(not_applied(declared, recorded));
     if !unknown.is_empty() {
         evidence.extend(acc.unknown.iter().cloned());
         return Verdict::new(name, Status::Unknown, unknown.join("; "), evidence);
     }
-    if faults == 0 {
+    if declared.is_empty() && acc.left > 0 {
+        return Verdict::new(
+            name,
+            Status::Pass,
+            format!(
+                "{} requests whose client left early (workload abandonment) had their upstream cancelled within the grace, with no spare attempt (M4); no finding on {} requests",
+                acc.left, acc.judged
+            ),
+            evidence,
+        );
+    }
+    if declared.is_empty() {
         return Verdict::new(
             name,
             Status::NotEvaluated,

@@ -148,6 +148,9 @@ pub struct Out {
     /// Questions the evidence could not decide.
     pub unknown: Vec<String>,
     pub fates: Vec<RequestFate>,
+    /// Requests whose client left on purpose (workload abandonment) whose upstream
+    /// the evidence shows: the M4 cancel was judged.
+    pub left: u64,
 }
 
 impl Out {

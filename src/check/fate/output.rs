@@ -2,7 +2,7 @@
 //! text stitched onto the first (legal only as a token-continuous migration), and
 //! chunks missing or out of order.
 
-use super::{Ctx, FindingKind, Out, Seam, View};
+use super::{Ctx, FindingKind, Out, Seam, SeamSource, View};
 use crate::check::history::FaultRec;
 use crate::scenario::Fate;
 use crate::trace::Outcome;
@@ -32,11 +32,18 @@ fn repeat_at(v: &View, at: usize) -> Option<(usize, usize)> {
 }
 
 /// Duplicated output: after a seam (hand-over or stall), a run of at least
-/// [`MIN_RUN`] deltas that were already delivered; or the answer's first words
-/// appearing again (it started over).
+/// [`MIN_RUN`] deltas that were already delivered; or the answer starting over at a
+/// seam (its first words again). Without a seam nothing is a finding: a model may
+/// repeat itself (a base model does, endlessly), and one attempt that repeats is its
+/// output, not a second answer.
 pub fn duplicated(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
     let id = &v.r.id;
-    for s in v.seams() {
+    let seams: Vec<Seam> = v
+        .seams()
+        .into_iter()
+        .filter(|s| s.source != SeamSource::Stall || !repetitive_before(v, s.at as usize))
+        .collect();
+    for s in &seams {
         let at = s.at as usize;
         if let Some((j, l)) = repeat_at(v, at) {
             let text: String = (at..at + l).map(|i| v.delta_text(i)).collect();
@@ -53,22 +60,36 @@ pub fn duplicated(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
                         } else {
                             "a re-sent run"
                         },
-                        seam_words(&s)
+                        seam_words(s)
                     ),
                 )
                 .chunks([v.delta_n(j), v.delta_n(at)])
-                .attempts(attempt_ids(&s))
+                .attempts(attempt_ids(s))
                 .excerpt(v.excerpt(at, at + l));
                 return;
             }
         }
     }
-    restart(v, out);
+    if !seams.is_empty() {
+        restart(v, &seams, out);
+    }
+}
+
+/// The output before delta `at` already repeats a run of [`MIN_RUN`] deltas: the model
+/// repeats itself, and a repeat after a stall there is its habit, not a re-sent answer
+/// (a hand-over is evidence enough; a stall alone is not, in repetitive text).
+fn repetitive_before(v: &View, at: usize) -> bool {
+    let at = at.min(v.deltas.len());
+    let mut seen = std::collections::HashSet::new();
+    (0..at.saturating_sub(MIN_RUN - 1)).any(|i| {
+        let run: [&str; MIN_RUN] = std::array::from_fn(|k| v.delta_text(i + k));
+        !seen.insert(run)
+    })
 }
 
 fn seam_words(s: &Seam) -> String {
     match s.source {
-        super::SeamSource::Stall => ", after a stall".into(),
+        SeamSource::Stall => ", after a stall".into(),
         _ => format!(", after the hand-over from `{}` to `{}`", s.from, s.to),
     }
 }
@@ -81,80 +102,45 @@ fn attempt_ids(s: &Seam) -> Vec<String> {
         .collect()
 }
 
-/// The first words of the answer appear again later: the answer restarted.
-fn restart(v: &View, out: &mut Out) {
-    let mut scan = RestartScan::default();
-    let Some(r) = (0..v.deltas.len()).find_map(|i| {
-        let text = v.delta_text(i);
-        if ascii_words(text) {
-            text.split_ascii_whitespace().find_map(|w| scan.push(w, i))
-        } else {
-            text.split_whitespace().find_map(|w| scan.push(w, i))
-        }
+/// The answer's first [`HEAD_WORDS`] words begin again at a seam: it started over
+/// there (in an answer of at least twice as many words).
+fn restart(v: &View, seams: &[Seam], out: &mut Out) {
+    let words: Vec<(&str, usize)> = (0..v.deltas.len())
+        .flat_map(|i| {
+            let text = v.delta_text(i);
+            let split: Box<dyn Iterator<Item = &str>> = if ascii_words(text) {
+                Box::new(text.split_ascii_whitespace())
+            } else {
+                Box::new(text.split_whitespace())
+            };
+            split.map(move |w| (w, i))
+        })
+        .collect();
+    if words.len() < 2 * HEAD_WORDS {
+        return;
+    }
+    let head = &words[..HEAD_WORDS];
+    let Some((k, s)) = seams.iter().find_map(|s| {
+        let k = words.iter().position(|(_, i)| *i >= s.at as usize)?;
+        let again = words.get(k..k + HEAD_WORDS)?;
+        (k > 0 && again.iter().zip(head).all(|(a, h)| a.0 == h.0)).then_some((k, s))
     }) else {
         return;
     };
+    let at = words[k].1;
     out.find(
         FindingKind::DuplicatedOutput,
         &v.r.id,
         format!(
-            "the answer starts over at chunk {}: `{}` repeats",
-            v.delta_n(r.at),
-            r.head.join(" ")
+            "the answer starts over at chunk {}{}: `{}` repeats",
+            v.delta_n(at),
+            seam_words(s),
+            head.iter().map(|w| w.0).collect::<Vec<_>>().join(" ")
         ),
     )
-    .chunks([v.delta_n(r.first), v.delta_n(r.at)])
-    .excerpt(v.excerpt(r.at, r.at + 4));
-}
-
-/// Where an answer starts over: its first [`HEAD_WORDS`] words, the delta of its
-/// first word, and the delta where they appear again.
-#[derive(Debug, PartialEq)]
-struct Restart<'a> {
-    head: [&'a str; HEAD_WORDS],
-    first: usize,
-    at: usize,
-}
-
-/// Looks, word by word, for the first place past the first word where the answer's
-/// first [`HEAD_WORDS`] words appear again, in an answer of at least twice as many
-/// words; keeps only the last [`HEAD_WORDS`] words.
-#[derive(Default)]
-struct RestartScan<'a> {
-    head: [&'a str; HEAD_WORDS],
-    first: usize,
-    last: [(&'a str, usize); HEAD_WORDS],
-    /// Words seen.
-    n: usize,
-    found: Option<usize>,
-}
-
-impl<'a> RestartScan<'a> {
-    /// The next word (in delta `i`); the restart once it is certain.
-    fn push(&mut self, w: &'a str, i: usize) -> Option<Restart<'a>> {
-        let n = self.n;
-        self.n += 1;
-        if n < HEAD_WORDS {
-            self.head[n] = w;
-        }
-        if n == 0 {
-            self.first = i;
-        }
-        self.last[n % HEAD_WORDS] = (w, i);
-        // The window of the last HEAD_WORDS words starts at word `s` ≥ 1.
-        if self.found.is_none() && n >= HEAD_WORDS {
-            let s = n + 1 - HEAD_WORDS;
-            if (0..HEAD_WORDS).all(|k| self.last[(s + k) % HEAD_WORDS].0 == self.head[k]) {
-                self.found = Some(self.last[s % HEAD_WORDS].1);
-            }
-        }
-        let at = self.found.filter(|_| self.n >= 2 * HEAD_WORDS)?;
-        Some(Restart {
-            head: self.head,
-            first: self.first,
-            at,
-        })
-    }
+    .chunks([v.delta_n(head[0].1), v.delta_n(at)])
+    .attempts(attempt_ids(s))
+    .excerpt(v.excerpt(at, at + 4));
 }
 
 /// ASCII text without a vertical tab (the one ASCII space `split_ascii_whitespace`
@@ -175,6 +161,9 @@ pub fn stitched(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
         if v.deltas.len() <= at {
             continue; // nothing delivered after the hand-over
         }
+        if s.source == super::SeamSource::Proxy && !proxy_spliced(v, &s) {
+            continue; // the first upstream request wrote the rest itself
+        }
         let broken = if ctx.policy.streaming == Fate::Migrate {
             match continuity(v, &s) {
                 Ok(()) => continue,
@@ -185,11 +174,16 @@ pub fn stitched(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
             }
         } else {
             format!(
-                "{at} deltas from `{}`, then {} deltas from `{}` in the same stream (the policy declares `{}` for streaming, not `migrate`)",
+                "{at} deltas from `{}`, then {} deltas from `{}` in the same stream (the policy declares `{}` for streaming, not `migrate`){}",
                 s.from,
                 v.deltas.len() - at,
                 s.to,
-                ctx.policy.streaming.as_str()
+                ctx.policy.streaming.as_str(),
+                if s.source == super::SeamSource::Proxy {
+                    "; seen by haq's proxy: the client's chunk ids do not change at the seam"
+                } else {
+                    ""
+                }
             )
         };
         out.find(FindingKind::StitchedOutput, id, broken)
@@ -201,6 +195,22 @@ pub fn stitched(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
                 v.excerpt(at, at + 3)
             ));
         return;
+    }
+}
+
+/// A hand-over only haq's proxy saw (the client's chunk ids run on): the deltas after
+/// it came from the new upstream request when the old one had ended before the client's
+/// last delta and the new one had sent output by then.
+fn proxy_spliced(v: &View, s: &Seam) -> bool {
+    let leg = |id: &str| v.r.proxy.iter().find(|l| l.id() == id);
+    let Some(last) = v.deltas.last().map(|&i| v.r.chunks[i].t) else {
+        return false;
+    };
+    match (leg(&s.from), leg(&s.to)) {
+        (Some(a), Some(b)) => {
+            a.end.is_some_and(|(t, _)| t < last) && b.first_event.is_some_and(|t| t < last)
+        }
+        _ => false,
     }
 }
 
@@ -227,8 +237,14 @@ pub fn continuity(v: &View, s: &Seam) -> Result<(), String> {
         && a.delivered_at_start as usize != at
     {
         return Err(format!(
-            "the journal says `{}` started after {} delivered deltas, but its text begins after delta {at}",
-            a.id, a.delivered_at_start
+            "{} `{}` started after {} delivered deltas, but its text begins after delta {at}",
+            if a.proxy_leg {
+                "haq's proxy saw"
+            } else {
+                "the journal says"
+            },
+            a.id,
+            a.delivered_at_start
         ));
     }
     Ok(())
@@ -325,60 +341,6 @@ pub fn chunk_order(_: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
 
 #[cfg(test)]
 mod tests {
-    use super::{HEAD_WORDS, Restart, RestartScan};
-
-    /// The search as it was written first: every word in a vector, every window.
-    fn restart_naive<'a>(words: &[(&'a str, usize)]) -> Option<Restart<'a>> {
-        if words.len() < 2 * HEAD_WORDS {
-            return None;
-        }
-        let head: Vec<&str> = words[..HEAD_WORDS].iter().map(|w| w.0).collect();
-        (1..=words.len() - HEAD_WORDS)
-            .find(|&s| {
-                words[s..s + HEAD_WORDS]
-                    .iter()
-                    .map(|w| w.0)
-                    .eq(head.iter().copied())
-            })
-            .map(|s| Restart {
-                head: std::array::from_fn(|k| head[k]),
-                first: words[0].1,
-                at: words[s].1,
-            })
-    }
-
-    /// The one-pass search finds what the naive one finds, on seeded random answers
-    /// over a small vocabulary (repeats, restarts, overlaps, short answers).
-    #[test]
-    fn the_one_pass_restart_search_finds_what_every_window_finds() {
-        use rand::{RngExt, SeedableRng};
-        let vocab = ["a", "b", "c", "the", "answer"];
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let mut found = 0;
-        for _ in 0..20_000 {
-            let len = rng.random_range(0..30);
-            let kinds = rng.random_range(1..=vocab.len());
-            let mut words: Vec<(&str, usize)> = Vec::new();
-            let mut delta = rng.random_range(0..3);
-            for _ in 0..len {
-                words.push((vocab[rng.random_range(0..kinds)], delta));
-                delta += rng.random_range(0..2);
-            }
-            if rng.random_bool(0.3) && words.len() > HEAD_WORDS {
-                // a restart: the head again, somewhere
-                let at = rng.random_range(1..words.len());
-                let head: Vec<_> = words[..HEAD_WORDS].to_vec();
-                words.splice(at..at, head);
-            }
-            let want = restart_naive(&words);
-            found += usize::from(want.is_some());
-            let mut scan = RestartScan::default();
-            let got = words.iter().find_map(|&(w, i)| scan.push(w, i));
-            assert_eq!(got, want, "{words:?}");
-        }
-        assert!(found > 2_000, "{found}");
-    }
-
     /// The fast split gives the words `split_whitespace` gives, with every ASCII byte
     /// and the non-ASCII spaces between words, at the ends, and repeated.
     #[test]

@@ -12,8 +12,10 @@ use crate::trace::Outcome;
 pub fn against_policy(ctx: &Ctx, v: &View, faults: &[FaultRec], out: &mut Out) {
     let mut flagged = false;
     for f in faults {
-        if is_planned_drain(f) {
-            continue; // a drain is judged by Maintenance: in-flight work must finish
+        if is_planned_drain(f) || !f.verified {
+            // A drain is judged by Maintenance (in-flight work must finish); a fault
+            // that was not applied caught nothing.
+            continue;
         }
         let Some(stage) = stage_at(ctx, v, f) else {
             continue;
@@ -175,7 +177,7 @@ fn client_got_output_of(v: &View, worker: &str) -> bool {
 /// What became of `v`, caught by `f`.
 pub fn observe(v: &View, f: &FaultRec) -> Observed {
     match v.end.outcome {
-        Outcome::Cancelled => Observed::ClientGone,
+        Outcome::Cancelled | Outcome::Abandoned => Observed::ClientGone,
         Outcome::ExplicitError | Outcome::Rejected | Outcome::HttpError => Observed::Failed,
         Outcome::Completed if looks_cut(v) => Observed::Truncated,
         Outcome::Completed => {

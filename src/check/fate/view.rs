@@ -37,6 +37,9 @@ pub enum SeamSource {
     ChunkId,
     /// The gateway journal shows a new attempt starting after deltas were delivered.
     Journal,
+    /// haq's proxy saw another upstream request for the stream start after deltas
+    /// were delivered (no gateway journal; the client's stream may show no seam).
+    Proxy,
     /// The stream stalled, then went on.
     Stall,
 }
@@ -128,7 +131,8 @@ impl<'a> View<'a> {
     }
 
     /// Seams after at least one delivered delta where another writer took over: chunk
-    /// id changes and journal attempts started after delivery (one per position).
+    /// id changes, and attempts (journal, or haq's proxy's upstream requests) started
+    /// after delivery (one per position).
     pub fn handovers(&self) -> Vec<Seam> {
         let mut out: Vec<Seam> = Vec::new();
         for w in self.segs.windows(2) {
@@ -148,7 +152,11 @@ impl<'a> View<'a> {
                     at: a.delivered_at_start,
                     from: atts[i - 1].id.clone(),
                     to: a.id.clone(),
-                    source: SeamSource::Journal,
+                    source: if a.proxy_leg {
+                        SeamSource::Proxy
+                    } else {
+                        SeamSource::Journal
+                    },
                 });
             }
         }

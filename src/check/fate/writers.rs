@@ -37,13 +37,17 @@ pub fn two_writers(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
             return;
         }
     }
-    // Journal: an attempt started while an earlier one was alive and not fenced.
+    // Journal: an attempt started while an earlier one was alive and not fenced. haq's
+    // proxy sees no fence: an upstream request it saw end within the cancel grace after
+    // the next one started was being cancelled (the gateway's close takes a moment).
     let atts = &v.r.attempts;
+    let overlaps = |a: &crate::check::history::AttemptRec, start: u64| {
+        a.live_at(start)
+            && a.fenced.is_none_or(|f| f > start)
+            && (!a.proxy_leg || a.end.is_none_or(|e| e > start + ctx.cancel_grace))
+    };
     for (j, b) in atts.iter().enumerate() {
-        if let Some(a) = atts[..j]
-            .iter()
-            .find(|a| a.live_at(b.start) && a.fenced.is_none_or(|f| f > b.start))
-        {
+        if let Some(a) = atts[..j].iter().find(|a| overlaps(a, b.start)) {
             out.find(
                 FindingKind::TwoWriters,
                 id,
@@ -95,15 +99,19 @@ pub fn retry_after_first_delta(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Ou
     }
     let id = &v.r.id;
     if let Some(s) = v.handovers().first() {
-        let what = match s.source {
-            super::SeamSource::Journal => "the gateway journal shows attempt",
-            _ => "chunks of generation",
+        let (what, note) = match s.source {
+            super::SeamSource::Journal => ("the gateway journal shows attempt", ""),
+            super::SeamSource::Proxy => (
+                "haq's proxy saw a second upstream request,",
+                " (one client stream, two upstream requests: a re-send after the first delta)",
+            ),
+            _ => ("chunks of generation", ""),
         };
         out.find(
             FindingKind::RetryAfterFirstDelta,
             id,
             format!(
-                "{what} `{}` after {} deltas of `{}` had reached the client",
+                "{what} `{}` after {} deltas of `{}` had reached the client{note}",
                 s.to, s.at, s.from
             ),
         )

@@ -54,6 +54,19 @@ pub struct FaultRec {
     pub probe: Option<String>,
 }
 
+impl FaultRec {
+    /// The replica it hit, for people: a fault that never fired (a probe whose serving
+    /// replica was never known) names none.
+    pub fn replica_label(&self) -> &str {
+        replica_label(&self.replica)
+    }
+}
+
+/// A replica name for people; an empty one (a fault that hit no replica) reads so.
+pub fn replica_label(name: &str) -> &str {
+    if name.is_empty() { "no replica" } else { name }
+}
+
 impl From<FaultLine> for FaultRec {
     fn from(f: FaultLine) -> Self {
         FaultRec {
@@ -105,6 +118,74 @@ pub struct JournalStats {
     pub ended: bool,
 }
 
+/// What became of the upstream requests haq's proxy recorded (`proxy_request` lines).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ProxyStats {
+    pub legs: u64,
+    /// Tied to a request of the trace, by this run's marker in the body…
+    pub by_marker: u64,
+    /// …or by the `x-request-id` header.
+    pub by_header: u64,
+    /// Traffic of unknown requests, per replica: no attribution, or an id the trace does
+    /// not know (another client's, a gateway's own request id). Routing and Overload
+    /// evidence still counts it.
+    pub unknown: std::collections::BTreeMap<String, u64>,
+    /// Why the unattributed ones were (`unknown` also counts ids of no request).
+    pub reasons: std::collections::BTreeMap<crate::trace::Unattributed, u64>,
+    /// `client.marker: auto`'s own requests before the load (not traffic of the load).
+    pub calibration: u64,
+    /// Where the markers went, when `auto` learned it (the `target` line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub marker: Option<crate::trace::MarkerUse>,
+}
+
+impl ProxyStats {
+    /// One line for people: how the legs were tied to requests.
+    pub fn describe(&self) -> String {
+        let unknown: u64 = self.unknown.values().sum();
+        let mut s = format!(
+            "{} upstream requests: {} tied to their client request by the body's marker, {} by x-request-id, {unknown} of unknown requests",
+            self.legs, self.by_marker, self.by_header
+        );
+        if let Some(m) = &self.marker {
+            let dropped: Vec<&str> = m
+                .tried
+                .iter()
+                .filter(|t| !t.forwarded)
+                .map(|t| t.field.as_str())
+                .collect();
+            s.push_str(&format!("; markers in `{}` (learned at the start", m.field));
+            if !dropped.is_empty() {
+                s.push_str(&format!(": not forwarded in {}", dropped.join(", ")));
+            }
+            s.push(')');
+        }
+        if self.calibration > 0 {
+            s.push_str(&format!(
+                "; {} of the marker calibration before the load",
+                self.calibration
+            ));
+        }
+        if unknown > 0 {
+            let per: Vec<String> = self
+                .unknown
+                .iter()
+                .map(|(r, n)| format!("{r}: {n}"))
+                .collect();
+            s.push_str(&format!(" ({})", per.join(", ")));
+            let why: Vec<String> = self
+                .reasons
+                .iter()
+                .map(|(k, n)| format!("{} ×{n}", k.as_str()))
+                .collect();
+            if !why.is_empty() {
+                s.push_str(&format!("; unattributed: {}", why.join(", ")));
+            }
+        }
+        s
+    }
+}
+
 type Ids = foldhash::fast::RandomState;
 
 #[derive(Default)]
@@ -124,6 +205,7 @@ pub struct Folder {
     /// The latest time seen on any stream.
     cursor: u64,
     pub journal: JournalStats,
+    pub proxy: ProxyStats,
     /// Chunk vectors of judged requests, emptied, for the next requests: a stream's
     /// vector would otherwise grow (and be copied) from empty for every request.
     spare_chunks: Vec<Vec<ChunkRec>>,
@@ -195,14 +277,13 @@ impl Folder {
                 self.info.interrupted = interrupted;
                 self.info.reason = reason;
             }
-            ev @ Event::ProxyRequest { id: Some(_), .. } => self.proxy_leg(ev),
+            ev @ Event::ProxyRequest { .. } => self.proxy_leg(ev),
             ev @ Event::ProxyEnd { id: Some(_), .. } => self.proxy_leg_end(ev),
-            Event::Target { .. }
-            | Event::Heal { .. }
+            Event::Target { marker, .. } => self.proxy.marker = marker,
+            Event::Heal { .. }
             | Event::Observation { .. }
             | Event::Replacement { .. }
             | Event::Exited { .. }
-            | Event::ProxyRequest { .. }
             | Event::ProxyEnd { .. }
             | Event::ProxyRefused { .. }
             | Event::ProxyWatch { .. }
@@ -323,29 +404,53 @@ impl Folder {
         }
     }
 
-    /// A `proxy_request` line with a request id (any other event is ignored): a leg
-    /// opens on the request's record.
+    /// A `proxy_request` line (any other event is ignored): a leg opens on the record
+    /// of the request it names; one that names no request of the trace is counted as
+    /// traffic of an unknown request on its replica.
     #[inline]
     fn proxy_leg(&mut self, ev: Event) {
         let Event::ProxyRequest {
             t,
             replica,
             conn,
-            id: Some(id),
+            id,
+            by,
+            unattributed,
             attempt,
             ..
         } = ev
         else {
             return;
         };
-        if let Some(r) = self.in_flight.get_mut(&id) {
-            r.proxy.push(ProxyLeg {
-                replica,
-                conn,
-                attempt,
-                start: t,
-                ..Default::default()
-            });
+        let st = &mut self.proxy;
+        st.legs += 1;
+        match id.as_deref().and_then(|id| self.in_flight.get_mut(id)) {
+            Some(r) => {
+                match by {
+                    Some(crate::trace::LegBy::Marker) => st.by_marker += 1,
+                    _ => st.by_header += 1,
+                }
+                r.proxy.push(ProxyLeg {
+                    replica,
+                    conn,
+                    attempt,
+                    start: t,
+                    ..Default::default()
+                });
+            }
+            None if id
+                .as_deref()
+                .is_some_and(|id| id.starts_with(crate::wire::marker::CALIBRATE_PREFIX)) =>
+            {
+                st.calibration += 1;
+                st.legs -= 1;
+            }
+            None => {
+                if let Some(u) = unattributed {
+                    *st.reasons.entry(u).or_default() += 1;
+                }
+                *st.unknown.entry(replica).or_default() += 1;
+            }
         }
     }
 
@@ -477,9 +582,20 @@ impl Folder {
 
     fn finalize(&mut self, id: &str, sink: &mut dyn RequestSink) {
         if let Some(mut r) = self.in_flight.remove(id) {
-            // No gateway journal for it: the proxy's legs are its attempts.
+            // No gateway journal for it: the proxy's legs are its attempts, each with
+            // the deltas the client had when it started (a leg after the first delta is
+            // a hand-over the client's stream may not show).
             if r.attempts.is_empty() && !r.proxy.is_empty() {
-                r.attempts = r.proxy.iter().map(ProxyLeg::attempt).collect();
+                let delivered = |t: u64| r.deltas().filter(|c| c.t < t).count() as u32;
+                r.attempts = r
+                    .proxy
+                    .iter()
+                    .map(|l| {
+                        let mut a = l.attempt();
+                        a.delivered_at_start = delivered(l.start);
+                        a
+                    })
+                    .collect();
             }
             // Lines still to come are later than anything seen so far.
             r.journal_until = if self.journal.ended {

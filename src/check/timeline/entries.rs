@@ -3,6 +3,7 @@
 
 use super::types::{Entry, FaultTimeline, JOURNAL, Mark, Removal, ms};
 use crate::check::facts::Evidence;
+use crate::check::history::replica_label;
 
 /// The rows, as they are written.
 struct Rows<'e> {
@@ -68,6 +69,24 @@ pub(super) fn entries(ev: &Evidence, faults: &[FaultTimeline], full: Option<&Mar
 fn fault_rows(rows: &mut Rows<'_>, f: &FaultTimeline) {
     let at = Some(f.injected);
     let inj = rows.ev.faults.iter().find(|x| x.name == f.fault);
+    if !f.verified {
+        // Not applied: nothing was detected, removed or replaced because of it.
+        rows.push(
+            f.injected,
+            at,
+            format!(
+                "{} not applied ({} {})",
+                f.fault,
+                f.action,
+                replica_label(&f.replica)
+            ),
+            (
+                "haq fault injector",
+                inj.map(|x| x.detail.clone()).unwrap_or_default(),
+            ),
+        );
+        return;
+    }
     rows.push(
         f.injected,
         at,

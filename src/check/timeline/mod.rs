@@ -55,7 +55,7 @@ mod tests {
     fn the_standard_kill_has_every_stage_with_its_source() {
         let p = plan(&[]);
         let mut tb = standard(&p);
-        tb.obs(13.2, "endpoint watcher", "w2", "not_ready");
+        tb.obs(us(13.2), "endpoint watcher", "w2", "not_ready");
         let j = tb.judge(&p);
         let f = j.timeline.fault("kill-w2").expect("fault");
         assert_eq!(f.injected, us(13.0));
@@ -94,8 +94,8 @@ mod tests {
     fn requests_in_flight_at_the_kill_are_counted_as_recovered_or_terminated() {
         let p = plan(&[]);
         let mut tb = standard(&p);
-        tb.req(R::ok("cut", "fault", 12.95, "w2").outcome(Outcome::ExplicitError));
-        tb.req(R::ok("retried", "fault", 12.99, "w1").ttft(300.0));
+        tb.request(R::ok("cut", "fault", 12.95, "w2").outcome(Outcome::ExplicitError));
+        tb.request(R::ok("retried", "fault", 12.99, "w1").ttft(300.0));
         let j = tb.judge(&p);
         let f = j.timeline.fault("kill-w2").expect("fault");
         assert_eq!(f.in_flight.caught, 1, "{:?}", f.in_flight);
@@ -108,15 +108,20 @@ mod tests {
         let mut tb = Tb::new();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
-        tb.removed(13.05, "w2", "connection failed");
-        tb.obs(13.5, "haq fault injector", "w2", "replacement_requested");
-        tb.obs(14.0, "haq fault injector", "w2", "process_started");
-        tb.ready(16.0, "w2");
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.removed(us(13.05), "w2", "connection failed");
+        tb.obs(
+            us(13.5),
+            "haq fault injector",
+            "w2",
+            "replacement_requested",
+        );
+        tb.obs(us(14.0), "haq fault injector", "w2", "process_started");
+        tb.ready(us(16.0), "w2");
         tb.steady("fault", 13.1, 16.5, 10.0, rr(&["w1", "w3"]));
         tb.steady("fault", 16.5, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let j = tb.judge(&p);
         let f = j.timeline.fault("kill-w2").expect("fault");
         let rp = &f.replacement;
@@ -142,13 +147,13 @@ mod tests {
         let mut tb = Tb::new().without_journal();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
-        tb.obs(13.9, "EndpointSlice watcher", "w2", "endpoint_removed");
-        tb.obs(13.4, "readiness probe", "w2", "not_ready");
-        tb.obs(13.2, "health checker", "w2", "unhealthy");
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.obs(us(13.9), "EndpointSlice watcher", "w2", "endpoint_removed");
+        tb.obs(us(13.4), "readiness probe", "w2", "not_ready");
+        tb.obs(us(13.2), "health checker", "w2", "unhealthy");
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
         tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let j = tb.judge(&p);
         let f = j.timeline.fault("kill-w2").expect("fault");
         let d = f.detected.as_ref().expect("detected");
@@ -173,7 +178,7 @@ mod tests {
         // With the gateway journal: the gateway's detection (+50 ms) is the system's,
         // though haq's poll saw the replica down first.
         let mut tb = standard(&p);
-        tb.obs(13.01, watch, "w2", "not_ready");
+        tb.obs(us(13.01), watch, "w2", "not_ready");
         let j = tb.judge(&p);
         let d = j.timeline.fault("kill-w2").and_then(|f| f.detected.clone());
         assert_eq!(d.map(|d| d.source), Some(JOURNAL.to_string()));
@@ -181,10 +186,10 @@ mod tests {
         let mut tb = Tb::new().without_journal();
         tb.phases(&p);
         tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
-        tb.fault("kill-w2", "w2", 13.0, true);
-        tb.obs(13.1, watch, "w2", "not_ready");
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.obs(us(13.1), watch, "w2", "not_ready");
         tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
-        tb.end(32.0);
+        tb.run_end(us(32.0));
         let j = tb.judge(&p);
         let d = j.timeline.fault("kill-w2").and_then(|f| f.detected.clone());
         assert_eq!(

@@ -16,7 +16,7 @@ use crate::scenario::{Fault, FaultAction, Issue};
 pub(super) fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> {
     let action = action(field, f)?;
     let phase = phase(cx, field, f)?;
-    let trigger = trigger(field, f)?;
+    let trigger = trigger(cx, field, f)?;
     let (replicas, node) = targets(cx, field, f, &trigger)?;
     for r in &replicas {
         reachable(cx, field, f.backend, r)?;

@@ -273,3 +273,33 @@ fn fault_names_are_unique_and_a_killed_replica_is_gone_unless_replaced() {
     )
     .expect("a replaced replica can be faulted again");
 }
+
+/// A probe's lengths default from the workload's first class (a probe the engine
+/// serves as it serves the load: a 1024-token default filled a small engine's context,
+/// issue 21 item 8), its output at least the point's deltas; declared ones win.
+#[test]
+fn probe_lengths_default_from_the_workload() {
+    let probe = |when: &str| {
+        let p = load(
+            SIM,
+            &format!(
+                "  - {{name: k, domain: worker, action: kill, at: {{phase: fault, offset: 1s}}, when: {when}}}\n"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        match p.faults[0].trigger {
+            Trigger::Probe {
+                prompt_tokens,
+                max_tokens,
+                ..
+            } => (prompt_tokens, max_tokens),
+            ref t => panic!("{t:?}"),
+        }
+    };
+    assert_eq!(probe("{probe: first_delta}"), (10, 10));
+    assert_eq!(probe("{probe: {after_deltas: 12}}"), (10, 13));
+    assert_eq!(
+        probe("{probe: prefill, prompt_tokens: 300, max_tokens: 5}"),
+        (300, 5)
+    );
+}

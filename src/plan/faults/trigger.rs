@@ -4,10 +4,13 @@
 
 use super::context::Ctx;
 use super::types::Trigger;
-use crate::scenario::{FailureDomain, Fault, FaultAction, FaultBackend, Issue, ProbePoint, Via};
+use crate::scenario::{
+    FailureDomain, Fault, FaultAction, FaultBackend, Issue, MixRef, PROBE_OUTPUT_FALLBACK,
+    PROBE_PROMPT_FALLBACK, ProbePoint, Via, When,
+};
 
 /// The trigger `when` declares (`Time` without one).
-pub(super) fn trigger(field: &str, f: &Fault) -> Result<Trigger, Issue> {
+pub(super) fn trigger(cx: &Ctx, field: &str, f: &Fault) -> Result<Trigger, Issue> {
     let Some(w) = &f.when else {
         return Ok(Trigger::Time);
     };
@@ -36,10 +39,11 @@ pub(super) fn trigger(field: &str, f: &Fault) -> Result<Trigger, Issue> {
                 ProbePoint::ComputedNotSent(k) | ProbePoint::AfterDeltas(k) => k,
                 _ => 1,
             };
-            if w.max_tokens < k || w.prompt_tokens == 0 {
+            let (prompt_tokens, max_tokens) = probe_lengths(cx, w, k);
+            if max_tokens < k || prompt_tokens == 0 {
                 return Err(Issue::new(
                     format!("{field}.when.max_tokens"),
-                    w.max_tokens,
+                    max_tokens,
                     format!(
                         "the probe must ask for at least {k} tokens (and a prompt of at least 1)"
                     ),
@@ -48,8 +52,8 @@ pub(super) fn trigger(field: &str, f: &Fault) -> Result<Trigger, Issue> {
             Ok(Trigger::Probe {
                 point,
                 within,
-                prompt_tokens: w.prompt_tokens,
-                max_tokens: w.max_tokens,
+                prompt_tokens,
+                max_tokens,
                 via: w.via,
             })
         }
@@ -176,4 +180,26 @@ fn in_flight_fits(cx: &Ctx, field: &str, replicas: &[String]) -> Result<(), Issu
         ));
     }
     Ok(())
+}
+
+/// The probe's prompt and output lengths: as declared, else the typical ones of the
+/// workload's first class (a probe the engine serves as it serves the load), the output
+/// at least the `k` deltas the point needs.
+fn probe_lengths(cx: &Ctx, w: &When, k: u32) -> (u32, u32) {
+    let class = match &cx.s.workload.mix {
+        MixRef::Inline(m) => m.classes.first(),
+        MixRef::File(_) => None,
+    };
+    let prompt = w.prompt_tokens.unwrap_or_else(|| {
+        class
+            .and_then(|c| c.prompt_tokens.typical())
+            .unwrap_or(PROBE_PROMPT_FALLBACK)
+    });
+    let output = w.max_tokens.unwrap_or_else(|| {
+        class
+            .and_then(|c| c.output_tokens.typical())
+            .unwrap_or(PROBE_OUTPUT_FALLBACK)
+            .max(k + 1)
+    });
+    (prompt, output)
 }

@@ -250,6 +250,7 @@ impl Conn {
                         Ok(0) => {
                             down_eof = true;
                             self.up_hold = None;
+                            self.marker_wait = false;
                             self.end_all(ProxyEndKind::DownstreamClosed);
                             let _ = uw.shutdown().await;
                         }

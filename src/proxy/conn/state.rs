@@ -17,7 +17,8 @@ use crate::proxy::http::{Body, SseScan};
 use crate::proxy::probe::{ProxyPoint, ProxySeen, Release};
 use crate::proxy::replica::ReplicaProxy;
 use crate::proxy::rules::PathRules;
-use crate::trace::{Event, ProxyEndKind};
+use crate::trace::{Event, LegBy, ProxyEndKind, Unattributed};
+use crate::wire::marker::MarkerScan;
 
 /// How long a dropped exchange waits for its replica's connection to end (the replica
 /// was killed) before haq resets both sides itself.
@@ -25,11 +26,19 @@ const CUT_GRACE: Duration = Duration::from_secs(2);
 
 /// One request/response exchange on the connection.
 pub(super) struct Exchange {
+    /// The client's request id: the body's marker, else `x-request-id`.
     pub(super) id: Option<String>,
     pub(super) attempt: Option<String>,
     /// Recorded in the trace and counted in flight (an inference request).
     pub(super) recorded: bool,
+    /// Its `proxy_request` line is written (once its attribution is settled).
+    pub(super) announced: bool,
+    /// How `id` was read, or why there is none.
+    pub(super) by: Result<LegBy, Unattributed>,
+    /// When its head arrived (trace µs).
+    pub(super) head_t: u64,
     pub(super) method: String,
+    pub(super) path: String,
     pub(super) status: Option<u16>,
     pub(super) events: u32,
     pub(super) first_event: Option<u64>,
@@ -42,7 +51,8 @@ pub(super) struct Exchange {
 
 pub(super) enum ReqState {
     Head,
-    Body(Body),
+    /// A body, with the scan for its marker while the exchange's attribution is open.
+    Body(Body, Option<MarkerScan>),
     Raw,
 }
 
@@ -85,6 +95,9 @@ pub(super) struct Conn {
     pub(super) wbuf: Vec<u8>,
     /// …and the raw bytes of its current event, held until the event is classified.
     pub(super) pending: BytesMut,
+    /// `up_hold` holds a request head until its body's marker says whether it is a
+    /// probe to stop at the `Queued` point.
+    pub(super) marker_wait: bool,
 }
 
 /// The epoch a connection acknowledges on applying `rules`: under a cut rule it
@@ -121,6 +134,7 @@ impl Conn {
             marks: Vec::new(),
             wbuf: Vec::new(),
             pending: BytesMut::new(),
+            marker_wait: false,
         }
     }
 
@@ -155,6 +169,7 @@ impl Conn {
         let Some((r, h)) = settle(&mut self.up_hold, r, up_ended) else {
             return;
         };
+        self.marker_wait = false;
         match r {
             Release::Drop => self.cut_deadline = Some(Instant::now() + CUT_GRACE),
             _ => {
@@ -197,10 +212,32 @@ impl Conn {
         Some(rrx)
     }
 
-    fn record_end(&self, x: &Exchange, end: ProxyEndKind) {
+    /// Writes the exchange's `proxy_request` line (once), stamped with its head's time.
+    pub(super) fn announce(&self, x: &mut Exchange) {
+        if !x.recorded || x.announced {
+            return;
+        }
+        x.announced = true;
+        self.p.trace.emit(Event::ProxyRequest {
+            t: x.head_t,
+            replica: self.p.name.clone(),
+            conn: self.id,
+            id: x.id.clone(),
+            by: x.by.ok(),
+            unattributed: x.by.err(),
+            attempt: x.attempt.clone(),
+            method: x.method.clone(),
+            path: std::mem::take(&mut x.path),
+        });
+    }
+
+    fn record_end(&self, x: &mut Exchange, end: ProxyEndKind) {
         if !x.recorded {
             return;
         }
+        // Ended before its attribution settled (the body was not read to its marker):
+        // attributed by its header, if any.
+        self.announce(x);
         self.p.in_flight.send_modify(|n| *n = n.saturating_sub(1));
         if end == ProxyEndKind::Completed && x.status.is_some_and(|s| (200..300).contains(&s)) {
             self.p.served.send_modify(|n| *n += 1);
@@ -220,19 +257,19 @@ impl Conn {
     }
 
     pub(super) fn complete_front(&mut self, end: ProxyEndKind) {
-        if let Some(x) = self.xs.pop_front() {
-            self.record_end(&x, end);
+        if let Some(mut x) = self.xs.pop_front() {
+            self.record_end(&mut x, end);
         }
     }
 
     pub(super) fn end_all(&mut self, end: ProxyEndKind) {
-        while let Some(x) = self.xs.pop_front() {
+        while let Some(mut x) = self.xs.pop_front() {
             let end = if x.held.is_some() {
                 ProxyEndKind::HeldDropped
             } else {
                 end
             };
-            self.record_end(&x, end);
+            self.record_end(&mut x, end);
         }
     }
 }

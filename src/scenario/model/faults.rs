@@ -334,12 +334,16 @@ pub struct When {
     /// applied (Failure-Domain fails). Default 30s.
     #[serde(default = "default_within")]
     pub within: Dur,
-    /// Probe prompt length in tokens (a long prompt makes a long prefill).
-    #[serde(default = "default_probe_prompt")]
-    pub prompt_tokens: u32,
-    /// Probe output length in tokens.
-    #[serde(default = "default_probe_output")]
-    pub max_tokens: u32,
+    /// Probe prompt length in tokens (a long prompt makes a long prefill). Default: the
+    /// typical prompt of the workload's first class (1024 when its lengths come from a
+    /// file), so a probe fits the engine the workload fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u32>,
+    /// Probe output length in tokens. Default: the typical output of the workload's
+    /// first class (64 when its lengths come from a file), at least the probe point's
+    /// delta count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
     /// How the probe point is reached: `proxy` (default) or the sim worker's `hook`.
     #[serde(default)]
     pub via: Via,
@@ -348,12 +352,9 @@ pub struct When {
 fn default_within() -> Dur {
     Dur::secs(30)
 }
-fn default_probe_prompt() -> u32 {
-    1024
-}
-fn default_probe_output() -> u32 {
-    64
-}
+/// Probe lengths when the workload gives no typical one (lengths read from a file).
+pub const PROBE_PROMPT_FALLBACK: u32 = 1024;
+pub const PROBE_OUTPUT_FALLBACK: u32 = 64;
 
 /// A replacement for a removed replica.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::wire::units::Dur;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {
@@ -34,9 +36,14 @@ pub struct Target {
     /// Model name sent in requests (the sim's workers serve exactly this name).
     #[serde(default = "default_model")]
     pub model: String,
-    /// Extra request headers (e.g. an API key for staging).
+    /// Extra request headers. A credential comes from the environment or a file, so
+    /// it is never written in the scenario, on a command line or in any output:
+    /// `authorization: {env: STAGING_KEY, prefix: "Bearer "}` or
+    /// `x-api-key: {file: /run/secrets/key}`. Values of credential headers
+    /// (authorization, x-api-key, cookie, …) and of every env/file header are redacted
+    /// from every file haq writes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
+    pub headers: BTreeMap<String, HeaderSource>,
     /// `sim`: the gateway in front of the workers.
     #[serde(default)]
     pub gateway: GatewayCfg,
@@ -46,6 +53,36 @@ pub struct Target {
     /// `sim`: the tool service that executes tool calls (M7).
     #[serde(default)]
     pub tools: ToolsCfg,
+    /// `url`: how long haq waits for the gateway to answer `GET …/models` before the
+    /// load (a router that listens only once its replicas, behind haq's proxy, are
+    /// healthy). Default 60s.
+    #[serde(default = "default_ready_timeout")]
+    pub ready_timeout: Dur,
+}
+
+fn default_ready_timeout() -> Dur {
+    Dur::secs(60)
+}
+
+/// Where a request header's value comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum HeaderSource {
+    /// The value itself (fine for non-secrets; a credential's value is redacted from
+    /// every output, but prefer `env` or `file` for it).
+    Value(String),
+    /// An environment variable's value, after `prefix` (e.g. `"Bearer "`).
+    Env {
+        env: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+    },
+    /// A file's content (trailing newline removed), after `prefix`.
+    File {
+        file: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+    },
 }
 
 /// `replicas: 3`, or a list of replicas.

@@ -33,16 +33,24 @@ pub enum MixRef {
 impl<'de> Deserialize<'de> for MixRef {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // The loader inlines files before typed deserialization; both shapes stay
-        // accepted so a recorded effective scenario reads back.
-        match serde_json::Value::deserialize(d)? {
-            serde_json::Value::String(s) => Ok(MixRef::File(s)),
-            v @ serde_json::Value::Object(_) => serde_json::from_value(v)
-                .map(MixRef::Inline)
-                .map_err(serde::de::Error::custom),
-            other => Err(serde::de::Error::custom(format!(
-                "expected a mix (a map with `classes`) or a workload file path, got {other}"
-            ))),
+        // accepted so a recorded effective scenario reads back. The map is read by
+        // the outer deserializer itself, so an error inside the mix keeps its path
+        // (and its file:line:col).
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = MixRef;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mix (a map with `classes`) or a workload file path")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<MixRef, E> {
+                Ok(MixRef::File(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<MixRef, A::Error> {
+                Mix::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(MixRef::Inline)
+            }
         }
+        d.deserialize_any(V)
     }
 }
 
@@ -102,6 +110,67 @@ pub struct RequestClass {
     /// Structured output: `response_format`; the client checks the answer is JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
+    /// Client abandonment (M4): a share of the class's streamed requests whose client
+    /// leaves early and closes its connection mid-stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandon: Option<Abandon>,
+}
+
+/// A share of a class's streamed requests whose client leaves early — before the
+/// first token, after N deltas, or T after it sent the request — and closes its
+/// connection mid-stream, as a user who closes the tab does. The trace records the
+/// request as `abandoned` (the client's own leaving, never the target's failure);
+/// Request-Fate then asks the gateway to cancel the upstream (M4). Exactly one of
+/// `before_first_token`, `after_deltas` and `after`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Abandon {
+    /// Share of the class's streamed requests that leave (e.g. `30%`), drawn from the
+    /// seed per request.
+    pub share: Fraction,
+    /// Leave once the response head arrives, before reading any output.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_first_token: bool,
+    /// Leave once this many output deltas have been read (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_deltas: Option<u32>,
+    /// Leave this long after sending the request, if the answer has not ended by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Dur>,
+}
+
+/// When a leaving client leaves (an [`Abandon`] resolved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// When the response head arrives, before reading output.
+    BeforeFirstToken,
+    /// Once this many output deltas have been read.
+    AfterDeltas(u32),
+    /// This long after the request was sent.
+    After(std::time::Duration),
+}
+
+impl Abandon {
+    /// When the client leaves, if exactly one way is set (validation checks it).
+    pub fn leave(&self) -> Option<Leave> {
+        match (self.before_first_token, self.after_deltas, self.after) {
+            (true, None, None) => Some(Leave::BeforeFirstToken),
+            (false, Some(n), None) => Some(Leave::AfterDeltas(n)),
+            (false, None, Some(d)) => Some(Leave::After(d.0)),
+            _ => None,
+        }
+    }
+}
+
+impl Leave {
+    /// How the trace says it, e.g. `after 2 deltas`.
+    pub fn describe(&self) -> String {
+        match self {
+            Leave::BeforeFirstToken => "before the first token".into(),
+            Leave::AfterDeltas(n) => format!("after {n} deltas"),
+            Leave::After(d) => format!("{} after sending", Dur(*d)),
+        }
+    }
 }
 
 fn default_weight() -> f64 {
@@ -186,6 +255,22 @@ pub enum Dist {
     Normal(Shape),
     Lognormal(Shape),
     Empirical(Empirical),
+}
+
+impl Dist {
+    /// A typical length of the distribution (its middle, within its bounds); `None`
+    /// for lengths read from a file (not known before the file is read).
+    pub fn typical(&self) -> Option<u32> {
+        match self {
+            Dist::Fixed(n) => Some(*n),
+            Dist::Uniform([a, b]) => Some(a / 2 + b / 2),
+            Dist::Normal(s) | Dist::Lognormal(s) => {
+                let m = s.mean.round().clamp(1.0, f64::from(u32::MAX)) as u32;
+                Some(m.clamp(s.min.unwrap_or(1), s.max.unwrap_or(u32::MAX)))
+            }
+            Dist::Empirical(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

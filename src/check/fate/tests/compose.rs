@@ -8,9 +8,9 @@ use crate::check::history::{Folder, RequestRecord, RequestSink};
 
 #[test]
 fn a_clean_history_with_a_caught_request_passes() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     cut_properly(&mut h);
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let v = fate(&j);
     assert_eq!(v.status, Status::Pass, "{v:?}");
     contains(&v.summary, "1 requests caught");
@@ -39,8 +39,8 @@ impl RequestSink for Sink {
     }
 }
 
-fn fold_with(h: &H, checks: Vec<(&'static str, Check)>) -> FateAcc {
-    let p = plan(&[]);
+fn fold_with(h: &Tb, checks: Vec<(&'static str, Check)>) -> FateAcc {
+    let p = quickstart(&[]);
     let mut sink = Sink(FateAcc::with_checks(Ctx::new(&p), checks));
     let mut folder = Folder::default();
     let mut events = h.events.clone();
@@ -54,7 +54,7 @@ fn fold_with(h: &H, checks: Vec<(&'static str, Check)>) -> FateAcc {
 
 #[test]
 fn a_crashing_checker_is_unknown_with_its_error_and_the_others_still_run() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     cut_properly(&mut h);
     let mut checks = vec![("boom", boom as Check)];
     checks.extend(CHECKS);
@@ -63,27 +63,29 @@ fn a_crashing_checker_is_unknown_with_its_error_and_the_others_still_run() {
     assert_eq!(acc.crashes[0].request.as_deref(), Some("r1"));
     assert!(acc.crashes[0].error.contains("index out of range"));
     assert_eq!(acc.hit, 1, "the policy checker ran after the crash");
-    let v = crate::check::fate::verdict(&acc, 1, &[], true);
+    let p = quickstart(&[]);
+    let declared = crate::check::fate::fate_faults(&p);
+    let v = crate::check::fate::verdict(&acc, &declared, &[], &[], true);
     assert_eq!(v.status, Status::Unknown, "{v:?}");
     contains(&v.summary, "checker `boom` crashed");
     contains(&v.summary, "index out of range");
 
     // A finding still FAILs when another checker crashed (false beats unknown).
-    let mut h2 = H::new();
+    let mut h2 = Tb::history();
     h2.req("r2", 0)
         .deltas("r2", "A", 10 * MS, &[" a", " b"])
         .end("r2", 100 * MS, Outcome::Reset);
     let acc = fold_with(&h2, checks);
     assert_eq!(acc.crashes[0].count, 1);
-    let v = crate::check::fate::verdict(&acc, 1, &[], true);
+    let v = crate::check::fate::verdict(&acc, &declared, &[], &[], true);
     assert_eq!(v.status, Status::Fail, "{v:?}");
 }
 
 #[test]
 fn missing_or_unreadable_evidence_is_unknown_never_pass() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     cut_properly(&mut h);
-    let p = plan(&[]);
+    let p = quickstart(&[]);
     let j = h.judge(&p);
     assert_eq!(status(&j), Status::Pass);
     let mut src = Sources::none();
@@ -120,7 +122,7 @@ fn missing_or_unreadable_evidence_is_unknown_never_pass() {
 
 #[test]
 fn tool_calls_with_no_tool_log_on_the_sim_are_unknown() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     cut_properly(&mut h);
     h.req("t1", 0)
         .chunk(
@@ -132,24 +134,24 @@ fn tool_calls_with_no_tool_log_on_the_sim_are_unknown() {
         )
         .finish("t1", "T", 20 * MS)
         .end("t1", 30 * MS, Outcome::Completed);
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let v = fate(&j);
     assert_eq!(v.status, Status::Unknown, "{v:?}");
     contains(&v.summary, "tool side effects (M7) are unchecked");
     h.tool(15 * MS, "t1", "call_1", "t1:call_1", "{}", false);
-    assert_eq!(status(&h.judge(&plan(&[]))), Status::Pass);
+    assert_eq!(status(&h.judge(&quickstart(&[]))), Status::Pass);
 }
 
 #[test]
 fn no_fault_is_not_evaluated_and_a_cut_trace_is_unknown() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     clean(&mut h, "r1", "w1", 0, 4);
-    let j = h.judge(&plan(&["faults=[]"]));
+    let j = h.judge(&quickstart(&["faults=[]"]));
     assert_eq!(status(&j), Status::NotEvaluated, "{:?}", fate(&j));
-    let mut h = H::new();
+    let mut h = Tb::history();
     cut_properly(&mut h);
     let evs = h.events.clone();
-    let j = crate::check::judge(&plan(&[]), || evs.clone());
+    let j = crate::check::judge(&quickstart(&[]), || evs.clone());
     assert_eq!(status(&j), Status::Unknown, "no run_end: {:?}", fate(&j));
 }
 
@@ -157,11 +159,11 @@ fn no_fault_is_not_evaluated_and_a_cut_trace_is_unknown() {
 fn journal_lines_after_the_clients_end_still_reach_their_request() {
     // The journal says a1 ran to completion 1.5 s after the client gave up; the
     // line comes after the trace's end of r1 and must still be seen (linger).
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     h.req("r1", 0)
         .end("r1", 1000 * MS, Outcome::IdleTimeout)
         .attempt("r1", 1, "w1", (MS, 0), (2500 * MS, "finished", 0));
-    let j = h.judge(&plan(&["evidence.cancel_grace=1s"]));
+    let j = h.judge(&quickstart(&["evidence.cancel_grace=1s"]));
     assert!(
         has(&j, FindingKind::UpstreamNotCancelled),
         "{:#?}",
@@ -218,12 +220,12 @@ fn evidence_files_stream_with_a_torn_last_line_ignored() {
         "{lines:?}"
     );
     // A run directory: the sim's journal is expected, a tool log is not (unless set).
-    let p = plan(&[]);
+    let p = quickstart(&[]);
     std::fs::remove_file(&f).expect("rm");
     let src = evidence::open(&dir, &p);
     assert_eq!(src.state("gateway journal"), Some(SourceState::Missing));
     assert_eq!(src.state("tool log"), Some(SourceState::NotExpected));
-    let p = plan(&["evidence.tool_log=/nonexistent/tools.jsonl"]);
+    let p = quickstart(&["evidence.tool_log=/nonexistent/tools.jsonl"]);
     let src = evidence::open(&dir, &p);
     assert_eq!(src.state("tool log"), Some(SourceState::Missing));
     let _ = std::fs::remove_dir_all(&dir);
@@ -242,14 +244,82 @@ fn a_tool_log_in_the_run_directory_is_judged() {
         "evidence.tool_log={}",
         run.join(evidence::TOOLS_FILE).display()
     );
-    let p = plan(&[&set]);
+    let p = quickstart(&[&set]);
     // Judged from the run directory: the key ran twice.
     let s = evidence::open(&run, &p);
     assert_eq!(s.state("tool log"), Some(SourceState::Used));
-    let mut h = H::new();
+    let mut h = Tb::history();
     cut_properly(&mut h);
     let evs = h.events.clone();
     let j = judge_with(&p, || evs.clone(), s);
     assert_eq!(kinds(&j), vec![FindingKind::DuplicateToolEffect]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fault that never fired (a probe whose serving replica was never known: recorded
+/// not applied, on no replica) caught no request: Request-Fate is UNKNOWN saying why,
+/// never "N requests caught by the fault behaved as the policy says"; the timeline
+/// names no empty replica (issue 21 item 6).
+#[test]
+fn a_fault_that_never_fired_leaves_request_fate_unknown_and_names_no_empty_replica() {
+    let mut h = Tb::history();
+    clean(&mut h, "r1", "w1", 0, 4);
+    // As the engine records a probe that never reached its point (faults::fire::missed).
+    h.fault_as(crate::trace::FaultLine {
+        t: 50 * MS,
+        name: "kill-w2".into(),
+        domain: crate::scenario::FailureDomain::Worker,
+        action: crate::scenario::FaultAction::Kill,
+        replica: String::new(),
+        pid: None,
+        verified: false,
+        detail: "not applied: 3 deltas delivered but no replica is known to serve the probe".into(),
+        backend: Some(crate::scenario::FaultBackend::Process),
+        node: None,
+        trigger: Some("probe first_delta".into()),
+        triggered: None,
+        probe: Some("probe-kill-w2".into()),
+    });
+    let j = h.judge(&quickstart(&[]));
+    let v = fate(&j);
+    assert_eq!(v.status, Status::Unknown, "{v:?}");
+    contains(&v.summary, "kill-w2 was not applied");
+    assert!(j.fate_table.is_empty(), "{:?}", j.fate_table);
+    let rows: Vec<&str> = j
+        .timeline
+        .entries
+        .iter()
+        .map(|e| e.event.as_str())
+        .collect();
+    assert!(
+        rows.iter()
+            .any(|e| e.contains("kill-w2 not applied (kill no replica)")),
+        "{rows:?}"
+    );
+    assert!(
+        !rows.iter().any(|e| e.contains("  ") || e.ends_with(' ')),
+        "{rows:?}"
+    );
+    // The same run with the fault applied on w2 (r1 was on w1: not caught) is no PASS
+    // either: the fault tested no request fate.
+    let mut h = Tb::history();
+    clean(&mut h, "r1", "w1", 0, 4);
+    h.kill(50 * MS, "w2");
+    let v = fate(&h.judge(&quickstart(&[]))).clone();
+    assert_eq!(v.status, Status::Unknown, "{v:?}");
+    contains(&v.summary, "tested no request fate");
+}
+
+/// A declared fault with no record at all in the trace (the run ended first) is not
+/// applied either.
+#[test]
+fn a_declared_fault_missing_from_the_trace_leaves_request_fate_unknown() {
+    let mut h = Tb::history();
+    clean(&mut h, "r1", "w1", 0, 4);
+    let v = fate(&h.judge(&quickstart(&[]))).clone();
+    assert_eq!(v.status, Status::Unknown, "{v:?}");
+    contains(
+        &v.summary,
+        "kill-w2 was not applied (no record of it in the trace)",
+    );
 }

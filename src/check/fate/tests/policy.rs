@@ -5,7 +5,7 @@ use crate::check::fate::Observed;
 use crate::scenario::Fate;
 
 /// r1 caught before its first delta by the kill of w2; ends as `outcome`.
-fn failed_before_first_delta(h: &mut H, outcome: Outcome) {
+fn failed_before_first_delta(h: &mut Tb, outcome: Outcome) {
     h.req("r1", 0)
         .kill(20 * MS, "w2")
         .end("r1", 100 * MS, outcome);
@@ -13,9 +13,9 @@ fn failed_before_first_delta(h: &mut H, outcome: Outcome) {
 
 #[test]
 fn a_failure_before_the_first_delta_where_the_policy_says_retry_is_retry_not_made() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     failed_before_first_delta(&mut h, Outcome::Rejected);
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let f = finding(&j, FindingKind::RetryNotMade);
     contains(&f.detail, "before its first delta by kill-w2 on w2");
     contains(&f.detail, "the policy says");
@@ -30,14 +30,14 @@ fn a_failure_before_the_first_delta_where_the_policy_says_retry_is_retry_not_mad
 #[test]
 fn a_retry_that_was_made_or_impossible_is_not_retry_not_made() {
     // Two attempts, both failed: the retry was made (M2 within budget).
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     failed_before_first_delta(&mut h, Outcome::Rejected);
     h.attempt("r1", 1, "w2", (MS, 0), (25 * MS, "failed", 0))
         .attempt("r1", 2, "w3", (26 * MS, 0), (90 * MS, "failed", 0));
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
     // One attempt, then no other replica was ready.
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     failed_before_first_delta(&mut h, Outcome::Rejected);
     h.attempt("r1", 1, "w2", (MS, 0), (25 * MS, "failed", 0))
         .gw(
@@ -47,19 +47,19 @@ fn a_retry_that_was_made_or_impossible_is_not_retry_not_made() {
                 attempts: 1,
             },
         );
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
     // One attempt and nothing else: the gateway just gave up.
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     failed_before_first_delta(&mut h, Outcome::Rejected);
     h.attempt("r1", 1, "w2", (MS, 0), (25 * MS, "failed", 0));
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert_eq!(kinds(&j), vec![FindingKind::RetryNotMade]);
 }
 
 #[test]
 fn the_stage_comes_from_the_journal_phases_where_it_has_them() {
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     super::clean(&mut h, "r1", "w1", 0, 4);
     h.attempt("r1", 1, "w2", (MS, 0), (30 * MS, "failed", 0))
         .gw_other(
@@ -72,7 +72,7 @@ fn the_stage_comes_from_the_journal_phases_where_it_has_them() {
         )
         .attempt("r1", 2, "w1", (31 * MS, 0), (200 * MS, "finished", 4))
         .kill(20 * MS, "w2");
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert_eq!(stages(&j), vec![Stage::Prefill]);
     let row = &j.fate_table[0];
     assert_eq!(
@@ -88,12 +88,12 @@ fn the_stage_comes_from_the_journal_phases_where_it_has_them() {
 
 #[test]
 fn a_request_not_yet_sent_when_the_fault_hit_is_new() {
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     super::clean(&mut h, "r1", "w1", 0, 4);
     h.kill(2 * MS, "w2")
         .attempt("r1", 1, "w2", (5 * MS, 0), (8 * MS, "failed", 0))
         .attempt("r1", 2, "w1", (9 * MS, 0), (200 * MS, "finished", 4));
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert_eq!(stages(&j), vec![Stage::New]);
     assert_eq!(j.fate_table[0].declared, Some(Fate::Reroute));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
@@ -101,14 +101,14 @@ fn a_request_not_yet_sent_when_the_fault_hit_is_new() {
 
 #[test]
 fn requests_elsewhere_or_already_done_are_not_caught() {
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     // r1 streams from w1 the whole time; r2 finished on w2 just before the kill.
     super::clean(&mut h, "r1", "w1", 0, 8);
     h.attempt("r1", 1, "w1", (MS, 0), (300 * MS, "finished", 8));
     super::clean(&mut h, "r2", "w2", 0, 4);
     h.attempt("r2", 1, "w2", (MS, 0), (100 * MS, "finished", 4))
         .kill(120 * MS, "w2");
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert!(j.fate_table.is_empty(), "{:?}", j.fate_table);
     // The fault tested nothing: UNKNOWN, never PASS.
     assert_eq!(status(&j), Status::Unknown);
@@ -116,7 +116,7 @@ fn requests_elsewhere_or_already_done_are_not_caught() {
 
 #[test]
 fn a_stream_cut_with_the_explicit_error_passes_the_default_policy() {
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     cut_properly(&mut h)
         .attempt("r1", 1, "w2", (MS, 0), (95 * MS, "failed", 3))
         .gw(
@@ -127,7 +127,7 @@ fn a_stream_cut_with_the_explicit_error_passes_the_default_policy() {
                 why: "stream: reset".into(),
             },
         );
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
     assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
     let row = &j.fate_table[0];
@@ -148,19 +148,19 @@ fn a_stream_cut_with_the_explicit_error_passes_the_default_policy() {
         )
     );
     // Where the policy declares migrate, the same explicit error is a mismatch.
-    let j = h.judge(&plan(&["policy.streaming=migrate"]));
+    let j = h.judge(&quickstart(&["policy.streaming=migrate"]));
     let f = finding(&j, FindingKind::FateMismatch);
     contains(&f.detail, "the policy says migrate, it was failed");
 }
 
 #[test]
 fn a_retry_where_the_policy_says_fail_is_a_mismatch() {
-    let fail = plan(&[
+    let fail = quickstart(&[
         "policy.queued=fail",
         "policy.prefill=fail",
         "policy.decode=fail",
     ]);
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     super::clean(&mut h, "r1", "w1", 0, 4);
     h.attempt("r1", 1, "w2", (MS, 0), (30 * MS, "failed", 0))
         .attempt("r1", 2, "w1", (31 * MS, 0), (200 * MS, "finished", 4))
@@ -169,7 +169,7 @@ fn a_retry_where_the_policy_says_fail_is_a_mismatch() {
     let f = finding(&j, FindingKind::FateMismatch);
     contains(&f.detail, "the policy says fail, it was retried");
     // A 503 instead: what the policy says.
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     h.req("r1", 0)
         .end("r1", 40 * MS, Outcome::Rejected)
         .attempt("r1", 1, "w2", (MS, 0), (30 * MS, "failed", 0))
@@ -183,12 +183,12 @@ fn a_retry_where_the_policy_says_fail_is_a_mismatch() {
 fn an_unknown_stage_under_a_policy_that_differs_by_stage_is_unknown() {
     // Client-side only: before the first delta, it could be new (reroute) or queued /
     // prefill / decode (fail) — and it was retried. Not decidable: UNKNOWN.
-    let p = plan(&[
+    let p = quickstart(&[
         "policy.queued=fail",
         "policy.prefill=fail",
         "policy.decode=fail",
     ]);
-    let mut h = H::new();
+    let mut h = Tb::history();
     let w = words("u", 4);
     h.req("r1", 0)
         .head("r1", 60 * MS, "w1", "r1/a2")
@@ -203,33 +203,33 @@ fn an_unknown_stage_under_a_policy_that_differs_by_stage_is_unknown() {
     contains(&v.summary, "its stage is not known");
     assert_eq!(j.fate_table[0].declared, None);
     // Under the default policy every candidate says retry or reroute: decidable.
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
     assert_eq!(j.fate_table[0].observed, Observed::Retried);
 }
 
 #[test]
 fn a_planned_drain_is_not_judged_as_a_request_fate_fault() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     failed_before_first_delta(&mut h, Outcome::Rejected);
     for e in &mut h.events {
         if let Event::Fault(FaultLine { action, .. }) = e {
             *action = crate::scenario::FaultAction::Drain;
         }
     }
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert!(j.fate_table.is_empty());
     assert!(!has(&j, FindingKind::RetryNotMade));
     // A scenario whose only fault is a planned drain tests no request fate: not
     // evaluated (Maintenance judges it), not UNKNOWN for want of a caught request.
-    let drain = plan(&[
+    let drain = quickstart(&[
         "faults[0]={name: drain-w2, domain: drain, action: drain, target: {replica: w2}, at: {phase: fault, offset: 1s}}",
     ]);
     let v = fate(&h.judge(&drain)).clone();
     assert_eq!(v.status, Status::NotEvaluated, "{v:?}");
     contains(&v.summary, "a planned drain is judged by Maintenance");
     // Output that no healthy stream could produce still fails it.
-    let mut h = H::new();
+    let mut h = Tb::history();
     let w = words("d", 3);
     h.req("r1", 0)
         .deltas("r1", "A", 10 * MS, &refs(&w))
@@ -239,9 +239,9 @@ fn a_planned_drain_is_not_judged_as_a_request_fate_fault() {
 
 /// r1's one attempt on w2: scheduled, preempted at 15 ms, recomputed at 40 ms, finished;
 /// a fault hit w2 at 20 ms, while r1 waited to be recomputed.
-fn preempted_and_recomputed() -> H {
+fn preempted_and_recomputed() -> Tb {
     use crate::wire::journal::WorkerEntry as W;
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     super::clean(&mut h, "r1", "w2", 0, 4);
     h.attempt("r1", 1, "w2", (MS, 0), (200 * MS, "finished", 4))
         .fault(20 * MS, "w2", "command");
@@ -268,7 +268,11 @@ fn preempted_and_recomputed() -> H {
 
 #[test]
 fn a_recompute_on_the_same_replica_matches_a_declared_recompute() {
-    let j = preempted_and_recomputed().judge(&plan(&["policy.queued=recompute"]));
+    let j = preempted_and_recomputed().judge(&quickstart(&[
+        "policy.queued=recompute",
+        // the trace's fault (a command on w2) is the declared one
+        "faults[0].name=command-w2",
+    ]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
     assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
     let row = &j.fate_table[0];
@@ -277,16 +281,16 @@ fn a_recompute_on_the_same_replica_matches_a_declared_recompute() {
         (Stage::Queued, Some(Fate::Recompute), Observed::Recomputed)
     );
     // The engine's own recovery gives one complete answer: no finding under retry either.
-    let j = preempted_and_recomputed().judge(&plan(&[]));
+    let j = preempted_and_recomputed().judge(&quickstart(&[]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
     assert_eq!(j.fate_table[0].observed, Observed::Recomputed);
     // Where the policy says recompute, a retry on another replica is a mismatch.
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     super::clean(&mut h, "r1", "w1", 0, 4);
     h.attempt("r1", 1, "w2", (MS, 0), (30 * MS, "failed", 0))
         .attempt("r1", 2, "w1", (31 * MS, 0), (200 * MS, "finished", 4))
         .kill(20 * MS, "w2");
-    let j = h.judge(&plan(&[
+    let j = h.judge(&quickstart(&[
         "policy.queued=recompute",
         "policy.prefill=recompute",
         "policy.decode=recompute",
@@ -297,7 +301,7 @@ fn a_recompute_on_the_same_replica_matches_a_declared_recompute() {
 
 /// r1 on w2, no gateway journal: w2 is hit at 80 ms and the client stamps its
 /// first deltas at 83 ms; the stream ends with the seed's explicit error.
-fn output_stamped_just_after_the_fault(h: &mut H, action: &str) {
+fn output_stamped_just_after_the_fault(h: &mut Tb, action: &str) {
     let w = words("k", 2);
     h.req("r1", 0)
         .head("r1", 83 * MS, "w2", "r1/a1")
@@ -310,22 +314,22 @@ fn output_stamped_just_after_the_fault(h: &mut H, action: &str) {
 #[test]
 fn output_that_left_a_killed_replica_before_the_kill_was_delivered_even_if_stamped_after() {
     // A dead process sends nothing: what the client got from w2 left it before the kill.
-    let mut h = H::new();
+    let mut h = Tb::history();
     output_stamped_just_after_the_fault(&mut h, "kill");
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert_eq!(stages(&j), vec![Stage::Streaming]);
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
 
     // A freeze keeps the replica alive: without other evidence the client's stamps
     // decide (nothing was delivered by 80 ms: the policy's retry was not made).
-    let mut h = H::new();
+    let mut h = Tb::history();
     output_stamped_just_after_the_fault(&mut h, "freeze");
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert_eq!(stages(&j), vec![Stage::BeforeFirstDelta]);
     assert!(has(&j, FindingKind::RetryNotMade), "{:#?}", j.findings);
 
     // The proxy saw w2 send r1's first event before the freeze: delivered output.
-    let mut h = H::new();
+    let mut h = Tb::history();
     output_stamped_just_after_the_fault(&mut h, "freeze");
     h.proxy_req("r1", 5 * MS, "w2", 1).proxy_end_after(
         "r1",
@@ -334,7 +338,7 @@ fn output_that_left_a_killed_replica_before_the_kill_was_delivered_even_if_stamp
         crate::trace::ProxyEndKind::UpstreamReset,
         Some(79 * MS),
     );
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert_eq!(stages(&j), vec![Stage::Streaming]);
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
 }

@@ -3,17 +3,17 @@
 use super::*;
 
 /// r1: the client gives up at 1 s (first-token timeout) while a1 runs on w1.
-fn gave_up(h: &mut H) {
+fn gave_up(h: &mut Tb) {
     h.req("r1", 0)
         .end("r1", 1000 * MS, Outcome::FirstTokenTimeout);
 }
 
 #[test]
 fn an_upstream_that_runs_on_after_the_client_left_is_not_cancelled() {
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     gave_up(&mut h);
     h.attempt("r1", 1, "w1", (MS, 0), (3500 * MS, "finished", 0));
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let f = finding(&j, FindingKind::UpstreamNotCancelled);
     contains(
         &f.detail,
@@ -24,36 +24,36 @@ fn an_upstream_that_runs_on_after_the_client_left_is_not_cancelled() {
 
 #[test]
 fn an_upstream_cancelled_within_the_grace_is_fine_and_a_late_cancel_is_not() {
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     gave_up(&mut h);
     h.attempt("r1", 1, "w1", (MS, 0), (1300 * MS, "client_gone", 0));
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     gave_up(&mut h);
     h.attempt("r1", 1, "w1", (MS, 0), (3800 * MS, "client_gone", 0));
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let f = finding(&j, FindingKind::UpstreamNotCancelled);
     contains(&f.detail, "cancelled only 2800 ms after");
     // A longer declared grace accepts it.
-    let j = h.judge(&plan(&["evidence.cancel_grace=5s"]));
+    let j = h.judge(&quickstart(&["evidence.cancel_grace=5s"]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
 }
 
 #[test]
 fn a_spare_attempt_after_the_client_left_is_not_cancelling() {
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     gave_up(&mut h);
     h.attempt("r1", 1, "w1", (MS, 0), (1001 * MS, "client_gone", 0))
         .attempt("r1", 2, "w2", (1100 * MS, 0), (1200 * MS, "client_gone", 0));
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let f = finding(&j, FindingKind::UpstreamNotCancelled);
     contains(&f.detail, "`r1/a2` on w2 started 100 ms after");
 }
 
 #[test]
 fn an_attempt_never_ended_is_judged_only_if_the_journal_goes_on() {
-    let mut h = H::journaled();
+    let mut h = Tb::journaled();
     gave_up(&mut h);
     h.gw(
         MS,
@@ -65,7 +65,7 @@ fn an_attempt_never_ended_is_judged_only_if_the_journal_goes_on() {
         },
     );
     // The journal stops right after: the run ended, nothing to say.
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
     // It goes on for 10 s more with other requests: never cancelled.
     clean(&mut h, "later", "w3", 10_000 * MS, 2);
@@ -76,17 +76,17 @@ fn an_attempt_never_ended_is_judged_only_if_the_journal_goes_on() {
         (10_001 * MS, 0),
         (11_000 * MS, "finished", 2),
     );
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let f = finding(&j, FindingKind::UpstreamNotCancelled);
     contains(&f.detail, "still running 9000 ms after");
 }
 
 #[test]
 fn the_same_idempotency_key_executed_twice_is_a_duplicate_side_effect() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     h.tool(10 * MS, "r1", "call_1", "r1:call_1", r#"{"a":1}"#, false)
         .tool(900 * MS, "r1", "call_1", "r1:call_1", r#"{"a":1}"#, false);
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let f = finding(&j, FindingKind::DuplicateToolEffect);
     assert_eq!(f.request, "r1");
     contains(
@@ -98,19 +98,19 @@ fn the_same_idempotency_key_executed_twice_is_a_duplicate_side_effect() {
 
 #[test]
 fn a_deduplicated_repeat_is_no_side_effect() {
-    let mut h = H::new();
+    let mut h = Tb::history();
     h.tool(10 * MS, "r1", "call_1", "r1:call_1", r#"{"a":1}"#, false)
         .tool(900 * MS, "r1", "call_1", "r1:call_1", r#"{"a":1}"#, true)
         .tool(950 * MS, "r1", "call_2", "r1:call_2", r#"{"a":2}"#, false)
         .tool(990 * MS, "r2", "call_1", "r2:call_1", r#"{"a":1}"#, false);
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     assert!(j.findings.is_empty(), "{:#?}", j.findings);
 }
 
 #[test]
 fn one_logical_action_under_two_keys_is_a_duplicate_side_effect() {
     // Keys from the GPU attempt, not the logical action (no-tool-idempotency).
-    let mut h = H::new();
+    let mut h = Tb::history();
     h.tool(10 * MS, "r1", "call_1", "r1/a1:call_1", r#"{"a":1}"#, false)
         .tool(
             900 * MS,
@@ -120,7 +120,7 @@ fn one_logical_action_under_two_keys_is_a_duplicate_side_effect() {
             r#"{"a":1}"#,
             false,
         );
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let f = finding(&j, FindingKind::DuplicateToolEffect);
     contains(
         &f.detail,
@@ -128,10 +128,10 @@ fn one_logical_action_under_two_keys_is_a_duplicate_side_effect() {
     );
     assert_eq!(f.attempts, vec!["r1/a1:call_1", "r1/a2:call_1"]);
     // The re-generated call got a new id too: same tool, same arguments.
-    let mut h = H::new();
+    let mut h = Tb::history();
     h.tool(10 * MS, "r1", "call_1", "r1:call_1", r#"{"a":1}"#, false)
         .tool(900 * MS, "r1", "call_9", "r1:call_9", r#"{"a":1}"#, false);
-    let j = h.judge(&plan(&[]));
+    let j = h.judge(&quickstart(&[]));
     let f = finding(&j, FindingKind::DuplicateToolEffect);
     contains(&f.detail, "same arguments executed twice for `r1`");
 }
