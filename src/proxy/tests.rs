@@ -173,7 +173,11 @@ impl Fixture {
     /// Stops the proxy and returns the proxy events of the trace.
     fn events(&mut self) -> Vec<Event> {
         self.set.stop();
-        std::thread::sleep(Duration::from_millis(50));
+        self.trace_now()
+    }
+
+    /// The trace as written so far (its writer finished first).
+    fn trace_now(&mut self) -> Vec<Event> {
         if let Some(h) = self.handle.take() {
             h.finish().expect("trace");
         }
@@ -283,6 +287,42 @@ async fn forwards_bytes_unchanged_and_records_each_exchange() {
             assert!(first_event.is_some());
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_ends_every_open_exchange_as_stopped_before_it_returns() {
+    // Two streams still running (100 events 50 ms apart) when the proxies stop: each
+    // gets its `proxy_end stopped` line, written before `stop` returns (the trace is
+    // read at once after it), and the gateway side is reset.
+    let up = upstream(100, Duration::from_millis(50)).await;
+    let mut fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    let mut s1 = client(&p, "r1").await;
+    let mut s2 = client(&p, "r2").await;
+    for s in [&mut s1, &mut s2] {
+        let (got, _) = read_for(s, LONG, "<1>").await;
+        assert!(got.contains("<1>"), "{got}");
+    }
+    fx.set.stop();
+    let stopped: Vec<_> = fx
+        .trace_now()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::ProxyEnd {
+                id: Some(id),
+                end: ProxyEndKind::Stopped,
+                events,
+                ..
+            } => Some((id, events)),
+            _ => None,
+        })
+        .collect();
+    let mut ids: Vec<_> = stopped.iter().map(|(id, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["r1", "r2"], "{stopped:?}");
+    assert!(stopped.iter().all(|(_, n)| *n >= 1), "{stopped:?}");
+    let (_, end) = read_for(&mut s1, LONG, "[DONE]").await;
+    assert!(end.is_some(), "the gateway side must end");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,6 +470,30 @@ async fn holds_event_k_until_the_replica_dies_then_drops_it() {
     assert!(
         evs.iter().any(|e| matches!(e, Event::ProxyEnd { id: Some(i), end: ProxyEndKind::HeldDropped, held: Some(3), events, .. } if i == "probe-x" && *events >= 3)),
         "{evs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_automatic_release_delivers_what_was_held_though_the_replica_is_done() {
+    // Event 2 of 3 held; the replica writes the rest of its answer into the hold and
+    // goes quiet (its connection kept alive). An automatic release lets it through
+    // after its grace, with nothing else left to wake the connection.
+    let up = upstream(3, Duration::from_millis(5)).await;
+    let fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    let mut seen = fx.set.board().watch("probe-a", ProxyPoint::Event(2));
+    let mut s = client(&p, "probe-a").await;
+    assert!(matches!(seen.recv().await, Some(ProxySeen::Routed { .. })));
+    let Some(ProxySeen::Reached { release, .. }) = seen.recv().await else {
+        panic!("not reached")
+    };
+    let (got, _) = read_for(&mut s, Duration::from_millis(300), "").await;
+    assert!(got.contains("<1>") && !got.contains("<2>"), "{got}");
+    let _ = release.send(Release::Auto);
+    let (rest, end) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(
+        rest.contains("<2>") && rest.contains("<3>") && rest.contains("[DONE]"),
+        "the held answer stalled after its automatic release: {rest:?} {end:?}"
     );
 }
 

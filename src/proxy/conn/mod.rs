@@ -199,12 +199,15 @@ impl Conn {
                     break close;
                 }
                 let now = Instant::now();
+                // First: bytes an automatic release lets through join the queues
+                // before the writes are budgeted (else nothing may wake the loop to
+                // write them: a replica that is done sends nothing more).
+                self.auto_release(now, up_eof);
                 let up_ready = self.to_up.ready(now, &self.rules);
                 let down_ready = self.to_down.ready(now, &self.rules);
                 if let Some(close) = self.finished(now, up_eof, down_eof) {
                     break close;
                 }
-                self.auto_release(now, up_eof);
                 let wake = self.wake(&up_ready, &down_ready);
                 let can_read_down = self.can_read_down(down_eof);
                 let can_read_up = self.can_read_up(up_eof);
