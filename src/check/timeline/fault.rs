@@ -58,10 +58,12 @@ fn in_flight(ev: &Evidence, idx: usize) -> InFlight {
         .filter(|r| r.caught.is_some_and(|c| c.1 == idx))
     {
         in_flight.caught += 1;
-        if r.outcome == Outcome::Completed {
-            in_flight.recovered += 1;
-        } else {
-            in_flight.terminated += 1;
+        match r.outcome {
+            Outcome::Completed => in_flight.recovered += 1,
+            Outcome::Abandoned | Outcome::Cancelled | Outcome::Interrupted => {
+                in_flight.left += 1;
+            }
+            _ => in_flight.terminated += 1,
         }
         in_flight.settled = in_flight.settled.max(Some(r.end));
     }

@@ -103,6 +103,32 @@ mod tests {
     }
 
     #[test]
+    fn requests_in_flight_the_client_left_are_neither_recovered_nor_terminated() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        tb.request(R::ok("cut", "fault", 12.95, "w2").outcome(Outcome::ExplicitError));
+        tb.request(R::ok("gone", "fault", 12.96, "w2").outcome(Outcome::Abandoned));
+        let j = tb.judge(&p);
+        let f = j.timeline.fault("kill-w2").expect("fault");
+        let i = &f.in_flight;
+        assert_eq!(
+            (i.caught, i.recovered, i.terminated, i.left),
+            (2, 0, 1, 1),
+            "{i:?}"
+        );
+        let row = j
+            .timeline
+            .entries
+            .iter()
+            .find(|e| e.event == "in-flight requests settled")
+            .expect("entry");
+        contains(
+            &row.detail,
+            "2 caught: 0 recovered, 1 terminated, 1 left by the client or stopped by haq",
+        );
+    }
+
+    #[test]
     fn replacement_stages_and_full_recovery() {
         let p = plan(&[]);
         let mut tb = Tb::new();
