@@ -1,9 +1,13 @@
 //! Routing (Q11, Q13): new traffic stops reaching the unusable endpoint. The traffic
 //! removal time is the last new request routed to the endpoint after the fault (from
-//! the gateway journal, proxy observations or attribution headers); it must be within
-//! `criteria.routing.traffic_removal_max` — or, when the scenario gives no bound,
-//! within half the degraded interval (at most [`DEFAULT_BOUND_MAX`]), so that traffic
-//! visibly stopped. Detection time is reported separately.
+//! the gateway journal, haq's proxy — its legs, and the connects its closed listener
+//! refused while a request looked for an upstream — observers, attribution headers,
+//! or the gateway's answers saying the upstream could not be reached: see
+//! timeline/dead.rs); it must be within `criteria.routing.traffic_removal_max` — or,
+//! when the scenario gives no bound, within half the degraded interval (at most
+//! [`DEFAULT_BOUND_MAX`]), so that traffic visibly stopped. Where no source would have
+//! seen later traffic (`Removal::unseen`) it is UNKNOWN unless what was seen already
+//! exceeds the bound. Detection time is reported separately.
 
 use std::time::Duration;
 
