@@ -102,7 +102,7 @@ impl Req {
     }
 
     /// Failed (not completed, not rejected, not stopped by haq, not left by the client
-    /// on purpose).
+    /// on purpose, not failed by haq's own host: `local` makes the run INVALID instead).
     pub fn failed(&self) -> bool {
         !matches!(
             self.outcome,
@@ -111,6 +111,7 @@ impl Req {
                 | Outcome::Cancelled
                 | Outcome::Abandoned
                 | Outcome::Interrupted
+                | Outcome::Local
         )
     }
 }

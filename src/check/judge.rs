@@ -22,6 +22,7 @@ struct Acc {
     slo: crate::scenario::Slo,
     series: crate::metrics::SeriesAcc,
     slip: crate::metrics::SlipAcc,
+    local: super::validity::LocalAcc,
 }
 
 impl RequestSink for Acc {
@@ -36,6 +37,7 @@ impl RequestSink for Acc {
             self.series.add(r, &m);
             self.slip.add(r, &m);
         }
+        self.local.add(r);
         self.fate.add(r, faults);
         self.run.request(r, &m, faults);
     }
@@ -199,6 +201,7 @@ impl Acc {
             slo: plan.scenario.slo.clone(),
             series: crate::metrics::SeriesAcc::default(),
             slip: crate::metrics::SlipAcc::new(plan),
+            local: Default::default(),
         }
     }
 }
@@ -287,7 +290,7 @@ fn judgement(
         interrupted: folder.info.interrupted,
     });
     let unfinished = folder.unfinished();
-    let client = super::validity::judge(plan, &acc.slip.finish(), &phases);
+    let client = super::validity::judge(plan, &acc.slip.finish(), &phases, &acc.local);
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     Judgement {

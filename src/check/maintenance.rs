@@ -112,9 +112,12 @@ fn in_flight_rule(
     let lost: Vec<&&Req> = inflight
         .iter()
         .filter(|r| {
-            // A client that left on purpose lost nothing to the drain.
-            (r.outcome != Outcome::Completed && r.outcome != Outcome::Abandoned)
-                || r.truncated()
+            // A client that left on purpose lost nothing to the drain, nor one haq's own
+            // host failed (`local`: the run is INVALID for it).
+            !matches!(
+                r.outcome,
+                Outcome::Completed | Outcome::Abandoned | Outcome::Local
+            ) || r.truncated()
                 || flagged.contains(r.id.as_str())
         })
         .collect();

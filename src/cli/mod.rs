@@ -180,7 +180,7 @@ fn init(a: InitArgs) -> Exit {
 async fn bench(cmd: BenchCommand) -> Exit {
     let r = match cmd {
         BenchCommand::Server { listen, shape } => {
-            crate::bench::raise_fd_limit();
+            crate::wire::fds::raise_fd_limit();
             crate::bench::server::serve(crate::bench::server::ServerConfig { listen, shape }).await
         }
         BenchCommand::Client {

@@ -89,7 +89,8 @@ pub(super) async fn drive(
         c.connect_timeout.0,
         &super::headers::request_headers(plan)?,
         c.transport,
-    )?;
+    )?
+    .with_limits(&c.limits);
     // Fail before any load if the schedule cannot be built (input data missing).
     Schedule::new(plan).map_err(anyhow::Error::msg)?;
     if c.warm_connections > 0 {

@@ -28,6 +28,9 @@ pub struct PhaseAcc {
     pub abandoned: u64,
     /// Stopped by haq's interrupt (`interrupted`): neither served nor failed.
     pub interrupted: u64,
+    /// haq's own host failed it (`local`): neither a success nor a failure of the
+    /// target; the run is INVALID.
+    pub local: u64,
     pub tokens: u64,
     pub outcomes: BTreeMap<Outcome, u64>,
     pub slo_met: u64,
@@ -65,6 +68,7 @@ impl PhaseAcc {
             cancelled: 0,
             abandoned: 0,
             interrupted: 0,
+            local: 0,
             tokens: 0,
             outcomes: BTreeMap::new(),
             slo_met: 0,
@@ -106,6 +110,7 @@ impl PhaseAcc {
             Outcome::Cancelled => self.cancelled += 1,
             Outcome::Abandoned => self.abandoned += 1,
             Outcome::Interrupted => self.interrupted += 1,
+            Outcome::Local => self.local += 1,
             _ => self.failed += 1,
         }
         self.tool_calls += end.tool_calls.len() as u64;
@@ -214,7 +219,7 @@ impl From<&PhaseAcc> for PhaseStats {
         };
         let judged = a
             .requests
-            .saturating_sub(a.cancelled + a.abandoned + a.interrupted);
+            .saturating_sub(a.cancelled + a.abandoned + a.interrupted + a.local);
         PhaseStats {
             name: a.name.clone(),
             kind: a.kind,

@@ -51,10 +51,12 @@ impl Measured {
         let ok = end.outcome == Outcome::Completed;
         let mut m = Measured {
             ok,
+            // haq's own host failing a request (`local`) and haq's interrupt stopping it
+            // are not the target's failure.
             failed: !ok
                 && !matches!(
                     end.outcome,
-                    Outcome::Cancelled | Outcome::Abandoned | Outcome::Interrupted
+                    Outcome::Cancelled | Outcome::Abandoned | Outcome::Interrupted | Outcome::Local
                 ),
             ttfb: r.response_t.map(|t| t.saturating_sub(r.dispatch)),
             queue: r.queue_us,

@@ -159,7 +159,8 @@ impl SeriesAcc {
             match end.outcome {
                 Outcome::Completed => e.completed += 1,
                 Outcome::Rejected => e.rejected += 1,
-                Outcome::Cancelled | Outcome::Abandoned | Outcome::Interrupted => {}
+                Outcome::Cancelled | Outcome::Abandoned | Outcome::Interrupted | Outcome::Local => {
+                }
                 _ => e.failed += 1,
             }
             self.ended[es as usize] += 1;

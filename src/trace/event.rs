@@ -1,5 +1,6 @@
 use serde::{Deserialize, Serialize};
 
+pub use super::outcome::Outcome;
 use crate::scenario::{FailureDomain, FaultAction, FaultBackend};
 pub use crate::wire::kinds::{ChunkKind, InBandError, ToolCall, Usage};
 
@@ -507,63 +508,4 @@ pub enum RefusedHow {
 pub enum Edge {
     Start,
     End,
-}
-
-/// How a stream ended, from the client's side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// `[DONE]` and/or a finish_reason, no error.
-    Completed,
-    /// An in-band error event ended the stream.
-    ExplicitError,
-    /// 429 or 503: admission refused.
-    Rejected,
-    /// Any other HTTP error status.
-    HttpError,
-    /// TCP connection refused.
-    Refused,
-    /// No connection within the connect timeout.
-    ConnectTimeout,
-    /// No first event within the first-token timeout.
-    FirstTokenTimeout,
-    /// Silence between events longer than the idle timeout.
-    IdleTimeout,
-    /// Connection reset or aborted mid-stream.
-    Reset,
-    /// Body ended with no terminator (`[DONE]`, finish_reason or error).
-    Truncated,
-    /// An event that could not be read.
-    Malformed,
-    /// haq stopped the request at the drain timeout (it ran past the end of the load
-    /// and the drain): not served.
-    Cancelled,
-    /// The client left on purpose (the workload's `abandon`): closed its connection
-    /// mid-stream. The client's own leaving, never the target's failure; Request-Fate
-    /// asks whether the gateway cancelled the upstream (M4).
-    Abandoned,
-    /// haq was interrupted (SIGINT/SIGTERM) while the request ran and stopped it:
-    /// neither a failure nor a success of the target; the judgement leaves it out.
-    Interrupted,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Completed => "completed",
-            Outcome::ExplicitError => "explicit_error",
-            Outcome::Rejected => "rejected",
-            Outcome::HttpError => "http_error",
-            Outcome::Refused => "refused",
-            Outcome::ConnectTimeout => "connect_timeout",
-            Outcome::FirstTokenTimeout => "first_token_timeout",
-            Outcome::IdleTimeout => "idle_timeout",
-            Outcome::Reset => "reset",
-            Outcome::Truncated => "truncated",
-            Outcome::Malformed => "malformed",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Abandoned => "abandoned",
-            Outcome::Interrupted => "interrupted",
-        }
-    }
 }

@@ -8,6 +8,7 @@ mod fate;
 mod faults;
 mod fuzz;
 mod gateway;
+mod hostile;
 mod interrupt;
 mod layers;
 mod load;

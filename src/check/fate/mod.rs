@@ -12,6 +12,7 @@ mod ending;
 mod model;
 mod output;
 mod policy;
+mod protocol;
 mod tools;
 mod view;
 mod writers;
@@ -34,7 +35,7 @@ pub use policy::stage_at;
 pub use view::{Seam, SeamSource, View, excerpt};
 
 /// Every per-request checker, by name.
-pub const CHECKS: [(&str, Check); 9] = [
+pub const CHECKS: [(&str, Check); 10] = [
     ("two-writers", writers::two_writers),
     ("retry-after-first-delta", writers::retry_after_first_delta),
     ("duplicated-output", output::duplicated),
@@ -42,6 +43,7 @@ pub const CHECKS: [(&str, Check); 9] = [
     ("chunk-order", output::chunk_order),
     ("silent-end", ending::silent_end),
     ("error-shape", ending::error_shape),
+    ("stream-grammar", protocol::stream_grammar),
     ("upstream-cancel", cancel::upstream_cancel),
     ("policy", policy::against_policy),
 ];
@@ -111,11 +113,14 @@ impl FateAcc {
         }
     }
 
-    /// Judges one finished request with every checker, each isolated.
+    /// Judges one finished request with every checker, each isolated. A request haq's
+    /// own host failed (`local`) says nothing of the target's: it is not judged (the
+    /// run is INVALID for it).
     pub fn add(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         let Some(v) = View::new(r) else { return };
-        // Stopped by haq's interrupt: what it would have become is not known.
-        if v.end.outcome == crate::trace::Outcome::Interrupted {
+        // Stopped by haq's interrupt (what it would have become is not known), or
+        // failed by haq's own host: not the target's doing.
+        if matches!(v.end.outcome, Outcome::Interrupted | Outcome::Local) {
             return;
         }
         self.judged += 1;

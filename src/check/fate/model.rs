@@ -38,6 +38,12 @@ pub enum FindingKind {
     DuplicateToolEffect,
     /// Chunks missing or out of order between what was sent and what arrived.
     ChunkGap,
+    /// Events after `[DONE]`: more output, or a body that would not end (M3).
+    DataAfterDone,
+    /// A response haq had to cut or refuse for what the server sent: a line, event,
+    /// answer or stream past `client.limits`, an encoding it did not ask for, a head it
+    /// could not accept (outcomes `oversized`, `encoded`, `bad_head`).
+    ProtocolViolation,
 }
 
 impl FindingKind {
@@ -55,6 +61,8 @@ impl FindingKind {
             FindingKind::UpstreamNotCancelled => "upstream_not_cancelled",
             FindingKind::DuplicateToolEffect => "duplicate_tool_effect",
             FindingKind::ChunkGap => "chunk_gap",
+            FindingKind::DataAfterDone => "data_after_done",
+            FindingKind::ProtocolViolation => "protocol_violation",
         }
     }
 }

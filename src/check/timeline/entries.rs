@@ -200,17 +200,14 @@ fn replacement_rows(rows: &mut Rows<'_>, f: &FaultTimeline) {
 }
 
 /// How the requests a fault caught ended: "3 caught: 1 recovered, 1 terminated, 1
-/// left by the client or stopped by haq" (the last part only when there are any).
+/// left by the client or ended by haq" (the last part only when there are any).
 fn settled(i: &InFlight) -> String {
     let mut s = format!(
         "{} caught: {} recovered, {} terminated",
         i.caught, i.recovered, i.terminated
     );
     if i.left > 0 {
-        s.push_str(&format!(
-            ", {} left by the client or stopped by haq",
-            i.left
-        ));
+        s.push_str(&format!(", {} left by the client or ended by haq", i.left));
     }
     s
 }

@@ -60,7 +60,7 @@ fn in_flight(ev: &Evidence, idx: usize) -> InFlight {
         in_flight.caught += 1;
         match r.outcome {
             Outcome::Completed => in_flight.recovered += 1,
-            Outcome::Abandoned | Outcome::Cancelled | Outcome::Interrupted => {
+            Outcome::Abandoned | Outcome::Cancelled | Outcome::Interrupted | Outcome::Local => {
                 in_flight.left += 1;
             }
             _ => in_flight.terminated += 1,

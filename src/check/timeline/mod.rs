@@ -108,12 +108,13 @@ mod tests {
         let mut tb = standard(&p);
         tb.request(R::ok("cut", "fault", 12.95, "w2").outcome(Outcome::ExplicitError));
         tb.request(R::ok("gone", "fault", 12.96, "w2").outcome(Outcome::Abandoned));
+        tb.request(R::ok("mine", "fault", 12.97, "w2").outcome(Outcome::Local));
         let j = tb.judge(&p);
         let f = j.timeline.fault("kill-w2").expect("fault");
         let i = &f.in_flight;
         assert_eq!(
             (i.caught, i.recovered, i.terminated, i.left),
-            (2, 0, 1, 1),
+            (3, 0, 1, 2),
             "{i:?}"
         );
         let row = j
@@ -124,7 +125,7 @@ mod tests {
             .expect("entry");
         contains(
             &row.detail,
-            "2 caught: 0 recovered, 1 terminated, 1 left by the client or stopped by haq",
+            "3 caught: 0 recovered, 1 terminated, 2 left by the client or ended by haq",
         );
     }
 

@@ -70,8 +70,9 @@ pub struct InFlight {
     pub recovered: u64,
     /// ... that ended otherwise (explicit error, reset, …).
     pub terminated: u64,
-    /// ... that the client left on purpose or haq stopped (abandoned, cancelled at
-    /// the drain timeout, interrupted): neither recovered nor ended by the fault.
+    /// ... that the client left on purpose or haq ended (abandoned, cancelled at the
+    /// drain timeout, interrupted, or failed by haq's own host: `local`): neither
+    /// recovered nor ended by the fault.
     pub left: u64,
     /// When the last of them ended.
     pub settled: Option<u64>,

@@ -6,6 +6,7 @@ mod compose;
 mod ending;
 mod output;
 mod policy;
+mod protocol;
 mod proxy;
 mod side_effects;
 mod sim_journal;
