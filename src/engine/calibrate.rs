@@ -109,7 +109,7 @@ pub async fn marker_field(
     marker: BodyMarker,
     headers: &http::HeaderMap,
     cancel: &tokio_util::sync::CancellationToken,
-    say: &dyn Fn(&str),
+    say: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<(MarkerField, Option<MarkerUse>)> {
     let asked = plan.scenario.client.marker;
     if asked != MarkerField::Auto {

@@ -122,6 +122,11 @@ impl Injector for CommandInjector {
             if !inject.ok {
                 return (Injected::failed(at, None, inject.describe("inject")), undo);
             }
+            // The command may have killed the replica: if its address refuses
+            // connections now, the proxy refuses the gateway too, from now on.
+            if let Some(px) = &r.proxy {
+                px.check_dead().await;
+            }
             let inj = match (&spec.verify, f.verify) {
                 (Some(v), true) => {
                     let ran = run_async(v.clone(), env, timeout, cx.stop.clone()).await;

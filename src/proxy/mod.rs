@@ -19,15 +19,19 @@ pub mod http;
 mod probe;
 mod replica;
 mod rules;
+mod watch;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::trace::{Clock, TraceWriter};
+use probe::lock;
 pub use probe::{ProbeBoard, ProxyPoint, ProxySeen, Release};
 pub use replica::ReplicaProxy;
 use replica::upstream_alive;
@@ -46,6 +50,8 @@ pub struct ProxySet {
     pub replicas: Vec<Arc<ReplicaProxy>>,
     board: Arc<ProbeBoard>,
     stop: CancellationToken,
+    /// The proxies' thread, joined by [`ProxySet::stop`].
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl ProxySet {
@@ -66,7 +72,8 @@ impl ProxySet {
         }
         let board = Arc::new(ProbeBoard::default());
         let stop = CancellationToken::new();
-        let rt = own_runtime(stop.clone())?;
+        let tasks = TaskTracker::new();
+        let (rt, thread) = own_runtime(stop.clone(), tasks.clone())?;
         let mut replicas = Vec::new();
         for (s, l) in specs.iter().zip(listeners) {
             let p = Arc::new(ReplicaProxy::new(
@@ -77,20 +84,29 @@ impl ProxySet {
                 trace.clone(),
                 *clock,
             ));
-            let (p2, stop2) = (p.clone(), stop.clone());
+            let (p2, stop2, tasks2) = (p.clone(), stop.clone(), tasks.clone());
             rt.spawn(async move {
                 // Registered with the proxies' own runtime, whose thread serves it.
                 match TcpListener::from_std(l) {
-                    Ok(l) => accept_loop(p2, l, stop2).await,
+                    Ok(l) => accept_loop(p2, l, stop2, tasks2).await,
                     Err(e) => eprintln!("haq: proxy for {}: {e}", p2.name),
                 }
             });
             replicas.push(p);
         }
+        let watched = replicas
+            .iter()
+            .map(|p| watch::Watched {
+                listen: p.listen,
+                replica: p.name.clone(),
+            })
+            .collect();
+        watch::start(&rt, watched, trace, *clock, stop.clone());
         Ok(ProxySet {
             replicas,
             board,
             stop,
+            thread: Mutex::new(Some(thread)),
         })
     }
 
@@ -102,19 +118,33 @@ impl ProxySet {
         &self.board
     }
 
-    /// Stops accepting and closes every connection.
+    /// Stops accepting and closes every connection; returns once every exchange
+    /// still open has written its `proxy_end` (`stopped`) and the proxies' thread has
+    /// ended — at most [`STOP_GRACE`] after the cancel, a few ms as a rule.
     pub fn stop(&self) {
         self.stop.cancel();
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
     }
 }
 
+/// How long the proxies' connections get, once stopped, to see the stop and write
+/// how their exchanges ended before the runtime (and every connection) is dropped.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+
 /// The proxies relay every byte between gateway and replicas; on their own thread and
 /// runtime they never delay the load client's dispatch or its reading of a stream (the
-/// client's timing is the evidence, SPEC Q12). The thread ends, dropping the runtime and
-/// every connection, when `stop` is cancelled.
-fn own_runtime(stop: CancellationToken) -> anyhow::Result<tokio::runtime::Handle> {
+/// client's timing is the evidence, SPEC Q12). When `stop` is cancelled the thread
+/// waits (at most [`STOP_GRACE`]) for the connection tasks in `tasks` to see it and
+/// end — each writes how its open exchanges ended — then ends, dropping the runtime
+/// and whatever connection is left.
+fn own_runtime(
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) -> anyhow::Result<(tokio::runtime::Handle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("haq-proxy".into())
         .spawn(move || {
             let rt = match tokio::runtime::Builder::new_current_thread()
@@ -128,11 +158,17 @@ fn own_runtime(stop: CancellationToken) -> anyhow::Result<tokio::runtime::Handle
                 }
             };
             let _ = tx.send(Ok(rt.handle().clone()));
-            rt.block_on(stop.cancelled());
+            rt.block_on(async {
+                stop.cancelled().await;
+                tasks.close();
+                let _ = tokio::time::timeout(STOP_GRACE, tasks.wait()).await;
+            });
         })?;
-    rx.recv()
+    let handle = rx
+        .recv()
         .map_err(|_| anyhow::anyhow!("the proxy thread ended at once"))?
-        .map_err(|e| anyhow::anyhow!("cannot start the proxy runtime: {e}"))
+        .map_err(|e| anyhow::anyhow!("cannot start the proxy runtime: {e}"))?;
+    Ok((handle, thread))
 }
 
 impl Drop for ProxySet {
@@ -146,9 +182,15 @@ const REVIVE_POLL: Duration = Duration::from_millis(20);
 
 /// Accepts while the replica lives. When it is found dead (its address refuses
 /// connections), the listener is closed, so the gateway meets a refused connection as
-/// it would without haq in between (M4: dead is not cut off); it is reopened, on the
-/// same port, once the replica's address accepts connections again.
-async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationToken) {
+/// it would without haq in between (M4: dead is not cut off) — each refusal seen by
+/// [`watch`]; it is reopened, on the same port, once the replica's address accepts
+/// connections again.
+async fn accept_loop(
+    p: Arc<ReplicaProxy>,
+    l: TcpListener,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) {
     let mut l = Some(l);
     loop {
         let Some(listener) = l.take() else {
@@ -157,11 +199,14 @@ async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationTok
                 _ = tokio::time::sleep(REVIVE_POLL) => {}
                 _ = stop.cancelled() => return,
             }
-            if upstream_alive(&p).await == Some(true)
+            if p.may_reopen()
+                && upstream_alive(&p).await == Some(true)
                 && let Ok(nl) = TcpListener::bind(p.listen).await
             {
+                // A death noticed while closed is no reason to close the new listener.
+                let _ = p.dead.notified().now_or_never();
                 l = Some(nl);
-                p.listening.send_replace(true);
+                p.set_listening(true);
             }
             continue;
         };
@@ -169,7 +214,7 @@ async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationTok
             a = listener.accept() => a,
             _ = p.dead.notified() => {
                 drop(listener);
-                p.listening.send_replace(false);
+                p.set_listening(false);
                 continue;
             }
             _ = stop.cancelled() => return,
@@ -177,7 +222,7 @@ async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationTok
         match accepted {
             Ok((sock, _)) => {
                 let _ = sock.set_nodelay(true);
-                tokio::spawn(conn::serve(p.clone(), sock, stop.clone()));
+                tasks.spawn(conn::serve(p.clone(), sock, stop.clone()));
             }
             // Out of descriptors or similar: back off instead of spinning.
             Err(_) => tokio::time::sleep(REVIVE_POLL).await,

@@ -235,6 +235,30 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         held: Option<u32>,
     },
+    /// A connect attempt to a dead replica's path, seen by haq's proxy: traffic that
+    /// reached a dead endpoint (Routing evidence).
+    ProxyRefused {
+        t: u64,
+        replica: String,
+        /// Who tried: the connecting (gateway's) end, `ip:port`.
+        peer: String,
+        how: RefusedHow,
+    },
+    /// Whether haq's proxy sees the connect attempts its closed listeners refuse:
+    /// written when the proxies start, and again if the watch stops.
+    ProxyWatch {
+        t: u64,
+        watching: bool,
+        detail: String,
+    },
+    /// haq's proxy closed its listener for a replica (the replica refuses connections,
+    /// so the gateway's connects are refused by the kernel, as without haq), or opened
+    /// it again (the replica listens again).
+    ProxyListener {
+        t: u64,
+        replica: String,
+        open: bool,
+    },
     /// Something an observer saw (health checks, gateway journal, readiness).
     Observation {
         t: u64,
@@ -298,6 +322,9 @@ impl Event {
             | Event::Exited { t, .. }
             | Event::ProxyRequest { t, .. }
             | Event::ProxyEnd { t, .. }
+            | Event::ProxyRefused { t, .. }
+            | Event::ProxyWatch { t, .. }
+            | Event::ProxyListener { t, .. }
             | Event::Observation { t, .. }
             | Event::Warmed { t, .. }
             | Event::TraceStats { t, .. }
@@ -461,6 +488,19 @@ pub enum ProxyEndKind {
     HeldDropped,
     /// The proxy was stopped (end of run).
     Stopped,
+}
+
+/// How a connect attempt to a dead replica's path was turned away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusedHow {
+    /// The kernel refused it (RST to the SYN): the proxy's listener was closed, the
+    /// gateway's connect failed with ECONNREFUSED exactly as without haq.
+    Refused,
+    /// Accepted before the proxy knew the replica was dead; the replica refused the
+    /// proxy's own connect and the proxy reset the gateway's connection at once,
+    /// unread: the gateway saw a connection reset, not a refusal.
+    Reset,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -285,6 +285,9 @@ impl Folder {
             | Event::Replacement { .. }
             | Event::Exited { .. }
             | Event::ProxyEnd { .. }
+            | Event::ProxyRefused { .. }
+            | Event::ProxyWatch { .. }
+            | Event::ProxyListener { .. }
             | Event::Warmed { .. }
             | Event::TraceStats { .. } => {}
         }

@@ -24,11 +24,13 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
     }
     let sources = routing_sources(ev);
     let removes = facts::removes_endpoint(f);
-    let removal = (removes && !sources.is_empty()).then(|| {
-        let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-        let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-        removal(ev, f, sources, back, heal)
-    });
+    let removal = removes
+        .then(|| {
+            let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+            let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+            removal(ev, f, sources, back, heal)
+        })
+        .flatten();
     FaultTimeline {
         fault: f.name.clone(),
         replica: f.replica.clone(),
@@ -56,10 +58,12 @@ fn in_flight(ev: &Evidence, idx: usize) -> InFlight {
         .filter(|r| r.caught.is_some_and(|c| c.1 == idx))
     {
         in_flight.caught += 1;
-        if r.outcome == Outcome::Completed {
-            in_flight.recovered += 1;
-        } else {
-            in_flight.terminated += 1;
+        match r.outcome {
+            Outcome::Completed => in_flight.recovered += 1,
+            Outcome::Abandoned | Outcome::Cancelled | Outcome::Interrupted | Outcome::Local => {
+                in_flight.left += 1;
+            }
+            _ => in_flight.terminated += 1,
         }
         in_flight.settled = in_flight.settled.max(Some(r.end));
     }
