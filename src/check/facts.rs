@@ -230,6 +230,9 @@ pub struct Evidence {
     /// Last trace time seen.
     pub last_t: u64,
     pub phases: Vec<PhaseWindow>,
+    /// The phases as planned, placed from `load_start` (an interrupted run's last
+    /// phases are cut short or missing from `phases`).
+    pub planned: Vec<PhaseWindow>,
     pub faults: Vec<FaultRec>,
     pub heals: Vec<Healed>,
     pub observations: Vec<Observed>,
@@ -315,6 +318,8 @@ pub struct EvidenceAcc {
     /// How the history checker places a request at a fault (shared with Request-Fate).
     ctx: fate::Ctx,
     plan_phases: Vec<(String, PhaseKind, f64)>,
+    /// Each planned phase's (start, end) offset from the start of load, µs.
+    plan_offsets: Vec<(u64, u64)>,
 }
 
 impl EvidenceAcc {
@@ -335,6 +340,11 @@ impl EvidenceAcc {
                 .phases
                 .iter()
                 .map(|p| (p.name.clone(), p.kind, p.rate))
+                .collect(),
+            plan_offsets: plan
+                .phases
+                .iter()
+                .map(|p| (p.start.as_micros() as u64, p.end().as_micros() as u64))
                 .collect(),
         }
     }
@@ -523,6 +533,19 @@ impl EvidenceAcc {
         }
         self.ev.phases.sort_by_key(|p| p.start);
         self.ev.load_start = self.ev.phases.first().map(|p| p.start).unwrap_or(0);
+        let at = self.ev.load_start;
+        self.ev.planned = self
+            .plan_phases
+            .iter()
+            .zip(&self.plan_offsets)
+            .map(|((name, kind, rate), (s, e))| PhaseWindow {
+                name: name.clone(),
+                kind: *kind,
+                start: at + s,
+                end: at + e,
+                rate: *rate,
+            })
+            .collect();
         self.ev.faults = faults.to_vec();
         self.ev.observations.sort_by_key(|o| o.t);
         self.ev.replacements.sort_by_key(|r| r.t);

@@ -265,7 +265,7 @@ fn bound_ms(plan: &Plan, d: &FaultTimeline) -> (f64, String) {
             "criteria.maintenance.removal_max".into(),
         ),
         None => (
-            (ms(d.injected, d.degraded_until) / 2.0)
+            (ms(d.injected, d.planned_until.unwrap_or(d.degraded_until)) / 2.0)
                 .min(super::routing::DEFAULT_BOUND_MAX.as_secs_f64() * 1000.0),
             "default: half the degraded interval, at most 10 s".into(),
         ),

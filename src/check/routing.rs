@@ -28,10 +28,16 @@ pub fn bound_ms(plan: &Plan, f: &FaultTimeline) -> (f64, String) {
             "criteria.routing.traffic_removal_max".into(),
         ),
         None => {
-            let half = ms(f.injected, f.degraded_until) / 2.0;
+            let until = f.planned_until.unwrap_or(f.degraded_until);
+            let half = ms(f.injected, until) / 2.0;
+            let what = if f.planned_until.is_some() {
+                "default: half the planned degraded interval (the run was cut short), at most 10 s"
+            } else {
+                "default: half the degraded interval, at most 10 s"
+            };
             (
                 half.min(DEFAULT_BOUND_MAX.as_secs_f64() * 1000.0),
-                "default: half the degraded interval, at most 10 s".into(),
+                what.into(),
             )
         }
     }

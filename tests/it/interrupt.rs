@@ -1,7 +1,8 @@
 //! An interrupted run judges only what completed before the signal (issue 15 item 7):
 //! requests haq's interrupt stopped end `interrupted` and are neither failures nor
-//! successes, a fault the interrupt came before is not a failed fault, and an interrupt
-//! during start-up exits 3 (INTERRUPTED), not 2.
+//! successes, a fault the interrupt came before is not a failed fault, default bounds
+//! derive from the planned intervals, and an interrupt during start-up exits 3
+//! (INTERRUPTED), not 2.
 //!
 //! The quickstart (three sim workers, the reference gateway, w2 SIGKILLed) with short
 //! phases, interrupted by SIGINT at a point read from its own trace.
@@ -131,6 +132,13 @@ async fn an_interrupt_after_the_fault_fails_no_verdict_by_its_own_cancellations(
     for v in r["verdicts"].as_array().expect("verdicts") {
         assert_ne!(v["status"], "FAIL", "{v}");
     }
+    // Routing's default bound comes from the planned degraded interval (39 s from the
+    // kill: half, at most 10 s), not from the 0.4 s the interrupt left of it.
+    let (_, why) = status(&r, "Routing");
+    assert!(
+        why.contains("bound 10000 ms, default: half the planned degraded interval"),
+        "{why}"
+    );
 }
 
 /// SIGINT before the fault's time: the fault was never applied because of the

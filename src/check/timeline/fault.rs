@@ -43,7 +43,8 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
         detected: detection(ev, f),
         removal,
         in_flight: in_flight(ev, idx),
-        degraded_until: degraded_until(ev, f.t),
+        degraded_until: degraded_until(&ev.phases, ev.load_end(), f.t),
+        planned_until: planned_until(ev, f.t),
         replacement,
         healed,
     }
@@ -72,11 +73,11 @@ fn in_flight(ev: &Evidence, idx: usize) -> InFlight {
 
 /// End of the degraded interval that contains `t`: the first later phase that is not
 /// a fault, drain or degraded phase, or the end of load.
-fn degraded_until(ev: &Evidence, t: u64) -> u64 {
-    let Some(i) = ev.phases.iter().rposition(|p| p.start <= t) else {
-        return ev.load_end();
+fn degraded_until(phases: &[facts::PhaseWindow], load_end: u64, t: u64) -> u64 {
+    let Some(i) = phases.iter().rposition(|p| p.start <= t) else {
+        return load_end;
     };
-    ev.phases[i + 1..]
+    phases[i + 1..]
         .iter()
         .find(|p| {
             !matches!(
@@ -85,5 +86,14 @@ fn degraded_until(ev: &Evidence, t: u64) -> u64 {
             )
         })
         .map(|p| p.start)
-        .unwrap_or_else(|| ev.load_end())
+        .unwrap_or(load_end)
+}
+
+/// The planned end of the degraded interval that contains `t`, when the run ended
+/// more than a second before it (an interrupt): the plan's phases placed from the
+/// start of load.
+fn planned_until(ev: &Evidence, t: u64) -> Option<u64> {
+    let planned_end = ev.planned.iter().map(|p| p.end).max()?;
+    let planned = degraded_until(&ev.planned, planned_end, t);
+    (planned > degraded_until(&ev.phases, ev.load_end(), t) + 1_000_000).then_some(planned)
 }

@@ -108,6 +108,11 @@ pub struct FaultTimeline {
     /// End of the degraded interval: the first later phase that is not a fault,
     /// drain or degraded phase, or the end of load.
     pub degraded_until: u64,
+    /// The same as planned, when the run was cut short (interrupted) before the end of
+    /// the degraded interval it planned: default bounds derive from it, not from what
+    /// the interrupt left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned_until: Option<u64>,
     pub replacement: Replacement,
     pub healed: Option<Mark>,
 }
