@@ -54,6 +54,11 @@ pub enum Command {
     Schema,
     /// Write a commented starter scenario.
     Init(InitArgs),
+    /// Keep haq's proxies up between runs: bind every `listen` address of the
+    /// scenario's url replicas and relay to their upstreams until Ctrl-C; each `haq
+    /// run` of a scenario with the same addresses borrows them for its run, so a
+    /// router (vllm-router, sglang-router) can be started against them first.
+    Proxy(ValidateArgs),
     /// The embedded simulated cluster.
     Sim(SimArgs),
     /// Benchmarks of haq itself.

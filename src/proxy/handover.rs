@@ -41,10 +41,16 @@ pub fn control_path(dir: &Path, listen: SocketAddr) -> PathBuf {
     dir.join(format!("{ip}_{}.sock", listen.port()))
 }
 
-/// A listener borrowed from `haq proxy`: given back when this is dropped.
+/// A listener borrowed from `haq proxy`, and the lease that gives it back when
+/// dropped.
 pub struct Borrowed {
     pub listener: std::net::TcpListener,
-    _lease: UnixStream,
+    pub lease: Lease,
+}
+
+/// Holds a borrowed listener: dropping it tells the daemon the run is done with it.
+pub struct Lease {
+    _held: UnixStream,
 }
 
 /// The listener of `listen` from a running `haq proxy` whose control sockets are in
@@ -85,7 +91,7 @@ pub fn borrow(dir: &Path, listen: SocketAddr) -> anyhow::Result<Option<Borrowed>
             s.set_read_timeout(None)?;
             Ok(Some(Borrowed {
                 listener,
-                _lease: s,
+                lease: Lease { _held: s },
             }))
         }
         (Some(b"busy\n"), _) => anyhow::bail!(

@@ -14,6 +14,7 @@
 //!   then release or drop what it held.
 
 mod conn;
+pub mod daemon;
 pub mod handover;
 pub mod http;
 mod probe;
@@ -52,23 +53,44 @@ pub struct ProxySet {
     stop: CancellationToken,
     /// The proxies' thread, joined by [`ProxySet::stop`].
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Listeners borrowed from `haq proxy`, given back once the thread has ended.
+    leases: Mutex<Vec<handover::Lease>>,
 }
 
 impl ProxySet {
-    /// Binds every listener (all or nothing) and starts accepting.
+    /// Binds every listener (all or nothing) — or borrows it from `haq proxy` when
+    /// one holds the address — and starts accepting.
     pub async fn start(
         specs: &[ProxySpec],
         trace: &TraceWriter,
         clock: &Clock,
     ) -> anyhow::Result<ProxySet> {
         let mut listeners = Vec::new();
+        let mut leases = Vec::new();
         for s in specs {
-            let l = std::net::TcpListener::bind(s.listen)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|e| {
-                    anyhow::anyhow!("proxy for {}: cannot listen on {}: {e}", s.name, s.listen)
-                })?;
-            listeners.push(l);
+            match handover::borrow(&handover::dir(), s.listen)? {
+                Some(b) => {
+                    listeners.push(b.listener);
+                    leases.push(b.lease);
+                }
+                None => listeners.push(bind(s)?),
+            }
+        }
+        let set = ProxySet::from_listeners(specs, listeners, trace, clock)?;
+        *lock(&set.leases) = leases;
+        Ok(set)
+    }
+
+    /// Starts accepting on `listeners` (one per spec, non-blocking): listening
+    /// again if a previous holder left one shut down.
+    pub fn from_listeners(
+        specs: &[ProxySpec],
+        listeners: Vec<std::net::TcpListener>,
+        trace: &TraceWriter,
+        clock: &Clock,
+    ) -> anyhow::Result<ProxySet> {
+        for l in &listeners {
+            let _ = relisten(l);
         }
         let board = Arc::new(ProbeBoard::default());
         let stop = CancellationToken::new();
@@ -107,6 +129,7 @@ impl ProxySet {
             board,
             stop,
             thread: Mutex::new(Some(thread)),
+            leases: Mutex::new(Vec::new()),
         })
     }
 
@@ -126,7 +149,50 @@ impl ProxySet {
         if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
+        lock(&self.leases).clear();
     }
+}
+
+/// A listener on `s.listen`, non-blocking.
+pub fn bind(s: &ProxySpec) -> anyhow::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(s.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| anyhow::anyhow!("proxy for {}: cannot listen on {}: {e}", s.name, s.listen))
+}
+
+/// Backlog of a listener (the kernel's default cap).
+const BACKLOG: i32 = 4096;
+
+/// Stops listening on `l`'s socket — for every holder of it, as a close would for
+/// one: connects are refused by the kernel, the port stays bound (`haq proxy` may
+/// hold the same socket).
+fn unlisten<S: std::os::fd::AsFd>(l: &S) {
+    let _ = socket2::SockRef::from(l).shutdown(std::net::Shutdown::Read);
+}
+
+/// Listens again on `at` after [`unlisten`]: the same socket (its explicitly bound
+/// port stays bound, also for `haq proxy`, which may hold it too), registered afresh;
+/// a socket bound to an ephemeral port (`:0`, tests) lost its port to the shutdown, so
+/// a fresh one is bound at `at` instead. `Err`: not yet, with what was parked.
+fn reopen(
+    parked: Option<std::net::TcpListener>,
+    at: SocketAddr,
+) -> Result<TcpListener, Option<std::net::TcpListener>> {
+    if let Some(s) = parked {
+        if relisten(&s).is_ok() && s.local_addr().is_ok_and(|a| a == at) {
+            return TcpListener::from_std(s).map_err(|_| None);
+        }
+        unlisten(&s);
+    }
+    std::net::TcpListener::bind(at)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(TcpListener::from_std)
+        .map_err(|_| None)
+}
+
+/// Listens on `l`'s socket again (a no-op but for the backlog when it listens).
+fn relisten<S: std::os::fd::AsFd>(l: &S) -> std::io::Result<()> {
+    socket2::SockRef::from(l).listen(BACKLOG)
 }
 
 /// How long the proxies' connections get, once stopped, to see the stop and write
@@ -191,29 +257,37 @@ async fn accept_loop(
     stop: CancellationToken,
     tasks: TaskTracker,
 ) {
-    let mut l = Some(l);
+    let mut listener = Some(l);
+    // While dead: the socket shut down and out of the runtime's poller (a socket that
+    // saw its shutdown stays "readable" there for good), to listen again on.
+    let mut parked: Option<std::net::TcpListener> = None;
     loop {
-        let Some(listener) = l.take() else {
+        let Some(active) = listener.as_ref() else {
             // Dead: wait for the replica (a replacement) to listen again.
             tokio::select! {
                 _ = tokio::time::sleep(REVIVE_POLL) => {}
                 _ = stop.cancelled() => return,
             }
-            if p.may_reopen()
-                && upstream_alive(&p).await == Some(true)
-                && let Ok(nl) = TcpListener::bind(p.listen).await
-            {
-                // A death noticed while closed is no reason to close the new listener.
-                let _ = p.dead.notified().now_or_never();
-                l = Some(nl);
-                p.set_listening(true);
+            if p.may_reopen() && upstream_alive(&p).await == Some(true) {
+                match reopen(parked.take(), p.listen) {
+                    Ok(l) => {
+                        // A death noticed while closed is no reason to close it again.
+                        let _ = p.dead.notified().now_or_never();
+                        listener = Some(l);
+                        p.set_listening(true);
+                    }
+                    Err(kept) => parked = kept,
+                }
             }
             continue;
         };
         let accepted = tokio::select! {
-            a = listener.accept() => a,
+            a = active.accept() => a,
             _ = p.dead.notified() => {
-                drop(listener);
+                if let Some(l) = listener.take() {
+                    unlisten(&l);
+                    parked = l.into_std().ok();
+                }
                 p.set_listening(false);
                 continue;
             }
@@ -227,7 +301,6 @@ async fn accept_loop(
             // Out of descriptors or similar: back off instead of spinning.
             Err(_) => tokio::time::sleep(REVIVE_POLL).await,
         }
-        l = Some(listener);
     }
 }
 

@@ -16,6 +16,7 @@ mod load;
 mod m9;
 mod marker;
 mod nginx;
+mod proxyd;
 mod report;
 mod routers;
 mod routing;
