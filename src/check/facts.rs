@@ -464,9 +464,13 @@ impl EvidenceAcc {
     }
 }
 
-/// Faults that take an endpoint out of service (all but the ones that only slow it).
+/// Faults that take an endpoint out of service (all but the ones that only slow it:
+/// slow is not dead, M4).
 pub fn removes_endpoint(f: &FaultRec) -> bool {
-    !matches!(f.action, FaultAction::Delay | FaultAction::Throttle)
+    !matches!(
+        f.action,
+        FaultAction::Delay | FaultAction::Throttle | FaultAction::Slow
+    )
 }
 
 /// A planned drain (Q7), as opposed to an abrupt failure.

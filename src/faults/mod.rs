@@ -13,6 +13,7 @@
 
 mod backend;
 pub mod command;
+pub mod engine;
 mod env;
 mod fire;
 pub mod guard;
@@ -37,6 +38,7 @@ pub fn injector(backend: FaultBackend) -> &'static dyn Injector {
         FaultBackend::Process => &process::ProcessInjector,
         FaultBackend::Proxy => &proxy::ProxyInjector,
         FaultBackend::Command => &command::CommandInjector,
+        FaultBackend::Engine => &engine::EngineInjector,
     }
 }
 

@@ -342,12 +342,18 @@ fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
         ));
     }
     at_least("target.engine.tool_call_tokens", e.tool_call_tokens, 1)?;
+    at_least(
+        "target.engine.tensor_parallel_size",
+        e.tensor_parallel_size,
+        1,
+    )?;
     Ok(())
 }
 
 /// The sim gateway's knobs (docs/sim.md).
 fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
     positive("target.gateway.health_interval", g.health_interval)?;
+    positive("target.gateway.stall_timeout", g.stall_timeout)?;
     at_least("target.gateway.health_failures", g.health_failures, 1)?;
     if let Some(t) = g.health_timeout {
         positive("target.gateway.health_timeout", t)?;

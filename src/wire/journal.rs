@@ -58,6 +58,9 @@ pub enum RemovalCause {
     ConnectFailed,
     /// A stream broke mid-body.
     StreamBroken,
+    /// The deep health check (`/health_generate`: the engine steps or computes a token)
+    /// failed or timed out: a dead or hung engine behind a live process.
+    EngineUnhealthy,
     #[default]
     Other,
 }
@@ -315,7 +318,22 @@ pub enum WorkerEntry {
         worker: String,
         slow_factor: f64,
         hang: bool,
+        /// While hung: whether `/health` and `/ready` still pass (`pass`) or hang
+        /// (`timeout`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hang_health: Option<String>,
     },
+    /// The engine died with the process alive (a lost GPU: `gpu` of a tensor-parallel
+    /// group of `tp`): every request in it ended with the engine's error.
+    EngineDead {
+        worker: String,
+        gpu: u32,
+        tp: u32,
+        /// Requests that were in the engine (running or waiting).
+        failed: u32,
+    },
+    /// The engine was started again in the same process (cold prefix cache).
+    EngineRestarted { worker: String },
     /// A request entered the engine's waiting queue.
     Admitted {
         req: String,

@@ -16,7 +16,23 @@ pub(super) fn action(field: &str, f: &Fault) -> Result<FaultAction, Issue> {
                 "is required with the proxy backend (reset, close, blackhole, delay or throttle)",
             ));
         }
+        (None, FaultBackend::Engine) => {
+            return Err(Issue::missing(
+                format!("{field}.action"),
+                "is required with the engine backend (gpu_lost, gpu_hang or slow)",
+            ));
+        }
     };
+    if action.backend() == FaultBackend::Engine && f.backend != FaultBackend::Engine {
+        return Err(Issue::new(
+            format!("{field}.backend"),
+            f.backend.as_str(),
+            format!(
+                "`{}` acts on the sim worker's engine: declare `backend: engine`",
+                action.as_str()
+            ),
+        ));
+    }
     if !allowed(f.backend).contains(&action) {
         return Err(Issue::new(
             format!("{field}.action"),
@@ -46,6 +62,7 @@ fn allowed(backend: FaultBackend) -> &'static [FaultAction] {
         FaultBackend::Process => &[Kill, Drain, Freeze],
         FaultBackend::Proxy => &[Reset, Close, Blackhole, Delay, Throttle],
         FaultBackend::Command => &[Command],
+        FaultBackend::Engine => &[GpuLost, GpuHang, Slow],
     }
 }
 
@@ -70,6 +87,9 @@ fn domain_fits(
         ),
         (_, FaultBackend::Proxy, _) => Some(
             "a proxy fault cuts the network path and leaves the process alive: declare `domain: network`",
+        ),
+        (D::Node, FaultBackend::Engine, _) => Some(
+            "an engine fault hits one replica's engine: declare `domain: gpu`, `process` or `worker`",
         ),
         _ => None,
     };

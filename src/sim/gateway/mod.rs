@@ -104,7 +104,7 @@ pub async fn serve(c: GatewayConfig) -> anyhow::Result<()> {
     for i in 0..gw.ups.len() {
         if !blind {
             // FLAW no-health-check: no active health checks at all.
-            tokio::spawn(health::health_loop(gw.clone(), i));
+            tokio::spawn(health::run(gw.clone(), i));
         }
         tokio::spawn(fence::renew_loop(gw.clone(), i));
     }

@@ -96,6 +96,9 @@ pub enum End {
     Stuck(String),
     /// Cut by the gateway (flawed `hard-drain`).
     Aborted(String),
+    /// The worker wrote an in-band error event (its engine died mid-stream): the
+    /// attempt failed, whatever clean end follows it.
+    UpstreamError(String),
 }
 
 impl End {
@@ -109,7 +112,8 @@ impl End {
             | End::Broken(w)
             | End::LeaseLost(w)
             | End::Stuck(w)
-            | End::Aborted(w) => ("failed", Some(w.clone())),
+            | End::Aborted(w)
+            | End::UpstreamError(w) => ("failed", Some(w.clone())),
         }
     }
 }
@@ -265,6 +269,15 @@ impl<'a> Attempt<'a> {
         &self.gw.ups[self.i]
     }
 
+    /// Why the gateway cut this attempt: its worker failed the deep health check (a
+    /// dead or hung engine: given up like a stuck upstream), or the flawed `hard-drain`.
+    fn cut(&self) -> End {
+        match self.up().stalled_why() {
+            Some(why) => End::Stuck(why),
+            None => End::Aborted(HARD_DRAIN.into()),
+        }
+    }
+
     /// The head that commits the request to this attempt.
     fn stream_head(&self) -> Head {
         Head::Stream {
@@ -284,7 +297,7 @@ impl<'a> Attempt<'a> {
             tokio::select! {
                 r = &mut send => break r,
                 _ = self.client.body.closed() => return Err(End::ClientGone),
-                _ = self.abort.cancelled() => return Err(End::Aborted(HARD_DRAIN.into())),
+                _ = self.abort.cancelled() => return Err(self.cut()),
                 _ = self.tick.tick() => {
                     let (gw, i, id, rid) = (self.gw, self.i, self.id, &self.f.rid);
                     if let Some(end) = self.watch.check(gw, i, id, rid, &mut self.spare) {
@@ -354,12 +367,13 @@ impl<'a> Attempt<'a> {
             held: Vec::new(),
             finished: false,
             revision,
+            error: None,
         };
         loop {
             let next = tokio::select! {
                 biased;
                 _ = self.client.body.closed() => return End::ClientGone,
-                _ = self.abort.cancelled() => return End::Aborted(HARD_DRAIN.into()),
+                _ = self.abort.cancelled() => return self.cut(),
                 c = resp.chunk() => c,
                 _ = self.tick.tick() => {
                     let (gw, i, id, rid) = (self.gw, self.i, self.id, &self.f.rid);
@@ -388,6 +402,9 @@ impl<'a> Attempt<'a> {
             if !out.is_empty() && self.client.body.send(out.freeze()).await.is_err() {
                 return End::ClientGone;
             }
+            if let Some(e) = commit.error.take() {
+                return End::UpstreamError(format!("upstream error event: {e}"));
+            }
             if eof {
                 break;
             }
@@ -406,6 +423,12 @@ impl<'a> Attempt<'a> {
                 continue;
             }
             let p = peek(&ev.data);
+            if p.error {
+                // The engine's error ends the attempt: not the client's stream (the
+                // policy decides what the client gets), nor anything after it.
+                commit.error = Some(ev.data.chars().take(200).collect());
+                break; // the drain drops the rest of this read
+            }
             commit.finished |= p.finished;
             if !self.client.committed() {
                 if !p.delta {
@@ -460,4 +483,6 @@ struct Commit {
     finished: bool,
     /// The weights revision the worker answered with (journaled with `first_delta`).
     revision: Option<String>,
+    /// The in-band error event the worker wrote (its first 200 characters).
+    error: Option<String>,
 }
