@@ -39,11 +39,18 @@ pub enum GatewayPolicy {
     /// Flawed: the health check only opens a TCP connection to the worker's port, so a
     /// worker whose process listens but whose engine is dead or hung stays in rotation.
     TcpHealthCheck,
+    /// The reference, but a stream whose worker is lost after its first delta goes on
+    /// on another worker (Dynamo-style migration, Q9): the prompt re-sent with the
+    /// delivered output appended, the answer continued from the next token.
+    Migrate,
+    /// Flawed: migrates, but re-sends the delivered output without its last delta (its
+    /// copy lags one event behind the stream): the new worker repeats that token.
+    MigrateLossy,
 }
 
 impl GatewayPolicy {
     /// Every policy, for help texts and tests.
-    pub const ALL: [GatewayPolicy; 9] = [
+    pub const ALL: [GatewayPolicy; 11] = [
         GatewayPolicy::Reference,
         GatewayPolicy::NaiveRetry,
         GatewayPolicy::SilentTruncate,
@@ -53,6 +60,8 @@ impl GatewayPolicy {
         GatewayPolicy::HardDrain,
         GatewayPolicy::NoToolIdempotency,
         GatewayPolicy::TcpHealthCheck,
+        GatewayPolicy::Migrate,
+        GatewayPolicy::MigrateLossy,
     ];
 
     /// The name used in scenarios (`naive-retry`, …).
@@ -67,7 +76,14 @@ impl GatewayPolicy {
             GatewayPolicy::HardDrain => "hard-drain",
             GatewayPolicy::NoToolIdempotency => "no-tool-idempotency",
             GatewayPolicy::TcpHealthCheck => "tcp-health-check",
+            GatewayPolicy::Migrate => "migrate",
+            GatewayPolicy::MigrateLossy => "migrate-lossy",
         }
+    }
+
+    /// A stream cut after its first delta goes on on another worker.
+    pub fn migrates(self) -> bool {
+        matches!(self, GatewayPolicy::Migrate | GatewayPolicy::MigrateLossy)
     }
 }
 

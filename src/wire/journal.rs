@@ -224,6 +224,17 @@ pub enum GatewayEntry {
     },
     /// A flawed policy retried after deltas were delivered.
     RetryAfterDelta { req: String, delivered: u32 },
+    /// The stream goes on on another worker (policy `migrate`, Q9): the prompt re-sent
+    /// with `resent` output tokens appended (`prompt_tokens` in all) after `after`
+    /// failed with `delivered` deltas at the client.
+    Migrate {
+        req: String,
+        after: String,
+        worker: String,
+        delivered: u32,
+        resent: u32,
+        prompt_tokens: u32,
+    },
     /// No ready upstream was left for the request.
     NoUpstream { req: String, attempts: u32 },
     /// The request is over, as the gateway saw it.
@@ -271,6 +282,7 @@ impl GatewayEntry {
             | RetryDenied { req, .. }
             | ExplicitError { req, .. }
             | RetryAfterDelta { req, .. }
+            | Migrate { req, .. }
             | NoUpstream { req, .. }
             | RequestEnd { req, .. } => Some(req),
             LeaseRenewFailed { .. } | UpstreamReady { .. } | UpstreamRemoved { .. } => None,
@@ -340,6 +352,11 @@ pub enum WorkerEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<String>,
         prompt_tokens: u32,
+        /// The prompt ends with this many tokens of the engine's own answer to the rest
+        /// of it (a migrated stream re-sent with its delivered output, Q9): the answer
+        /// goes on from that token.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        resumed: u32,
     },
     /// The request was scheduled (left the queue); `cached_tokens` came from the prefix
     /// cache and skip prefill (M6).
@@ -385,6 +402,10 @@ pub enum WorkerEntry {
         events: u32,
         generated: u32,
     },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One line of `tools.jsonl`: a tool call the tool service executed (or deduplicated).

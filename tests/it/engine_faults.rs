@@ -308,3 +308,62 @@ async fn a_hung_engine_answers_health_as_declared_and_never_the_deep_check() {
     .await;
     assert_eq!(st, 400);
 }
+
+fn migrate(policy: &str) -> haq::plan::Plan {
+    let policy = format!("target.gateway.policy={policy}");
+    let mut sets = vec![
+        "phases=[{name: baseline, duration: 2s}, {name: fault, duration: 4s}, {name: degraded, duration: 2s}]",
+        "workload.mix.classes[0].output_tokens={uniform: [40, 80]}",
+        "workload.mix.classes[0].prompt_tokens={uniform: [50, 200]}",
+        "client.max_late=2s",
+        &policy,
+    ];
+    sets.extend(crate::support::LOOSE_SLO);
+    crate::support::plan("scenarios/migrate.yaml", &sets)
+}
+
+/// Q9: the probe's replica is killed after 8 delivered deltas; `migrate` continues the
+/// stream elsewhere from token 8 — one answer, measured; `migrate-lossy` re-sends the
+/// output without its last delta and the new engine repeats that token: stitched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migrated_stream_is_token_continuous_and_measured_and_a_lossy_one_fails() {
+    use haq::check::fate::Observed;
+    let r = run(migrate("migrate"), "migrate").await;
+    pass(&r, &["Failure-Domain", "Request-Fate"]);
+    let probe = r
+        .judgement
+        .fate_requests
+        .iter()
+        .find(|f| f.request.starts_with("probe-"))
+        .unwrap_or_else(|| panic!("{:#?}", r.judgement.fate_requests));
+    assert_eq!(probe.observed, Observed::Migrated, "{probe:?}");
+    assert_eq!(probe.delivered, 120, "the whole answer: {probe:?}");
+    let m = probe.migration.as_ref().expect("measured");
+    // At least the 8 deltas of the probe point (one more may be on its way then).
+    assert!(
+        m.delivered >= 8 && m.resumed_at == Some(m.delivered),
+        "{m:?}"
+    );
+    assert_eq!((m.duplicated, m.missing), (0, 0), "{m:?}");
+    assert!(m.reprefill_tokens.is_some_and(|t| t > 8), "{m:?}");
+    assert!(
+        m.reprefill_ms.is_some() && m.itl_after_ms.is_some(),
+        "{m:?}"
+    );
+    let (_, v) = status_of(&r, "Request-Fate");
+    assert!(v.contains("migration of probe-"), "{v}");
+
+    let r = run(migrate("migrate-lossy"), "migrate-lossy").await;
+    let (s, v) = status_of(&r, "Request-Fate");
+    assert_eq!(s, Status::Fail, "{v}");
+    let f = r
+        .judgement
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::StitchedOutput && f.request.starts_with("probe-"))
+        .unwrap_or_else(|| panic!("{:#?}", r.judgement.findings));
+    assert!(
+        f.detail.contains("1 delivered token(s) sent again"),
+        "{f:?}"
+    );
+}

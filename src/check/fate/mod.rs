@@ -9,6 +9,7 @@
 
 mod cancel;
 mod ending;
+pub mod migrate;
 mod model;
 mod output;
 mod policy;
@@ -321,6 +322,12 @@ fn verdict_evidence(acc: &FateAcc, sources: &[SourceReport]) -> Vec<String> {
             )
         })
         .collect();
+    evidence.extend(
+        acc.fates
+            .iter()
+            .filter_map(|f| Some(migrate::describe(&f.request, f.migration.as_ref()?)))
+            .take(20),
+    );
     evidence.extend(
         sources
             .iter()

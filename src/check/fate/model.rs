@@ -252,4 +252,7 @@ pub struct RequestFate {
     /// Why this is allowed or not, when there is something to say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A hand-over after delivered output, measured (Q9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration: Option<super::migrate::Migration>,
 }

@@ -42,6 +42,7 @@ pub fn against_policy(ctx: &Ctx, v: &View, faults: &[FaultRec], out: &mut Out) {
             workers,
             delivered: v.delivered(),
             note: None,
+            migration: super::migrate::of(v),
         };
         let kind = |j: &Option<(FindingKind, String)>| j.as_ref().map(|x| x.0);
         if judged.iter().any(|j| kind(j) != kind(&judged[0])) {

@@ -12,6 +12,7 @@ mod admission;
 mod fence;
 mod health;
 mod lease;
+mod migrate;
 mod net;
 mod peek;
 mod query;
@@ -197,6 +198,7 @@ async fn forward(
             rid: rid.clone(),
             path: uri.path().to_string(),
             body,
+            resumed: None,
         },
     };
     let (head_tx, head_rx) = oneshot::channel();

@@ -39,6 +39,9 @@ pub struct Client {
     pub body: mpsc::Sender<Bytes>,
     /// Deltas delivered to the client so far.
     pub delivered: AtomicU32,
+    /// What the deltas said, kept under the `migrate` policies (the continuation
+    /// re-sends it): (text, where the last delta's text begins, a tool call seen).
+    pub said: std::sync::Mutex<(String, usize, bool)>,
 }
 
 impl Client {
@@ -47,6 +50,7 @@ impl Client {
             head: std::sync::Mutex::new(Some(head)),
             body,
             delivered: AtomicU32::new(0),
+            said: std::sync::Mutex::new((String::new(), 0, false)),
         })
     }
 
@@ -123,6 +127,10 @@ pub struct Forward {
     pub rid: String,
     pub path: String,
     pub body: Bytes,
+    /// A migrated stream's continuation (policy `migrate`): the original prompt's
+    /// tokens and the output tokens re-sent after it, to report the whole answer's
+    /// usage.
+    pub resumed: Option<(u32, u32)>,
 }
 
 /// A spare attempt the flawed `soft-timeout` policy wants started.
@@ -450,12 +458,32 @@ impl<'a> Attempt<'a> {
             }
             if p.delta {
                 self.client.delivered.fetch_add(1, Ordering::SeqCst);
+                if self.gw.cfg.policy.migrates() {
+                    self.keep_said(&ev.data);
+                }
             }
             out.extend_from_slice(b"data: ");
-            out.extend_from_slice(ev.data.as_bytes());
+            match self.f.resumed {
+                Some(r) if !p.delta && ev.data.contains("\"usage\"") => {
+                    out.extend_from_slice(super::migrate::whole_usage(&ev.data, r).as_bytes())
+                }
+                _ => out.extend_from_slice(ev.data.as_bytes()),
+            }
             out.extend_from_slice(b"\n\n");
         }
         out
+    }
+
+    /// Keeps a delivered delta's text for a continuation (a tool call is not continued).
+    fn keep_said(&self, data: &str) {
+        let info = crate::wire::chunk::classify(data);
+        let mut g = self.client.said.lock().unwrap_or_else(|p| p.into_inner());
+        g.1 = g.0.len();
+        match info.text {
+            Some(t) => g.0.push_str(&t),
+            None => g.2 = true,
+        }
+        g.2 |= !info.tools.is_empty();
     }
 
     /// The end of the worker's body: finished only after `[DONE]` or a finish_reason.

@@ -147,6 +147,7 @@ impl Publisher for WorkerPublisher {
             req: seq.job.rid().into(),
             attempt: seq.job.attempt().map(str::to_string),
             prompt_tokens: seq.prompt_tokens,
+            resumed: seq.job.req.resumed,
         });
     }
 
@@ -191,7 +192,8 @@ impl Publisher for WorkerPublisher {
             });
         }
         let j = &mut seq.job;
-        let tok = text::token(j.req.prompt_hash, j.req.seed, i);
+        // A continuation goes on from the answer's token `resumed` (Q9).
+        let tok = text::token(j.req.prompt_hash, j.req.seed, i + j.req.resumed);
         if j.req.tool.is_some() {
             j.text.push_str(&tok);
             if generated >= j.tool_tokens.min(j.req.max_tokens) {

@@ -126,6 +126,7 @@ fn probe(w: &Worker, out: Arc<Out>, n: u64) -> Submit<Job> {
         include_usage: false,
         stop: Vec::new(),
         tool: None,
+        resumed: 0,
     };
     Submit {
         job: Job {
