@@ -297,6 +297,10 @@ pub struct EngineCfg {
     /// calibrated one whatever the size (set its knobs to your TP group's figures).
     #[serde(default = "default_tp")]
     pub tensor_parallel_size: u32,
+    /// Flawed (M6): a request whose prompt hit the prefix cache is answered from a
+    /// corrupted cache — another answer than the same prompt computed afresh.
+    #[serde(default)]
+    pub corrupt_prefix_cache: bool,
 }
 
 fn yes() -> bool {
@@ -367,6 +371,7 @@ impl Default for EngineCfg {
             revision: default_revision(),
             tool_call_tokens: default_tool_call_tokens(),
             tensor_parallel_size: default_tp(),
+            corrupt_prefix_cache: false,
         }
     }
 }

@@ -354,16 +354,49 @@ async fn a_migrated_stream_is_token_continuous_and_measured_and_a_lossy_one_fail
     assert!(v.contains("migration of probe-"), "{v}");
 
     let r = run(migrate("migrate-lossy"), "migrate-lossy").await;
-    let (s, v) = status_of(&r, "Request-Fate");
-    assert_eq!(s, Status::Fail, "{v}");
-    let f = r
-        .judgement
-        .findings
-        .iter()
-        .find(|f| f.kind == FindingKind::StitchedOutput && f.request.starts_with("probe-"))
-        .unwrap_or_else(|| panic!("{:#?}", r.judgement.findings));
+    let f = fails_with(&r, FindingKind::StitchedOutput, "probe-");
     assert!(
         f.detail.contains("1 delivered token(s) sent again"),
         "{f:?}"
     );
+}
+
+/// Request-Fate FAILs with a `kind` finding on a request whose id starts with `id`.
+fn fails_with<'r>(
+    r: &'r haq::RunResult,
+    kind: FindingKind,
+    id: &str,
+) -> &'r haq::check::fate::Finding {
+    let (s, v) = status_of(r, "Request-Fate");
+    assert_eq!(s, Status::Fail, "{v}");
+    r.judgement
+        .findings
+        .iter()
+        .find(|f| f.kind == kind && f.request.starts_with(id))
+        .unwrap_or_else(|| panic!("no {kind:?}: {:#?}", r.judgement.findings))
+}
+
+fn truth(corrupt: bool) -> haq::plan::Plan {
+    let corrupt = format!("target.engine.corrupt_prefix_cache={corrupt}");
+    short(&[
+        "workload.cache_truth={every: 3, prompts: 2}",
+        "faults[0].at.offset=300ms",
+        "faults[0].when={in_flight: 1}",
+        &corrupt,
+    ])
+}
+
+/// Cache truth (M6): identical prompts planted at temperature 0 across the replicas,
+/// the phases and a kill get one answer each on the reference; an engine whose
+/// prefix cache corrupts a hit answers a repeat differently: `cache_divergence`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_identical_prompts_get_one_answer_unless_the_prefix_cache_is_corrupt() {
+    let r = run(truth(false), "cache-truth").await;
+    pass(&r, &["Request-Fate"]);
+    let (_, v) = status_of(&r, "Request-Fate");
+    assert!(v.contains("M6: ") && !v.contains("M6: 0 answers"), "{v}");
+
+    let r = run(truth(true), "cache-corrupt").await;
+    let f = fails_with(&r, FindingKind::CacheDivergence, "r");
+    assert!(f.detail.contains("answered differently"), "{f:?}");
 }

@@ -38,6 +38,9 @@ pub enum FindingKind {
     DuplicateToolEffect,
     /// Chunks missing or out of order between what was sent and what arrived.
     ChunkGap,
+    /// Two complete answers to one planted identical prompt at temperature 0 differ
+    /// (M6: a cache, a replica or a revision that changes the answer).
+    CacheDivergence,
 }
 
 impl FindingKind {
@@ -55,6 +58,7 @@ impl FindingKind {
             FindingKind::UpstreamNotCancelled => "upstream_not_cancelled",
             FindingKind::DuplicateToolEffect => "duplicate_tool_effect",
             FindingKind::ChunkGap => "chunk_gap",
+            FindingKind::CacheDivergence => "cache_divergence",
         }
     }
 }
@@ -128,6 +132,12 @@ pub struct Ctx {
     pub journal: bool,
     /// µs the gateway may take to cancel upstream after the client left.
     pub cancel_grace: u64,
+    /// `workload.cache_truth` and each class's API: which requests carry a planted
+    /// prompt, compared for one answer (M6).
+    pub cache_truth: Option<(
+        crate::scenario::CacheTruth,
+        Vec<(String, crate::scenario::Api)>,
+    )>,
 }
 
 impl Ctx {
@@ -137,6 +147,10 @@ impl Ctx {
             policy: s.policy.clone(),
             journal: false,
             cancel_grace: s.evidence.cancel_grace.0.as_micros() as u64,
+            cache_truth: s.workload.cache_truth.clone().map(|t| {
+                let apis = plan.mix.classes.iter().map(|c| (c.name.clone(), c.api));
+                (t, apis.collect())
+            }),
         }
     }
 }

@@ -53,6 +53,8 @@ pub struct WorkerPublisher {
     pub journal: Journal,
     pub stats: Arc<Stats>,
     pub tools: tokio::sync::mpsc::UnboundedSender<ToolWork>,
+    /// FLAW `engine.corrupt_prefix_cache` (M6): a prefix-cache hit changes the answer.
+    pub corrupt_cache: bool,
 }
 
 impl WorkerPublisher {
@@ -193,7 +195,12 @@ impl Publisher for WorkerPublisher {
         }
         let j = &mut seq.job;
         // A continuation goes on from the answer's token `resumed` (Q9).
-        let tok = text::token(j.req.prompt_hash, j.req.seed, i + j.req.resumed);
+        let hash = match self.corrupt_cache && j.cached_tokens > 0 {
+            // FLAW corrupt_prefix_cache: the cached KV is not the prompt's.
+            true => j.req.prompt_hash ^ 0x0bad_cac4_e000,
+            false => j.req.prompt_hash,
+        };
+        let tok = text::token(hash, j.req.seed, i + j.req.resumed);
         if j.req.tool.is_some() {
             j.text.push_str(&tok);
             if generated >= j.tool_tokens.min(j.req.max_tokens) {

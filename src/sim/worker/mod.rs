@@ -78,6 +78,7 @@ pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
         journal: journal.clone(),
         stats: stats.clone(),
         tools: tool_tx,
+        corrupt_cache: cfg.engine.corrupt_prefix_cache,
     };
     let engine = engine::spawn(&cfg.engine, publisher, stats)?;
     let http = reqwest::Client::builder()
