@@ -192,6 +192,27 @@ impl Proxied {
     }
 }
 
+/// One reading of a replica engine's metrics (`engine_metrics` lines: Q12 step 14), in
+/// the order of [`ENGINE_METRICS`]; NaN where the engine has no such metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSample {
+    pub t: u64,
+    pub replica: String,
+    pub v: [f64; 8],
+}
+
+/// The engine metrics a sample holds, by haq's names.
+pub const ENGINE_METRICS: [&str; 8] = [
+    "prefix_hits",
+    "prefix_queries",
+    "prefix_hit_rate",
+    "kv_usage",
+    "running",
+    "waiting",
+    "prompt_tokens",
+    "generation_tokens",
+];
+
 /// A gateway journal entry on the trace clock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GwEntry {
@@ -212,6 +233,8 @@ pub struct Evidence {
     pub observations: Vec<Observed>,
     pub replacements: Vec<Replaced>,
     pub proxied: Vec<Proxied>,
+    /// The replica engines' own metrics, as read while faults ran.
+    pub engine_metrics: Vec<EngineSample>,
     /// haq's proxy was in the request path (it recorded a request).
     pub has_proxy: bool,
     pub replicas: Vec<ReplicaInfo>,
@@ -400,6 +423,13 @@ impl EvidenceAcc {
                 what: what.clone(),
                 detail: detail.clone(),
             }),
+            Event::EngineMetrics { t, replica, m, .. } => {
+                self.ev.engine_metrics.push(EngineSample {
+                    t: *t,
+                    replica: replica.clone(),
+                    v: ENGINE_METRICS.map(|k| m.get(k).copied().unwrap_or(f64::NAN)),
+                })
+            }
             _ => {}
         }
     }

@@ -24,6 +24,7 @@ pub mod process;
 pub mod proxy;
 pub mod replace;
 pub mod schedule;
+pub mod scrape;
 mod shell;
 
 use crate::scenario::FaultBackend;

@@ -24,6 +24,12 @@ fn short(extra: &[&str]) -> haq::plan::Plan {
     crate::verdicts::short(&sets)
 }
 
+/// The run's report.json, with its cache effects and migrations, fits its schema.
+fn valid_report(r: &haq::RunResult) {
+    let text = std::fs::read_to_string(r.run_dir.join("report.json")).expect("report.json");
+    crate::report::assert_valid_report(&serde_json::from_str(&text).expect("json"));
+}
+
 fn pass(r: &haq::RunResult, names: &[&str]) {
     for n in names {
         let (s, v) = status_of(r, n);
@@ -52,6 +58,24 @@ async fn a_lost_gpu_behind_a_live_process_is_routed_around_unless_health_checks_
         "{s:?} {v}"
     );
     assert!(f.healed.is_some(), "{f:?}");
+    // Q12 step 14: the survivors' engine metrics before the fault and after the
+    // reroute, next to their TTFT, in report.md.
+    let e = r.judgement.cache_effects.first().expect("cache effects");
+    for w in ["w1", "w3"] {
+        let row = e
+            .rows
+            .iter()
+            .find(|x| x.replica == w)
+            .expect("a survivor's row");
+        for fig in [&row.before, &row.after] {
+            assert!(fig.kv_usage.is_some() && fig.running.is_some(), "{row:?}");
+        }
+        assert!(row.after.prompt_tokens_per_s.is_some(), "{row:?}");
+    }
+    let md = std::fs::read_to_string(r.run_dir.join("report.md")).expect("report.md");
+    assert!(md.contains("## KV and cache effects (Q12 step 14)"), "{md}");
+    assert!(md.contains("| w1 | "), "{md}");
+    valid_report(&r);
     // The requests the dead engine cut were retried (before their first delta) or got
     // the gateway's explicit error — never the engine's error and a clean [DONE].
     use haq::check::fate::Observed;
@@ -352,6 +376,7 @@ async fn a_migrated_stream_is_token_continuous_and_measured_and_a_lossy_one_fail
     );
     let (_, v) = status_of(&r, "Request-Fate");
     assert!(v.contains("migration of probe-"), "{v}");
+    valid_report(&r);
 
     let r = run(migrate("migrate-lossy"), "migrate-lossy").await;
     let f = fails_with(&r, FindingKind::StitchedOutput, "probe-");
