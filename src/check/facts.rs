@@ -215,6 +215,27 @@ pub struct ProxyState {
     pub detail: String,
 }
 
+/// One reading of a replica engine's metrics (`engine_metrics` lines: Q12 step 14), in
+/// the order of [`ENGINE_METRICS`]; NaN where the engine has no such metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSample {
+    pub t: u64,
+    pub replica: String,
+    pub v: [f64; 8],
+}
+
+/// The engine metrics a sample holds, by haq's names.
+pub const ENGINE_METRICS: [&str; 8] = [
+    "prefix_hits",
+    "prefix_queries",
+    "prefix_hit_rate",
+    "kv_usage",
+    "running",
+    "waiting",
+    "prompt_tokens",
+    "generation_tokens",
+];
+
 /// A gateway journal entry on the trace clock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GwEntry {
@@ -244,6 +265,8 @@ pub struct Evidence {
     /// closing and opening, in time order. No watch line: a trace from before the
     /// watch, which cannot tell what a closed listener refused.
     pub proxy_states: Vec<ProxyState>,
+    /// The replica engines' own metrics, as read while faults ran.
+    pub engine_metrics: Vec<EngineSample>,
     /// haq's proxy was in the request path (it recorded a request or a refusal).
     pub has_proxy: bool,
     pub replicas: Vec<ReplicaInfo>,
@@ -482,6 +505,13 @@ impl EvidenceAcc {
                     p.end = Some((*t, *end));
                 }
             }
+            Event::EngineMetrics { t, replica, m, .. } => {
+                self.ev.engine_metrics.push(EngineSample {
+                    t: *t,
+                    replica: replica.clone(),
+                    v: ENGINE_METRICS.map(|k| m.get(k).copied().unwrap_or(f64::NAN)),
+                })
+            }
             _ => {}
         }
     }
@@ -561,9 +591,13 @@ impl EvidenceAcc {
     }
 }
 
-/// Faults that take an endpoint out of service (all but the ones that only slow it).
+/// Faults that take an endpoint out of service (all but the ones that only slow it:
+/// slow is not dead, M4).
 pub fn removes_endpoint(f: &FaultRec) -> bool {
-    !matches!(f.action, FaultAction::Delay | FaultAction::Throttle)
+    !matches!(
+        f.action,
+        FaultAction::Delay | FaultAction::Throttle | FaultAction::Slow
+    )
 }
 
 /// A planned drain (Q7), as opposed to an abrupt failure.

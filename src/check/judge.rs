@@ -306,6 +306,7 @@ fn judgement(
         checker_crashes: fate.crashes,
         unfinished,
         degraded: level.degraded(),
+        cache_effects: super::cache_effects::table(&level.evidence, &level.timeline),
         timeline: level.timeline,
         capacity: level.capacity,
         facts: level.evidence,

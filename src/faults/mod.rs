@@ -13,6 +13,7 @@
 
 mod backend;
 pub mod command;
+pub mod engine;
 mod env;
 mod fire;
 pub mod guard;
@@ -24,6 +25,7 @@ pub mod process;
 pub mod proxy;
 pub mod replace;
 pub mod schedule;
+pub mod scrape;
 mod shell;
 
 use crate::scenario::FaultBackend;
@@ -39,6 +41,7 @@ pub fn injector(backend: FaultBackend) -> &'static dyn Injector {
         FaultBackend::Proxy => &proxy::ProxyInjector,
         FaultBackend::Command => &command::CommandInjector,
         FaultBackend::Kubernetes => &kube::KubeInjector,
+        FaultBackend::Engine => &engine::EngineInjector,
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::checks::{at_least, pos_finite, positive};
 use super::rate::RateProfile;
 use super::types::{MAX_RATE, MAX_SIM_REPLICAS, MAX_TOTAL, MAX_WARM_CONNECTIONS, PhasePlan, Plan};
-use super::workload::{overlay_phase_rates, validate_arrival, validate_mix};
+use super::workload::{overlay_phase_rates, validate_arrival, validate_cache_truth, validate_mix};
 use crate::scenario::{Issue, *};
 
 /// Checks a scenario in a fixed order (the first issue found is the one reported)
@@ -23,6 +23,7 @@ pub fn validate(s: Scenario) -> Result<Plan, Issue> {
     let replicas: Vec<String> = replica_decls.iter().map(|d| d.name.clone()).collect();
     let mix = inline_mix(&s.workload.mix)?;
     validate_mix(&mix)?;
+    validate_cache_truth(&s.workload)?;
     let Load {
         phases,
         total,
@@ -349,12 +350,18 @@ fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
         ));
     }
     at_least("target.engine.tool_call_tokens", e.tool_call_tokens, 1)?;
+    at_least(
+        "target.engine.tensor_parallel_size",
+        e.tensor_parallel_size,
+        1,
+    )?;
     Ok(())
 }
 
 /// The sim gateway's knobs (docs/sim.md).
 fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
     positive("target.gateway.health_interval", g.health_interval)?;
+    positive("target.gateway.stall_timeout", g.stall_timeout)?;
     at_least("target.gateway.health_failures", g.health_failures, 1)?;
     if let Some(t) = g.health_timeout {
         positive("target.gateway.health_timeout", t)?;

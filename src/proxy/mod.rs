@@ -26,6 +26,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -195,6 +197,10 @@ fn relisten<S: std::os::fd::AsFd>(l: &S) -> std::io::Result<()> {
     socket2::SockRef::from(l).listen(BACKLOG)
 }
 
+/// How long a dead replica's address must keep accepting, without having refused
+/// once, before the listener reopens (a kill that did not take).
+const REOPEN_UNSEEN: Duration = Duration::from_secs(2);
+
 /// How long the proxies' connections get, once stopped, to see the stop and write
 /// how their exchanges ended before the runtime (and every connection) is dropped.
 pub const STOP_GRACE: Duration = Duration::from_secs(1);
@@ -261,6 +267,8 @@ async fn accept_loop(
     // While dead: the socket shut down and out of the runtime's poller (a socket that
     // saw its shutdown stays "readable" there for good), to listen again on.
     let mut parked: Option<std::net::TcpListener> = None;
+    // Since the death: when, and whether the replica's address has refused once.
+    let (mut down_since, mut refused_seen) = (Instant::now(), false);
     loop {
         let Some(active) = listener.as_ref() else {
             // Dead: wait for the replica (a replacement) to listen again.
@@ -268,7 +276,16 @@ async fn accept_loop(
                 _ = tokio::time::sleep(REVIVE_POLL) => {}
                 _ = stop.cancelled() => return,
             }
-            if p.may_reopen() && upstream_alive(&p).await == Some(true) {
+            let alive = upstream_alive(&p).await;
+            if alive == Some(false) {
+                refused_seen = true;
+            }
+            // A killed process's address can still accept for a moment while its last
+            // threads exit (its leader already a zombie, the kill "verified"): alive
+            // only counts once the address has refused — or, for a kill that did not
+            // take, after REOPEN_UNSEEN.
+            let settled = refused_seen || down_since.elapsed() >= REOPEN_UNSEEN;
+            if p.may_reopen() && alive == Some(true) && settled {
                 match reopen(parked.take(), p.listen) {
                     Ok(l) => {
                         // A death noticed while closed is no reason to close it again.
@@ -288,6 +305,7 @@ async fn accept_loop(
                     unlisten(&l);
                     parked = l.into_std().ok();
                 }
+                (down_since, refused_seen) = (Instant::now(), false);
                 p.set_listening(false);
                 continue;
             }

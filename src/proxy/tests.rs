@@ -644,6 +644,40 @@ async fn a_dead_replica_refuses_connections_until_it_listens_again() {
     assert!(got.starts_with("POST /v1/chat/completions"), "{got}");
 }
 
+/// A killed replica whose address still accepts for a while (its last threads
+/// exiting) does not get its listener back until the address has refused once: a
+/// connection accepted then would be reset, where without haq it is refused.
+#[tokio::test]
+async fn a_killed_replica_that_still_accepts_stays_closed_until_it_refuses() {
+    let up = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = up.local_addr().expect("addr");
+    let fx = Fixture::new(Some(addr.to_string())).await;
+    let p = fx.p().clone();
+    p.killing();
+    let deadline = Instant::now() + LONG;
+    while p.is_listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!p.is_listening(), "closed when the kill is sent");
+    // The kill is "verified" while the dying process still accepts.
+    p.kill_settled();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !p.is_listening(),
+        "not reopened for an address that never refused"
+    );
+    // It refuses (the process is gone), then a replacement listens: reopened.
+    drop(up);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let again = TcpListener::bind(addr).await.expect("rebind");
+    let deadline = Instant::now() + LONG;
+    while !p.is_listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(p.is_listening(), "reopened for the replacement");
+    drop(again);
+}
+
 /// The run token of the marker tests.
 const TOKEN: crate::wire::marker::RunToken = crate::wire::marker::RunToken::from_u32(0x5eed_f00d);
 

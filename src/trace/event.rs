@@ -269,6 +269,17 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// A replica engine's own metrics (its Prometheus `/metrics`, scraped while faults
+    /// run: Q12 step 14), read into haq's names — `prefix_hits`, `prefix_queries`
+    /// (tokens, counters), `prefix_hit_rate`, `kv_usage` (0–1), `running`, `waiting`,
+    /// `prompt_tokens`, `generation_tokens` (counters) — whichever the engine has.
+    EngineMetrics {
+        t: u64,
+        replica: String,
+        /// `vllm` (also the sim), `sglang` or `llamacpp`: whose names were read.
+        engine: String,
+        m: std::collections::BTreeMap<String, f64>,
+    },
     /// Connections opened to the target before load (`client.warm_connections`), as
     /// the client's connector counted them: they wait in the pool for the first requests.
     Warmed {
@@ -326,6 +337,7 @@ impl Event {
             | Event::ProxyWatch { t, .. }
             | Event::ProxyListener { t, .. }
             | Event::Observation { t, .. }
+            | Event::EngineMetrics { t, .. }
             | Event::Warmed { t, .. }
             | Event::TraceStats { t, .. }
             | Event::RunEnd { t, .. } => *t,

@@ -4,6 +4,7 @@ mod bench;
 mod cli;
 mod client;
 mod docs;
+mod engine_faults;
 mod fate;
 mod faults;
 mod fuzz;

@@ -7,8 +7,10 @@
 //! decide gives UNKNOWN (shown as such, never PASS); a checker that panics gives
 //! UNKNOWN with its error, and the other checkers still run.
 
+mod cache;
 mod cancel;
 mod ending;
+pub mod migrate;
 mod model;
 mod output;
 mod policy;
@@ -86,6 +88,8 @@ pub struct FateAcc {
     /// cancel judged from the journal or haq's proxy (M4).
     pub left: u64,
     tools: tools::ToolCheck,
+    /// The planted prompts' answers (M6).
+    pub cache: cache::CacheCheck,
 }
 
 impl FateAcc {
@@ -110,6 +114,7 @@ impl FateAcc {
             tool_call_requests: 0,
             left: 0,
             tools: tools::ToolCheck::default(),
+            cache: cache::CacheCheck::default(),
         }
     }
 
@@ -134,6 +139,12 @@ impl FateAcc {
                 Ok(()) => self.merge(out),
                 Err(p) => self.crashed(name, Some(&r.id), panic_text(p.as_ref())),
             }
+        }
+        let (cache, ctx) = (&mut self.cache, &self.ctx);
+        let mut out = Out::default();
+        match catch_unwind(AssertUnwindSafe(|| cache.add(ctx, &v, &mut out))) {
+            Ok(()) => self.merge(out),
+            Err(p) => self.crashed("cache-truth", Some(&r.id), panic_text(p.as_ref())),
         }
     }
 
@@ -268,6 +279,15 @@ pub fn verdict(
         evidence.extend(acc.unknown.iter().cloned());
         return Verdict::new(name, Status::Unknown, unknown.join("; "), evidence);
     }
+    let truth = cache_truth_line(acc);
+    if declared.is_empty() && acc.cache.compared > 0 {
+        return Verdict::new(
+            name,
+            Status::Pass,
+            format!("{truth}; no finding on {} requests", acc.judged),
+            evidence,
+        );
+    }
     if declared.is_empty() && acc.left > 0 {
         return Verdict::new(
             name,
@@ -302,10 +322,27 @@ pub fn verdict(
         name,
         Status::Pass,
         format!(
-            "{} requests caught by the fault behaved as the policy says; no finding on {} requests (no duplicate, stitched or silently truncated output)",
-            acc.hit, acc.judged
+            "{} requests caught by the fault behaved as the policy says; no finding on {} requests (no duplicate, stitched or silently truncated output){}",
+            acc.hit,
+            acc.judged,
+            if acc.cache.compared > 0 {
+                format!("; {truth}")
+            } else {
+                String::new()
+            }
         ),
         evidence,
+    )
+}
+
+/// What the planted prompts showed (M6), for a passing verdict.
+fn cache_truth_line(acc: &FateAcc) -> String {
+    let c = &acc.cache;
+    format!(
+        "M6: {} answers to planted identical prompts matched the first answer to each, across {} replicas and {} phases",
+        c.compared,
+        c.replicas.len(),
+        c.phases.len()
     )
 }
 
@@ -326,6 +363,12 @@ fn verdict_evidence(acc: &FateAcc, sources: &[SourceReport]) -> Vec<String> {
             )
         })
         .collect();
+    evidence.extend(
+        acc.fates
+            .iter()
+            .filter_map(|f| Some(migrate::describe(&f.request, f.migration.as_ref()?)))
+            .take(20),
+    );
     evidence.extend(
         sources
             .iter()

@@ -282,6 +282,7 @@ impl Folder {
             Event::Target { marker, .. } => self.proxy.marker = marker,
             Event::Heal { .. }
             | Event::Observation { .. }
+            | Event::EngineMetrics { .. }
             | Event::Replacement { .. }
             | Event::Exited { .. }
             | Event::ProxyEnd { .. }

@@ -21,7 +21,23 @@ pub(super) fn action(field: &str, f: &Fault) -> Result<FaultAction, Issue> {
                 "is required with the proxy backend (reset, close, blackhole, delay or throttle)",
             ));
         }
+        (None, FaultBackend::Engine) => {
+            return Err(Issue::missing(
+                format!("{field}.action"),
+                "is required with the engine backend (gpu_lost, gpu_hang or slow)",
+            ));
+        }
     };
+    if action.backend() == FaultBackend::Engine && f.backend != FaultBackend::Engine {
+        return Err(Issue::new(
+            format!("{field}.backend"),
+            f.backend.as_str(),
+            format!(
+                "`{}` acts on the sim worker's engine: declare `backend: engine`",
+                action.as_str()
+            ),
+        ));
+    }
     if !allowed(f.backend).contains(&action) {
         return Err(Issue::new(
             format!("{field}.action"),
@@ -52,6 +68,7 @@ fn allowed(backend: FaultBackend) -> &'static [FaultAction] {
         FaultBackend::Proxy => &[Reset, Close, Blackhole, Delay, Throttle],
         FaultBackend::Command => &[Command],
         FaultBackend::Kubernetes => &[Kill, Drain, Blackhole],
+        FaultBackend::Engine => &[GpuLost, GpuHang, Slow],
     }
 }
 
@@ -77,6 +94,9 @@ fn domain_fits(
         ),
         (_, FaultBackend::Proxy, _) => Some(
             "a proxy fault cuts the network path and leaves the process alive: declare `domain: network`",
+        ),
+        (D::Node, FaultBackend::Engine, _) => Some(
+            "an engine fault hits one replica's engine: declare `domain: gpu`, `process` or `worker`",
         ),
         _ => None,
     };

@@ -31,6 +31,7 @@ pub(super) fn params(field: &str, f: &Fault, action: FaultAction) -> Result<(), 
     }
     proxy_params(field, f, action)?;
     exec_param(field, f)?;
+    engine_params(field, f, action)?;
     match (f.backend, &f.command) {
         (FaultBackend::Command, None) => Err(Issue::missing(
             format!("{field}.command"),
@@ -96,6 +97,40 @@ fn proxy_params(field: &str, f: &Fault, action: FaultAction) -> Result<(), Issue
             ));
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// `factor` with `action: slow` only (above 1, at most 10000), `health` with
+/// `action: gpu_hang` only.
+fn engine_params(field: &str, f: &Fault, action: FaultAction) -> Result<(), Issue> {
+    match (action, f.factor) {
+        (FaultAction::Slow, None) => {
+            return Err(Issue::missing(
+                format!("{field}.factor"),
+                "is required for `action: slow` (every engine step takes `factor` times as long)",
+            ));
+        }
+        (FaultAction::Slow, Some(k)) if !(k.is_finite() && k > 1.0 && k <= 10_000.0) => {
+            return Err(Issue::new(
+                format!("{field}.factor"),
+                k,
+                "must be above 1 and at most 10000 (a slower step, not a faster one)",
+            ));
+        }
+        (a, Some(_)) if a != FaultAction::Slow => {
+            return Err(Issue::missing(
+                format!("{field}.factor"),
+                "is only for `action: slow`",
+            ));
+        }
+        _ => {}
+    }
+    if f.health.is_some() && action != FaultAction::GpuHang {
+        return Err(Issue::missing(
+            format!("{field}.health"),
+            "is only for `action: gpu_hang`",
+        ));
     }
     Ok(())
 }

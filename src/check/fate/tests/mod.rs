@@ -2,6 +2,7 @@
 //! the check tests' one builder (`crate::check::testkit::Tb`, from
 //! `Tb::history()` or `Tb::journaled()`) and judged against the quickstart.
 
+mod cache;
 mod compose;
 mod ending;
 mod output;
