@@ -434,6 +434,13 @@ impl EvidenceAcc {
                 what: what.clone(),
                 detail: detail.clone(),
             }),
+            Event::EngineMetrics { t, replica, m, .. } => {
+                self.ev.engine_metrics.push(EngineSample {
+                    t: *t,
+                    replica: replica.clone(),
+                    v: ENGINE_METRICS.map(|k| m.get(k).copied().unwrap_or(f64::NAN)),
+                })
+            }
             _ => {}
         }
     }
@@ -504,13 +511,6 @@ impl EvidenceAcc {
                     p.status = *status;
                     p.end = Some((*t, *end));
                 }
-            }
-            Event::EngineMetrics { t, replica, m, .. } => {
-                self.ev.engine_metrics.push(EngineSample {
-                    t: *t,
-                    replica: replica.clone(),
-                    v: ENGINE_METRICS.map(|k| m.get(k).copied().unwrap_or(f64::NAN)),
-                })
             }
             _ => {}
         }
