@@ -104,15 +104,8 @@ impl Req {
     /// Failed (not completed, not rejected, not stopped by haq, not left by the client
     /// on purpose, not failed by haq's own host: `local` makes the run INVALID instead).
     pub fn failed(&self) -> bool {
-        !matches!(
-            self.outcome,
-            Outcome::Completed
-                | Outcome::Rejected
-                | Outcome::Cancelled
-                | Outcome::Abandoned
-                | Outcome::Interrupted
-                | Outcome::Local
-        )
+        !matches!(self.outcome, Outcome::Completed | Outcome::Rejected)
+            && !self.outcome.is_not_the_targets()
     }
 }
 

@@ -1,7 +1,8 @@
 //! `client.marker: auto`: where in a request body this gateway lets haq's marker
 //! through, learned before the load (issue 21 item 1).
 //!
-//! Gateways differ in what they forward (measured, docs/compatibility.md): the OpenAI
+//! Gateways differ in what they forward (measured with an echoing upstream, 2026-12-01;
+//! tests/it/routers.rs checks the first two against the real routers): the OpenAI
 //! `user` field passes vllm-router and nginx but not sglang-router or LiteLLM;
 //! `metadata` passes vllm-router, sglang-router and nginx but LiteLLM consumes it; an
 //! unknown top-level field passes vllm-router, LiteLLM and nginx, not sglang-router;

@@ -53,11 +53,7 @@ impl Measured {
             ok,
             // haq's own host failing a request (`local`) and haq's interrupt stopping it
             // are not the target's failure.
-            failed: !ok
-                && !matches!(
-                    end.outcome,
-                    Outcome::Cancelled | Outcome::Abandoned | Outcome::Interrupted | Outcome::Local
-                ),
+            failed: !ok && !end.outcome.is_not_the_targets(),
             ttfb: r.response_t.map(|t| t.saturating_sub(r.dispatch)),
             queue: r.queue_us,
             slip,

@@ -115,6 +115,17 @@ impl Outcome {
         }
     }
 
+    /// Ended by the client's or haq's own doing, neither a success nor a failure of
+    /// the target: stopped at the drain timeout (`cancelled`: not served, counted so
+    /// by Capacity and Overload apart), left on purpose, stopped by an interrupt, or
+    /// failed by haq's own host (`local`: the run is INVALID instead).
+    pub fn is_not_the_targets(self) -> bool {
+        matches!(
+            self,
+            Outcome::Cancelled | Outcome::Abandoned | Outcome::Interrupted | Outcome::Local
+        )
+    }
+
     /// A response that broke the wire protocol (haq ended or refused it): the target's
     /// failure, and a Request-Fate finding.
     pub fn is_protocol_violation(self) -> bool {

@@ -231,6 +231,18 @@ async fn kill_midstream(kind: Kind) {
             _ => None,
         })
         .expect("run_start");
+    // client.marker: auto learned what the router forwards (measured by the
+    // forwarding captures: vllm-router passes `user`, sglang-router drops it and
+    // passes `metadata`).
+    let learned = evs.iter().find_map(|e| match e {
+        Event::Target { marker, .. } => marker.as_ref().map(|m| m.field.clone()),
+        _ => None,
+    });
+    let want = match kind {
+        Kind::Vllm => "user",
+        Kind::Sglang => "metadata",
+    };
+    assert_eq!(learned.as_deref(), Some(want), "{}", kind.name());
     let fault = r
         .judgement
         .timeline

@@ -61,9 +61,7 @@ fn in_flight(ev: &Evidence, idx: usize) -> InFlight {
         in_flight.caught += 1;
         match r.outcome {
             Outcome::Completed => in_flight.recovered += 1,
-            Outcome::Abandoned | Outcome::Cancelled | Outcome::Interrupted | Outcome::Local => {
-                in_flight.left += 1;
-            }
+            o if o.is_not_the_targets() => in_flight.left += 1,
             _ => in_flight.terminated += 1,
         }
         in_flight.settled = in_flight.settled.max(Some(r.end));
