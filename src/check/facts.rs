@@ -14,7 +14,7 @@ use super::fate::{self, Stage};
 use super::history::{FaultRec, RequestRecord};
 use crate::plan::Plan;
 use crate::scenario::{FailureDomain, FaultAction, PhaseKind};
-use crate::trace::{Edge, Event, Outcome, ProxyEndKind, ReplacementStage, ReplicaInfo};
+use crate::trace::{Edge, Event, Outcome, ProxyEndKind, RefusedHow, ReplacementStage, ReplicaInfo};
 use crate::wire::journal::GatewayEntry;
 
 /// What the run kept of one finished request.
@@ -28,6 +28,8 @@ pub struct Req {
     pub intended: u64,
     pub dispatch: u64,
     pub status: Option<u16>,
+    /// When the response head arrived.
+    pub head: Option<u64>,
     /// Replica named by the attribution header (`x-haq-worker`).
     pub worker: Option<String>,
     /// The replica haq's proxy saw serve it: its last upstream request that completed,
@@ -65,6 +67,7 @@ impl Req {
             intended: r.intended,
             dispatch: r.dispatch,
             status: r.status,
+            head: r.response_t,
             worker: r.worker.clone(),
             proxy_worker: served_by(r),
             attempt: r.attempt_number(),
@@ -99,12 +102,10 @@ impl Req {
     }
 
     /// Failed (not completed, not rejected, not stopped by haq, not left by the client
-    /// on purpose).
+    /// on purpose, not failed by haq's own host: `local` makes the run INVALID instead).
     pub fn failed(&self) -> bool {
-        !matches!(
-            self.outcome,
-            Outcome::Completed | Outcome::Rejected | Outcome::Cancelled | Outcome::Abandoned
-        )
+        !matches!(self.outcome, Outcome::Completed | Outcome::Rejected)
+            && !self.outcome.is_not_the_targets()
     }
 }
 
@@ -188,6 +189,46 @@ impl Proxied {
     }
 }
 
+/// A connect attempt to a dead replica's path that haq's proxy saw (`proxy_refused`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Refused {
+    pub t: u64,
+    pub replica: String,
+    pub peer: String,
+    pub how: RefusedHow,
+}
+
+/// A change of what haq's proxy could see: its watch of refused connects (`replica`
+/// `None`, `open` = watching) or a replica's listener closing / opening.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProxyState {
+    pub t: u64,
+    pub replica: Option<String>,
+    pub open: bool,
+    pub detail: String,
+}
+
+/// One reading of a replica engine's metrics (`engine_metrics` lines: Q12 step 14), in
+/// the order of [`ENGINE_METRICS`]; NaN where the engine has no such metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSample {
+    pub t: u64,
+    pub replica: String,
+    pub v: [f64; 8],
+}
+
+/// The engine metrics a sample holds, by haq's names.
+pub const ENGINE_METRICS: [&str; 8] = [
+    "prefix_hits",
+    "prefix_queries",
+    "prefix_hit_rate",
+    "kv_usage",
+    "running",
+    "waiting",
+    "prompt_tokens",
+    "generation_tokens",
+];
+
 /// A gateway journal entry on the trace clock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GwEntry {
@@ -203,12 +244,23 @@ pub struct Evidence {
     /// Last trace time seen.
     pub last_t: u64,
     pub phases: Vec<PhaseWindow>,
+    /// The phases as planned, placed from `load_start` (an interrupted run's last
+    /// phases are cut short or missing from `phases`).
+    pub planned: Vec<PhaseWindow>,
     pub faults: Vec<FaultRec>,
     pub heals: Vec<Healed>,
     pub observations: Vec<Observed>,
     pub replacements: Vec<Replaced>,
     pub proxied: Vec<Proxied>,
-    /// haq's proxy was in the request path (it recorded a request).
+    /// Connect attempts to a dead replica's path, refused at haq's proxy.
+    pub refused: Vec<Refused>,
+    /// haq's proxy watch of refused connects (`replica: None`) and its listeners
+    /// closing and opening, in time order. No watch line: a trace from before the
+    /// watch, which cannot tell what a closed listener refused.
+    pub proxy_states: Vec<ProxyState>,
+    /// The replica engines' own metrics, as read while faults ran.
+    pub engine_metrics: Vec<EngineSample>,
+    /// haq's proxy was in the request path (it recorded a request or a refusal).
     pub has_proxy: bool,
     pub replicas: Vec<ReplicaInfo>,
     /// `None` when the run has no gateway journal (a `url` target).
@@ -282,6 +334,8 @@ pub struct EvidenceAcc {
     /// How the history checker places a request at a fault (shared with Request-Fate).
     ctx: fate::Ctx,
     plan_phases: Vec<(String, PhaseKind, f64)>,
+    /// Each planned phase's (start, end) offset from the start of load, µs.
+    plan_offsets: Vec<(u64, u64)>,
 }
 
 impl EvidenceAcc {
@@ -302,6 +356,11 @@ impl EvidenceAcc {
                 .phases
                 .iter()
                 .map(|p| (p.name.clone(), p.kind, p.rate))
+                .collect(),
+            plan_offsets: plan
+                .phases
+                .iter()
+                .map(|p| (p.start.as_micros() as u64, p.end().as_micros() as u64))
                 .collect(),
         }
     }
@@ -350,6 +409,39 @@ impl EvidenceAcc {
                 pid: *pid,
                 detail: detail.clone(),
             }),
+            Event::ProxyRequest { .. }
+            | Event::ProxyEnd { .. }
+            | Event::ProxyRefused { .. }
+            | Event::ProxyWatch { .. }
+            | Event::ProxyListener { .. } => self.see_proxy(e),
+            Event::Observation {
+                t,
+                source,
+                replica,
+                what,
+                detail,
+            } => self.ev.observations.push(Observed {
+                t: *t,
+                source: source.clone(),
+                replica: replica.clone(),
+                what: what.clone(),
+                detail: detail.clone(),
+            }),
+            Event::EngineMetrics { t, replica, m, .. } => {
+                self.ev.engine_metrics.push(EngineSample {
+                    t: *t,
+                    replica: replica.clone(),
+                    v: ENGINE_METRICS.map(|k| m.get(k).copied().unwrap_or(f64::NAN)),
+                })
+            }
+            _ => {}
+        }
+    }
+
+    /// What haq's proxy wrote: its legs, the connects it saw refused, and what it
+    /// could see (its watch, each listener).
+    fn see_proxy(&mut self, e: &Event) {
+        match e {
             Event::ProxyRequest {
                 t,
                 replica,
@@ -369,6 +461,36 @@ impl EvidenceAcc {
                     end: None,
                 });
             }
+            Event::ProxyRefused {
+                t,
+                replica,
+                peer,
+                how,
+            } => {
+                self.ev.has_proxy = true;
+                self.ev.refused.push(Refused {
+                    t: *t,
+                    replica: replica.clone(),
+                    peer: peer.clone(),
+                    how: *how,
+                });
+            }
+            Event::ProxyWatch {
+                t,
+                watching,
+                detail,
+            } => self.ev.proxy_states.push(ProxyState {
+                t: *t,
+                replica: None,
+                open: *watching,
+                detail: detail.clone(),
+            }),
+            Event::ProxyListener { t, replica, open } => self.ev.proxy_states.push(ProxyState {
+                t: *t,
+                replica: Some(replica.clone()),
+                open: *open,
+                detail: String::new(),
+            }),
             Event::ProxyEnd {
                 t,
                 replica,
@@ -383,19 +505,6 @@ impl EvidenceAcc {
                     p.end = Some((*t, *end));
                 }
             }
-            Event::Observation {
-                t,
-                source,
-                replica,
-                what,
-                detail,
-            } => self.ev.observations.push(Observed {
-                t: *t,
-                source: source.clone(),
-                replica: replica.clone(),
-                what: what.clone(),
-                detail: detail.clone(),
-            }),
             _ => {}
         }
     }
@@ -447,10 +556,25 @@ impl EvidenceAcc {
         }
         self.ev.phases.sort_by_key(|p| p.start);
         self.ev.load_start = self.ev.phases.first().map(|p| p.start).unwrap_or(0);
+        let at = self.ev.load_start;
+        self.ev.planned = self
+            .plan_phases
+            .iter()
+            .zip(&self.plan_offsets)
+            .map(|((name, kind, rate), (s, e))| PhaseWindow {
+                name: name.clone(),
+                kind: *kind,
+                start: at + s,
+                end: at + e,
+                rate: *rate,
+            })
+            .collect();
         self.ev.faults = faults.to_vec();
         self.ev.observations.sort_by_key(|o| o.t);
         self.ev.replacements.sort_by_key(|r| r.t);
         self.ev.proxied.sort_by_key(|p| p.t);
+        self.ev.refused.sort_by_key(|r| r.t);
+        self.ev.proxy_states.sort_by_key(|p| p.t);
         self.ev.heals.sort_by_key(|h| h.t);
         if self.journal {
             self.gateway.sort_by_key(|g| g.t);
@@ -460,9 +584,13 @@ impl EvidenceAcc {
     }
 }
 
-/// Faults that take an endpoint out of service (all but the ones that only slow it).
+/// Faults that take an endpoint out of service (all but the ones that only slow it:
+/// slow is not dead, M4).
 pub fn removes_endpoint(f: &FaultRec) -> bool {
-    !matches!(f.action, FaultAction::Delay | FaultAction::Throttle)
+    !matches!(
+        f.action,
+        FaultAction::Delay | FaultAction::Throttle | FaultAction::Slow
+    )
 }
 
 /// A planned drain (Q7), as opposed to an abrupt failure.
@@ -491,3 +619,39 @@ pub fn says_unusable(what: &str) -> bool {
 pub fn says_routed(what: &str) -> bool {
     matches!(what, "routed" | "request" | "attempt" | "connection")
 }
+
+/// A gateway's error answer that says it could not reach an upstream (the vocabulary
+/// of docs/evidence.md, matched in the body's start or the in-band error's message,
+/// any case): 500, 502 or 503, or an in-band error, before any output.
+pub fn says_unreachable(r: &Req) -> bool {
+    let error = r.status.is_some_and(|s| matches!(s, 500 | 502 | 503))
+        || r.outcome == Outcome::ExplicitError;
+    if !error || r.deltas > 0 || matches!(r.outcome, Outcome::Completed | Outcome::Cancelled) {
+        return false;
+    }
+    let d = r.detail.as_deref().unwrap_or_default().to_lowercase();
+    UNREACHABLE.iter().any(|w| d.contains(w))
+}
+
+/// Words of an answer that says an upstream could not be reached.
+pub const UNREACHABLE: &[&str] = &[
+    "connection refused",
+    "connection error",
+    "connect error",
+    "connect failed",
+    "connect() failed",
+    "failed to connect",
+    "cannot connect",
+    "could not connect",
+    "unable to connect",
+    "error trying to connect",
+    "all connection attempts failed",
+    "error sending request",
+    "connection reset",
+    "upstream unavailable",
+    "upstream connect error",
+    "no healthy upstream",
+    "bad gateway",
+    "econnrefused",
+    "unreachable",
+];

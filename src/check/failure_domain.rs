@@ -17,7 +17,8 @@ pub const NAME: VerdictName = VerdictName::FailureDomain;
 /// Requests served elsewhere after the fault before a silent replica counts as lost.
 const COLLATERAL_MIN_ELSEWHERE: usize = 10;
 
-pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
+/// `interrupted`: a fault the interrupt came before was not applied, not failed.
+pub fn verdict(plan: &Plan, ev: &Evidence, interrupted: bool) -> Verdict {
     if plan.faults.is_empty() && ev.faults.is_empty() {
         return Verdict::new(
             NAME,
@@ -29,7 +30,7 @@ pub fn verdict(plan: &Plan, ev: &Evidence) -> Verdict {
     let mut parts: Vec<(Status, String)> = Vec::new();
     let mut evidence = Vec::new();
     for d in &plan.faults {
-        judge_declared(plan, ev, d, &mut parts, &mut evidence);
+        judge_declared(plan, ev, d, interrupted, &mut parts, &mut evidence);
     }
     parts.extend(undeclared(plan, ev));
     for c in collateral(plan, ev) {
@@ -56,6 +57,7 @@ fn judge_declared(
     plan: &Plan,
     ev: &Evidence,
     d: &FaultPlan,
+    interrupted: bool,
     parts: &mut Vec<(Status, String)>,
     evidence: &mut Vec<String>,
 ) {
@@ -92,6 +94,15 @@ fn judge_declared(
             ));
         }
     }
+    // A node fault that names a replica (kubernetes) hits every replica of its node.
+    let nodes: Vec<&str> = if d.domain == crate::scenario::FailureDomain::Node && d.node.is_none() {
+        recs.iter()
+            .filter(|r| d.replicas.contains(&r.replica))
+            .filter_map(|r| r.node.as_deref())
+            .collect()
+    } else {
+        Vec::new()
+    };
     for rec in recs {
         evidence.push(format!(
             "{declared}; recorded {} {} at +{:.3}s, pid {}, verified {}: {}",
@@ -102,7 +113,22 @@ fn judge_declared(
             rec.verified,
             rec.detail
         ));
-        parts.push(judge_record(plan, ev, d, &target, rec));
+        if interrupted
+            && !rec.verified
+            && rec.pid.is_none()
+            && rec.detail.starts_with("not applied")
+        {
+            parts.push((
+                Status::Unknown,
+                format!(
+                    "{}: not applied before the run was interrupted ({})",
+                    d.name, rec.detail
+                ),
+            ));
+            continue;
+        }
+        let on_node = rec.node.as_deref().is_some_and(|n| nodes.contains(&n));
+        parts.push(judge_record(plan, ev, d, &target, rec, on_node));
     }
 }
 
@@ -124,14 +150,16 @@ fn unrecorded(ev: &Evidence, d: &FaultPlan) -> String {
     }
 }
 
-/// One record of a declared fault: verified, on a declared replica, in the declared
-/// domain, on the replica's pid — the first rule broken FAILs it.
+/// One record of a declared fault: verified, on a declared replica (or, `on_node`,
+/// on the node of one), in the declared domain, on the replica's pid — the first rule
+/// broken FAILs it.
 fn judge_record(
     plan: &Plan,
     ev: &Evidence,
     d: &FaultPlan,
     target: &str,
     rec: &FaultRec,
+    on_node: bool,
 ) -> (Status, String) {
     let want_domain = d.domain;
     if !rec.verified {
@@ -140,6 +168,7 @@ fn judge_record(
             format!("{}: verification failed: {}", d.name, rec.detail),
         )
     } else if !(d.replicas.contains(&rec.replica)
+        || on_node && plan.replicas.contains(&rec.replica)
         || d.replicas.is_empty() && plan.replicas.contains(&rec.replica))
     {
         (
@@ -310,6 +339,48 @@ mod tests {
         tb.inject("kill-w2", "w3", us(13.0), true);
         let v = pick(&tb.judge(&p), NAME);
         assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.summary
+                .contains("removed w3, but the scenario declares w2"),
+            "{}",
+            v.summary
+        );
+    }
+
+    /// A kubernetes node fault names a replica; every replica recorded on that
+    /// replica's node is inside the declared domain, one on another node is not.
+    #[test]
+    fn a_node_fault_naming_a_replica_covers_the_replicas_of_its_node() {
+        let yaml = crate::plan::kubernetes::tests::kube_scenario();
+        let p = plan_from(&yaml, &["faults[0].domain=node", "faults[0].name=node-w2"]);
+        let line = |replica: &str, node: &str| FaultLine {
+            t: us(6.0),
+            name: "node-w2".into(),
+            domain: crate::scenario::FailureDomain::Node,
+            action: crate::scenario::FaultAction::Kill,
+            replica: replica.into(),
+            pid: None,
+            verified: true,
+            detail: "deleted".into(),
+            backend: Some(crate::scenario::FaultBackend::Kubernetes),
+            node: Some(node.into()),
+            trigger: Some("time".into()),
+            triggered: Some(us(6.0)),
+            probe: None,
+        };
+        let judge = |lines: &[(&str, &str)]| {
+            let mut tb = Tb::new();
+            tb.phases(&p);
+            for (r, n) in lines {
+                tb.fault_as(line(r, n));
+            }
+            tb.run_end(us(12.0));
+            pick(&tb.judge(&p), NAME)
+        };
+        let v = judge(&[("w2", "node-a"), ("w1", "node-a")]);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        let v = judge(&[("w2", "node-a"), ("w3", "node-b")]);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(
             v.summary
                 .contains("removed w3, but the scenario declares w2"),

@@ -22,6 +22,7 @@ struct Acc {
     slo: crate::scenario::Slo,
     series: crate::metrics::SeriesAcc,
     slip: crate::metrics::SlipAcc,
+    local: super::validity::LocalAcc,
 }
 
 impl RequestSink for Acc {
@@ -36,6 +37,7 @@ impl RequestSink for Acc {
             self.series.add(r, &m);
             self.slip.add(r, &m);
         }
+        self.local.add(r);
         self.fate.add(r, faults);
         self.run.request(r, &m, faults);
     }
@@ -199,6 +201,7 @@ impl Acc {
             slo: plan.scenario.slo.clone(),
             series: crate::metrics::SeriesAcc::default(),
             slip: crate::metrics::SlipAcc::new(plan),
+            local: Default::default(),
         }
     }
 }
@@ -286,10 +289,11 @@ fn judgement(
         sources: &src.reports,
         complete: folder.info.complete,
         load: &protected_load,
+        interrupted: folder.info.interrupted,
     });
     let gates = super::gates::judge(plan, &verdicts);
     let unfinished = folder.unfinished();
-    let client = super::validity::judge(plan, &acc.slip.finish(), &phases);
+    let client = super::validity::judge(plan, &acc.slip.finish(), &phases, &acc.local);
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     Judgement {
@@ -305,6 +309,7 @@ fn judgement(
         checker_crashes: fate.crashes,
         unfinished,
         degraded: level.degraded(),
+        cache_effects: super::cache_effects::table(&level.evidence, &level.timeline),
         timeline: level.timeline,
         capacity: level.capacity,
         facts: level.evidence,

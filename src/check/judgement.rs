@@ -35,6 +35,9 @@ pub struct Judgement {
     pub degraded: Option<capacity::Window>,
     /// The capacity search (Q4), when the scenario has one.
     pub capacity: Option<crate::check::capacity::search::Search>,
+    /// Per fault: the engines' KV and cache metrics before it and after its reroute,
+    /// with the TTFT next to them (Q12 step 14); empty when none were read.
+    pub cache_effects: Vec<super::cache_effects::CacheEffects>,
     /// What the run-level verdicts read (per-request summaries for the CSV).
     #[serde(skip)]
     pub facts: facts::Evidence,

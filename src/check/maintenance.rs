@@ -113,9 +113,12 @@ fn in_flight_rule(
     let lost: Vec<&&Req> = inflight
         .iter()
         .filter(|r| {
-            // A client that left on purpose lost nothing to the drain.
-            (r.outcome != Outcome::Completed && r.outcome != Outcome::Abandoned)
-                || r.truncated()
+            // A client that left on purpose lost nothing to the drain, nor one haq's own
+            // host failed (`local`: the run is INVALID for it).
+            !matches!(
+                r.outcome,
+                Outcome::Completed | Outcome::Abandoned | Outcome::Local
+            ) || r.truncated()
                 || flagged.contains(r.id.as_str())
         })
         .collect();
@@ -263,7 +266,7 @@ fn bound_ms(plan: &Plan, d: &FaultTimeline) -> (f64, String) {
             "criteria.maintenance.removal_max".into(),
         ),
         None => (
-            (ms(d.injected, d.degraded_until) / 2.0)
+            (ms(d.injected, d.planned_until.unwrap_or(d.degraded_until)) / 2.0)
                 .min(super::routing::DEFAULT_BOUND_MAX.as_secs_f64() * 1000.0),
             "default: half the degraded interval, at most 10 s".into(),
         ),

@@ -52,7 +52,12 @@ pub fn verdict(plan: &Plan, ev: &Evidence, phases: &[PhaseStats]) -> Verdict {
     let mut parts = Vec::new();
     let mut evidence = Vec::new();
     for w in over {
-        let reqs: Vec<&Req> = ev.requests.iter().filter(|r| r.phase == w.name).collect();
+        // Requests haq's interrupt stopped are neither served nor failed.
+        let reqs: Vec<&Req> = ev
+            .requests
+            .iter()
+            .filter(|r| r.phase == w.name && r.outcome != Outcome::Interrupted)
+            .collect();
         let stats = phases.iter().find(|p| p.name == w.name);
         let (s, line, ev_lines) = judge_phase(plan, &crit, ev, &w.name, w.rate, &reqs, stats);
         evidence.extend(ev_lines);

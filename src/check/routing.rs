@@ -1,9 +1,13 @@
 //! Routing (Q11, Q13): new traffic stops reaching the unusable endpoint. The traffic
 //! removal time is the last new request routed to the endpoint after the fault (from
-//! the gateway journal, proxy observations or attribution headers); it must be within
-//! `criteria.routing.traffic_removal_max` — or, when the scenario gives no bound,
-//! within half the degraded interval (at most [`DEFAULT_BOUND_MAX`]), so that traffic
-//! visibly stopped. Detection time is reported separately.
+//! the gateway journal, haq's proxy — its legs, and the connects its closed listener
+//! refused while a request looked for an upstream — observers, attribution headers,
+//! or the gateway's answers saying the upstream could not be reached: see
+//! timeline/dead.rs); it must be within `criteria.routing.traffic_removal_max` — or,
+//! when the scenario gives no bound, within half the degraded interval (at most
+//! [`DEFAULT_BOUND_MAX`]), so that traffic visibly stopped. Where no source would have
+//! seen later traffic (`Removal::unseen`) it is UNKNOWN unless what was seen already
+//! exceeds the bound. Detection time is reported separately.
 
 use std::time::Duration;
 
@@ -24,10 +28,16 @@ pub fn bound_ms(plan: &Plan, f: &FaultTimeline) -> (f64, String) {
             "criteria.routing.traffic_removal_max".into(),
         ),
         None => {
-            let half = ms(f.injected, f.degraded_until) / 2.0;
+            let until = f.planned_until.unwrap_or(f.degraded_until);
+            let half = ms(f.injected, until) / 2.0;
+            let what = if f.planned_until.is_some() {
+                "default: half the planned degraded interval (the run was cut short), at most 10 s"
+            } else {
+                "default: half the degraded interval, at most 10 s"
+            };
             (
                 half.min(DEFAULT_BOUND_MAX.as_secs_f64() * 1000.0),
-                "default: half the degraded interval, at most 10 s".into(),
+                what.into(),
             )
         }
     }
@@ -69,7 +79,7 @@ fn judge_fault(plan: &Plan, f: &FaultTimeline, evidence: &mut Vec<String>) -> (S
         return (
             Status::Unknown,
             format!(
-                "{}: no routing evidence (no gateway journal, proxy attribution or x-haq-worker header)",
+                "{}: no routing evidence (no gateway journal, haq proxy, x-haq-worker header or error answer naming an unreachable upstream)",
                 f.fault
             ),
         );
@@ -89,6 +99,14 @@ fn judge_fault(plan: &Plan, f: &FaultTimeline, evidence: &mut Vec<String>) -> (S
     };
     if removal > bound {
         (Status::Fail, line)
+    } else if let Some(why) = &r.unseen {
+        (
+            Status::Unknown,
+            format!(
+                "{}: {why}: the run cannot tell that traffic to {} stopped ({} reached it after the fault, the last {:.0} ms after it)",
+                f.fault, f.replica, r.routed_after_fault, removal
+            ),
+        )
     } else if r.confirmed.is_none() {
         (
             Status::Unknown,
@@ -119,8 +137,16 @@ fn detection_line(f: &FaultTimeline) -> String {
 
 /// The requests routed to the endpoint after the fault, and the first routed elsewhere.
 fn removal_evidence(f: &FaultTimeline, r: &Removal, evidence: &mut Vec<String>) {
+    let refused = if r.refused_connects > 0 {
+        format!(
+            " ({} of them connect attempts refused at its proxy)",
+            r.refused_connects
+        )
+    } else {
+        String::new()
+    };
     evidence.push(format!(
-        "{}: {} requests routed to {} after the fault{}; sources: {}",
+        "{}: {} requests routed to {} after the fault{refused}{}; sources: {}",
         f.fault,
         r.routed_after_fault,
         f.replica,
@@ -135,6 +161,18 @@ fn removal_evidence(f: &FaultTimeline, r: &Removal, evidence: &mut Vec<String>) 
             .unwrap_or_default(),
         r.sources.join(", ")
     ));
+    if r.probe_connects > 0 {
+        evidence.push(format!(
+            "{}: {} connects to {} refused at its proxy while no client request was looking for an upstream (health checks): not counted",
+            f.fault, r.probe_connects, f.replica
+        ));
+    }
+    if r.unattributed > 0 {
+        evidence.push(format!(
+            "{}: {} error answers saying an upstream could not be reached came while another endpoint was down too: not counted for {}",
+            f.fault, r.unattributed, f.replica
+        ));
+    }
     if let Some(c) = &r.confirmed {
         evidence.push(format!(
             "{}: traffic went on elsewhere: +{:.0} ms {} ({})",
@@ -150,6 +188,7 @@ fn removal_evidence(f: &FaultTimeline, r: &Removal, evidence: &mut Vec<String>) 
 mod tests {
     use super::*;
     use crate::check::testkit::*;
+    use crate::check::timeline::CLIENT;
     use crate::wire::journal::GatewayEntry;
 
     fn attempt(tb: &mut Tb, t: f64, id: &str, w: &str) {
@@ -339,6 +378,243 @@ mod tests {
             v.summary.contains("until the fault was healed") && v.summary.contains("bound 1000 ms"),
             "{}",
             v.summary
+        );
+    }
+
+    /// The standard kill behind haq's proxies, no journal, no headers (a `url` target):
+    /// a degraded phase of 20 s; requests to w1/w3 throughout; w2's proxy listener
+    /// closed at the kill. `refusals` are the connects to w2 refused after it.
+    fn behind_proxies(watching: bool, refusals: &[f64]) -> (Tb, Vec<&'static str>) {
+        let sets = vec!["phases[2].duration=20s"];
+        let p = plan(&sets);
+        let mut tb = Tb::new().behind_proxies(watching);
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.listener(13.0005, "w2", false);
+        for &t in refusals {
+            tb.refused(t, "w2");
+        }
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.steady("degraded", 21.0, 41.0, 10.0, rr(&["w1", "w3"]));
+        tb.run_end(us(42.0));
+        (tb, sets)
+    }
+
+    #[test]
+    fn a_router_that_sends_to_the_dead_replica_for_18_s_fails_a_10_s_bound_and_passes_30_s() {
+        // vllm-router against a SIGKILLed server: ten failed sends over ~18 s before
+        // its circuit breaker opens, each a connect refused at haq's closed listener.
+        // Each as a request arrives (the router picks w2 for it); the router's health
+        // checks of w2 meanwhile, once a second, come with no request: not counted.
+        let mut sends: Vec<f64> = (0..10).map(|k| 13.1 + k as f64 * 2.0 + 5e-5).collect();
+        sends.extend((0..28).map(|k| 13.55 + k as f64));
+        let (tb, sets) = behind_proxies(true, &sends);
+        let mut strict = sets.clone();
+        strict.push("criteria.routing.traffic_removal_max=10s");
+        let p = plan(&strict);
+        let j = tb.judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(
+            v.summary.contains("removed from w2 18100 ms after")
+                && v.summary.contains("bound 10000 ms"),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.evidence.iter().any(|e| e.contains("10 requests routed to w2 after the fault (10 of them connect attempts refused at its proxy)")),
+            "{:?}",
+            v.evidence
+        );
+        let r = j
+            .timeline
+            .fault("kill-w2")
+            .and_then(|f| f.removal.clone())
+            .expect("removal");
+        assert_eq!(
+            (r.refused_connects, r.unseen.as_deref()),
+            (10, None),
+            "{r:?}"
+        );
+        let mut loose = sets.clone();
+        loose.push("criteria.routing.traffic_removal_max=30s");
+        let v = pick(&tb.judge(&plan(&loose)), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+    }
+
+    #[test]
+    fn a_gateway_that_never_removes_the_dead_upstream_fails() {
+        // Round robin onto the dead w2 to the end of load: a third of the connects.
+        let sends: Vec<f64> = (0..93).map(|k| 13.3 + k as f64 * 0.3 + 5e-5).collect();
+        let (tb, sets) = behind_proxies(true, &sends);
+        let v = pick(&tb.judge(&plan(&sets)), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("default"), "{}", v.summary);
+    }
+
+    #[test]
+    fn a_proxy_that_cannot_see_refused_connects_proves_nothing_by_its_silence() {
+        // No CAP_NET_RAW: the listener closed at the kill and nothing more was seen.
+        let (tb, sets) = behind_proxies(false, &[]);
+        let j = tb.judge(&plan(&sets));
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.summary.contains("could not be seen") && v.summary.contains("CAP_NET_RAW"),
+            "{}",
+            v.summary
+        );
+        // The same run with the watch on, refusing nothing after the kill: PASS.
+        let (tb, sets) = behind_proxies(true, &[]);
+        let v = pick(&tb.judge(&plan(&sets)), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        // A trace from before the watch (no proxy_watch line) cannot tell either.
+        let (mut tb, sets) = behind_proxies(true, &[]);
+        tb.events
+            .retain(|e| !matches!(e, crate::trace::Event::ProxyWatch { .. }));
+        let v = pick(&tb.judge(&plan(&sets)), NAME);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.summary.contains("before haq watched them"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn a_blind_proxy_still_fails_traffic_it_saw_past_the_bound() {
+        // Blind to refusals, but a connection accepted 12 s after the kill (the
+        // listener reopened and closed again) is traffic to the dead endpoint.
+        let (mut tb, mut sets) = behind_proxies(false, &[]);
+        tb.listener(24.0, "w2", true);
+        tb.ev(crate::trace::Event::ProxyRefused {
+            t: us(25.0),
+            replica: "w2".into(),
+            peer: "127.0.0.1:40001".into(),
+            how: crate::trace::RefusedHow::Reset,
+        });
+        tb.listener(25.001, "w2", false);
+        sets.push("criteria.routing.traffic_removal_max=10s");
+        let v = pick(&tb.judge(&plan(&sets)), NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("12000 ms after"), "{}", v.summary);
+    }
+
+    /// No journal, no header, no proxy: only the client's answers.
+    fn bare(p: &Plan) -> Tb {
+        let mut tb = Tb::new().without_journal();
+        tb.headers = false;
+        tb.phases(p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb
+    }
+
+    #[test]
+    fn error_answers_naming_an_unreachable_upstream_are_traffic_to_the_dead_endpoint() {
+        let p = plan(&["criteria.routing.traffic_removal_max=5s"]);
+        let mut tb = bare(&p);
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        for k in 0..6 {
+            let t = 13.05 + k as f64 * 3.0;
+            tb.answered(
+                &format!("e{k}"),
+                "fault",
+                t,
+                502,
+                "<html><head><title>502 Bad Gateway</title></head>",
+            );
+        }
+        // A 503 that sheds load says nothing of an unreachable upstream: not counted.
+        tb.answered(
+            "shed",
+            "degraded",
+            28.0,
+            503,
+            r#"{"error": {"message": "overloaded, retry later"}}"#,
+        );
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w3"]));
+        tb.run_end(us(32.0));
+        let j = tb.judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("15050 ms after"), "{}", v.summary);
+        let r = j
+            .timeline
+            .fault("kill-w2")
+            .and_then(|f| f.removal.clone())
+            .expect("removal");
+        assert_eq!(r.routed_after_fault, 6);
+        assert_eq!(r.last.map(|m| m.source), Some(CLIENT.to_string()));
+        // Error answers only soon after the kill: they cannot show that traffic stopped.
+        let mut tb = bare(&p);
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.answered(
+            "e0",
+            "fault",
+            13.05,
+            500,
+            r#"{"error":{"message":"Connection error."}}"#,
+        );
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1", "w3"]));
+        tb.run_end(us(32.0));
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.summary.contains("no source sees every request"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn error_answers_are_not_pinned_on_one_of_two_dead_endpoints() {
+        let p = plan(&[
+            "faults=[{name: kill-w2, domain: worker, action: kill, target: {replica: w2}, at: {phase: fault, offset: 2s}}, {name: kill-w3, domain: worker, action: kill, target: {replica: w3}, at: {phase: fault, offset: 4s}}]",
+            "criteria.routing.traffic_removal_max=5s",
+        ]);
+        let mut tb = bare(&p);
+        tb.inject("kill-w2", "w2", us(13.0), true);
+        tb.inject("kill-w3", "w3", us(15.0), true);
+        tb.answered(
+            "only-w2-down",
+            "fault",
+            14.0,
+            502,
+            "upstream connect error: connection refused",
+        );
+        for k in 0..5 {
+            tb.answered(
+                &format!("both-{k}"),
+                "fault",
+                16.0 + k as f64 * 2.0,
+                502,
+                "connection refused",
+            );
+        }
+        tb.steady("fault", 13.1, 21.0, 10.0, rr(&["w1"]));
+        tb.run_end(us(32.0));
+        let j = tb.judge(&p);
+        let w2 = j
+            .timeline
+            .fault("kill-w2")
+            .and_then(|f| f.removal.clone())
+            .expect("removal");
+        assert_eq!((w2.routed_after_fault, w2.unattributed), (1, 5), "{w2:?}");
+        let w3 = j
+            .timeline
+            .fault("kill-w3")
+            .and_then(|f| f.removal.clone())
+            .expect("removal");
+        assert_eq!((w3.routed_after_fault, w3.unattributed), (0, 5), "{w3:?}");
+        let v = pick(&j, NAME);
+        assert!(
+            v.evidence
+                .iter()
+                .any(|e| e.contains("5 error answers") && e.contains("not counted for w2")),
+            "{:?}",
+            v.evidence
         );
     }
 }

@@ -15,12 +15,23 @@
 //! or when **trace_writer**: an emit waited for room in the trace writer's bounded
 //! buffer, stalling the client's reads. A single scheduler hiccup of tens of ms moves
 //! none of these.
+//!
+//! Or when **local**: a request failed on haq's own host — out of file descriptors,
+//! memory or socket buffers, or local ports (the `local` outcome, issue 15 item 1).
+//! Those requests say nothing about the target, and the load it was offered was not
+//! the plan's; the breach names the errno, how many requests, and the limit to raise.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::latency::{MIN_SAMPLES, PhaseStats};
 use crate::metrics::slip::{PhaseSends, Sends};
 use crate::plan::Plan;
+use crate::trace::record::RequestRecord;
+use crate::trace::{LocalDetail, Outcome};
+use crate::wire::fds::FdLimit;
+use crate::wire::io::LocalErrno;
 
 /// Which rule made the run INVALID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -30,6 +41,7 @@ pub enum Rule {
     P95Shift,
     Load,
     TraceWriter,
+    Local,
 }
 
 impl Rule {
@@ -39,7 +51,79 @@ impl Rule {
             Rule::P95Shift => "p95_shift",
             Rule::Load => "load",
             Rule::TraceWriter => "trace_writer",
+            Rule::Local => "local",
         }
+    }
+}
+
+/// The requests that ended `local`, by errno, with the open-file limit in force at
+/// the last of them (as its `detail` recorded it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalAcc {
+    by: BTreeMap<Option<LocalErrno>, (u64, Option<FdLimit>, String)>,
+}
+
+impl LocalAcc {
+    pub fn add(&mut self, r: &RequestRecord) {
+        let Some(end) = r.end.as_ref().filter(|e| e.outcome == Outcome::Local) else {
+            return;
+        };
+        let detail = end.detail.as_deref().unwrap_or_default();
+        let d = LocalDetail::parse(detail);
+        let e = self
+            .by
+            .entry(d.map(|d| d.errno))
+            .or_insert((0, None, r.id.clone()));
+        e.0 += 1;
+        if let Some(l) = d.and_then(|d| d.limit) {
+            e.1 = Some(l);
+        }
+    }
+
+    /// Requests in all.
+    pub fn count(&self) -> u64 {
+        self.by.values().map(|v| v.0).sum()
+    }
+
+    /// One breach per errno, naming the limit to raise.
+    fn breaches(&self) -> impl Iterator<Item = Breach> + '_ {
+        self.by.iter().map(|(errno, (n, limit, first))| {
+            let limit = |what: &str| match limit {
+                Some(l) => format!("{what} (now {})", l.soft),
+                None => what.to_string(),
+            };
+            let (ran_out, remedy) = match errno {
+                Some(LocalErrno::Emfile) => (
+                    "file descriptors (EMFILE)",
+                    limit("raise `ulimit -n`")
+                        + "; haq raises its soft limit to the hard limit, so raise the hard limit (`ulimit -Hn` as root, systemd LimitNOFILE=, docker --ulimit nofile=)",
+                ),
+                Some(LocalErrno::Enfile) => (
+                    "the system's open-file table (ENFILE)",
+                    "raise `fs.file-max` (sysctl) or run fewer processes on haq's host".into(),
+                ),
+                Some(LocalErrno::Enobufs) => (
+                    "socket buffer space (ENOBUFS)",
+                    "give haq's host more memory, or raise net.core.wmem_max / the socket buffer limits".into(),
+                ),
+                Some(LocalErrno::Enomem) => (
+                    "memory (ENOMEM)",
+                    "give haq's host more memory".into(),
+                ),
+                Some(LocalErrno::Eaddrnotavail) => (
+                    "local ports (EADDRNOTAVAIL)",
+                    "widen net.ipv4.ip_local_port_range, or let connections be reused (client.warm_connections, keep-alive at the target)".into(),
+                ),
+                None => ("a local resource", "see the requests' detail".into()),
+            };
+            Breach {
+                rule: Rule::Local,
+                phase: None,
+                message: format!(
+                    "haq ran out of {ran_out} on {n} request(s) (the first: {first}), failures of haq's host, not of the target: {remedy}"
+                ),
+            }
+        })
     }
 }
 
@@ -105,6 +189,8 @@ pub struct ClientHealth {
     /// longest wait (ms). Both zero in a valid run.
     pub trace_waits: u64,
     pub trace_wait_max_ms: f64,
+    /// Requests that failed on haq's own host (`local`): zero in a valid run.
+    pub local_failures: u64,
     /// False when haq's own lateness could have changed a verdict: the run is INVALID.
     pub valid: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -125,10 +211,11 @@ fn ms(us: u64) -> f64 {
     (us as f64).round() / 1000.0
 }
 
-/// Judges haq's sends against the scenario's `client` bounds.
-pub fn judge(plan: &Plan, s: &Sends, phases: &[PhaseStats]) -> ClientHealth {
+/// Judges haq's sends against the scenario's `client` bounds, and haq's own host by the
+/// requests it failed (`local`).
+pub fn judge(plan: &Plan, s: &Sends, phases: &[PhaseStats], local: &LocalAcc) -> ClientHealth {
     let c = &plan.scenario.client;
-    let mut breaches = Vec::new();
+    let mut breaches: Vec<Breach> = local.breaches().collect();
     let health: Vec<PhaseHealth> = s
         .phases
         .iter()
@@ -164,6 +251,7 @@ pub fn judge(plan: &Plan, s: &Sends, phases: &[PhaseStats]) -> ClientHealth {
         phases: health,
         trace_waits: s.trace_waits,
         trace_wait_max_ms: ms(s.trace_worst_us),
+        local_failures: local.count(),
         valid: breaches.is_empty(),
         breaches,
     }
@@ -418,5 +506,79 @@ mod tests {
         // Within the default 5%: valid.
         let j = sent(&["client.max_late=5s"], pushed);
         assert!(j.client.valid, "{:?}", j.client.breaches);
+    }
+
+    /// The fault phase's 100 requests at 10/s; the first 40 end `outcome` with
+    /// `detail` (no response).
+    fn failed_early(outcome: crate::trace::Outcome, detail: &str) -> Judgement {
+        let p = plan(&[]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        for (phase, from) in [("baseline", 1.0), ("fault", 11.0), ("degraded", 21.0)] {
+            for k in 0..100 {
+                let id = format!("{phase}-{k:03}");
+                let t = from + k as f64 * 0.1;
+                if phase != "fault" || k >= 40 {
+                    tb.request(R::ok(id, phase, t, ["w1", "w3"][k % 2]));
+                    continue;
+                }
+                let ask = Ask {
+                    phase: "fault",
+                    ..Ask::default()
+                };
+                tb.req_as(&id, us(t), ask)
+                    .end_saying(&id, us(t) + 300, outcome, detail);
+            }
+        }
+        tb.run_end(us(33.0));
+        tb.judge(&p)
+    }
+
+    #[test]
+    fn requests_failed_on_haqs_own_host_make_the_run_invalid_naming_the_limit() {
+        use crate::trace::{Outcome, local_detail};
+        use crate::wire::io::LocalErrno;
+        let limit = crate::wire::fds::FdLimit {
+            soft: 1024,
+            hard: 1024,
+        };
+        let d = local_detail(
+            LocalErrno::Emfile,
+            Some(limit),
+            "connect failed: Too many open files (os error 24)",
+        );
+        let j = failed_early(Outcome::Local, &d);
+        assert!(j.invalid());
+        assert_eq!(rules(&j), [(Rule::Local, None)], "{:?}", j.client);
+        let m = &j.client.breaches[0].message;
+        contains(
+            m,
+            "haq ran out of file descriptors (EMFILE) on 40 request(s) (the first: fault-000)",
+        );
+        contains(m, "raise `ulimit -n` (now 1024)");
+        assert_eq!(j.client.local_failures, 40);
+        // Not the target's failures: the phase counts none failed.
+        let fault = &j.phases[1];
+        assert_eq!(fault.failed, 0, "{fault:?}");
+        assert_eq!(fault.outcomes.get(&Outcome::Local), Some(&40));
+        // Out of ports: another errno, another remedy.
+        let d = local_detail(LocalErrno::Eaddrnotavail, Some(limit), "connect failed");
+        let j = failed_early(Outcome::Local, &d);
+        contains(
+            &j.client.breaches[0].message,
+            "haq ran out of local ports (EADDRNOTAVAIL) on 40 request(s)",
+        );
+        contains(&j.client.breaches[0].message, "ip_local_port_range");
+    }
+
+    #[test]
+    fn a_target_that_refuses_connections_fails_requests_without_making_the_run_invalid() {
+        let j = failed_early(
+            crate::trace::Outcome::Refused,
+            "connect failed: Connection refused (os error 111)",
+        );
+        assert!(j.client.valid, "{:?}", j.client.breaches);
+        assert_eq!(j.client.local_failures, 0);
+        assert_eq!(j.phases[1].failed, 40);
     }
 }

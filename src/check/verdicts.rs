@@ -23,6 +23,9 @@ pub struct Judged<'a> {
     pub complete: bool,
     /// Each phase's offered load against the protected load (Capacity).
     pub load: &'a capacity::ProtectedLoad,
+    /// The run was interrupted (SIGINT/SIGTERM): what the interrupt cut short is not
+    /// the target's doing.
+    pub interrupted: bool,
 }
 
 /// The eight verdicts, in report order. A trace with no end (the run was killed)
@@ -46,7 +49,7 @@ pub fn judge(j: &Judged) -> Vec<Verdict> {
 fn one(name: VerdictName, j: &Judged) -> Verdict {
     let (plan, ev, tl) = (j.plan, &j.level.evidence, &j.level.timeline);
     match name {
-        VerdictName::FailureDomain => failure_domain::verdict(plan, ev),
+        VerdictName::FailureDomain => failure_domain::verdict(plan, ev, j.interrupted),
         VerdictName::Routing => routing::verdict(plan, tl),
         VerdictName::RequestFate => {
             let sim = plan.scenario.target.kind == TargetKind::Sim;

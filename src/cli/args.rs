@@ -56,6 +56,11 @@ pub enum Command {
     Schema,
     /// Write a commented starter scenario.
     Init(InitArgs),
+    /// Keep haq's proxies up between runs: bind every `listen` address of the
+    /// scenario's url replicas and relay to their upstreams until Ctrl-C; each `haq
+    /// run` of a scenario with the same addresses borrows them for its run, so a
+    /// router (vllm-router, sglang-router) can be started against them first.
+    Proxy(ValidateArgs),
     /// The embedded simulated cluster.
     Sim(SimArgs),
     /// Benchmarks of haq itself.
@@ -87,8 +92,8 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// Print the plan — phases with their rates, faults with their targets and
-    /// triggers, what each backend will do, the verdicts it exercises — and start
-    /// nothing.
+    /// triggers, what each backend will do (for a `kind: kubernetes` target every API
+    /// call with method, path and body), the verdicts it exercises — and start nothing.
     #[arg(long)]
     pub dry_run: bool,
     #[command(flatten)]

@@ -47,5 +47,9 @@ pub fn target_lines(plan: &Plan) -> Vec<String> {
             }
             v
         }
+        TargetKind::Kubernetes => vec![
+            "discover the serving pods by their label selector and watch the serving Service's EndpointSlices".into(),
+            "make the Kubernetes API calls listed below for each fault and its heal (none is made now)".into(),
+        ],
     }
 }

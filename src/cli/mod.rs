@@ -24,7 +24,7 @@ use crate::scenario::words::plural;
 pub fn interrupted_message(cmd: &Command) -> &'static str {
     match cmd {
         Command::Run(_) => {
-            "haq: interrupted; stopping load, healing faults, writing a partial report"
+            "haq: interrupted; stopping the load and healing faults, then judging what completed before the signal"
         }
         Command::Sim(s) if matches!(s.command, SimCommand::Up(_)) => {
             "haq: interrupted; stopping the sim's processes"
@@ -94,6 +94,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
             Exit::Pass
         }
         Command::Init(a) => init(a),
+        Command::Proxy(a) => proxy_daemon(a, cancel).await,
         Command::Sim(s) => sim::sim(s.command, cancel).await,
         Command::Bench(b) => bench(b.command).await,
     }
@@ -172,8 +173,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         }
     };
     if a.dry_run {
-        print!("{}", dry_run::render(&plan));
-        return Exit::Pass;
+        return dry_run(&plan);
     }
     let opts = RunOptions {
         out: a.out,
@@ -181,6 +181,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         quiet: a.quiet,
         haq_bin: None,
     };
+    let interrupt = cancel.clone();
     match crate::run(plan, opts, cancel).await {
         Ok(r) => {
             print!(
@@ -188,6 +189,12 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
                 crate::report::terminal(&r.plan, &r.judgement, &r.run_dir)
             );
             exit_for_run(&r.judgement)
+        }
+        // SIGINT/SIGTERM before the load began: nothing was measured, nothing is left
+        // applied (the target's start is undone as on any error).
+        Err(e) if interrupt.is_cancelled() => {
+            eprintln!("haq: interrupted before the load began: {e:#}");
+            Exit::Interrupted
         }
         Err(e) if e.downcast_ref::<EnvironmentError>().is_some() => {
             eprintln!("error: {e:#}");
@@ -198,6 +205,86 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
             Exit::Unusable
         }
     }
+}
+
+/// `haq run --dry-run`: the plan in words, and for a `kind: kubernetes` target every
+/// API call the run would make; nothing is started, no call is made.
+fn dry_run(plan: &crate::plan::Plan) -> Exit {
+    use crate::plan::kubernetes::{ContextSource, check_context};
+    print!("{}", dry_run::render(plan));
+    let Some(k) = plan.scenario.target.kubernetes.as_ref() else {
+        return Exit::Pass;
+    };
+    match check_context(k, &ContextSource::read()) {
+        Ok(context) => {
+            print!("\n{}", crate::target::kube::dryrun::render(plan, &context));
+            Exit::Pass
+        }
+        Err(i) => {
+            eprintln!("error: `{}`: {}", i.field, i.reason);
+            Exit::Unusable
+        }
+    }
+}
+
+/// `haq proxy`: the scenario's listen addresses served until Ctrl-C.
+async fn proxy_daemon(a: ValidateArgs, cancel: CancellationToken) -> Exit {
+    let plan = match crate::plan::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Unusable;
+        }
+    };
+    let mut specs = Vec::new();
+    for d in &plan.replica_decls {
+        let (Some(l), Some(up)) = (&d.listen, &d.upstream) else {
+            continue;
+        };
+        match l.parse() {
+            Ok(listen) => specs.push(crate::proxy::ProxySpec {
+                name: d.name.clone(),
+                listen,
+                upstream: Some(up.clone()),
+            }),
+            Err(e) => {
+                eprintln!("error: replica {}: listen {l}: {e}", d.name);
+                return Exit::Unusable;
+            }
+        }
+    }
+    if specs.is_empty() {
+        eprintln!(
+            "error: {}: no replica declares both `listen` and `upstream`: haq proxy has nothing to hold",
+            a.scenario.display()
+        );
+        return Exit::Unusable;
+    }
+    let say = std::sync::Arc::new(|s: String| eprintln!("haq proxy: {s}"));
+    let paths = match crate::proxy::daemon::start(&specs, say) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Exit::Unusable;
+        }
+    };
+    for (s, p) in specs.iter().zip(&paths) {
+        println!(
+            "{} {} -> {} (control {})",
+            s.name,
+            s.listen,
+            s.upstream.as_deref().unwrap_or("-"),
+            p.display()
+        );
+    }
+    println!(
+        "haq proxy: serving; start the gateway against these addresses, then `haq run` — Ctrl-C stops"
+    );
+    cancel.cancelled().await;
+    for p in &paths {
+        let _ = std::fs::remove_file(p);
+    }
+    Exit::Pass
 }
 
 fn init(a: InitArgs) -> Exit {
@@ -230,7 +317,7 @@ fn init(a: InitArgs) -> Exit {
 async fn bench(cmd: BenchCommand) -> Exit {
     let r = match cmd {
         BenchCommand::Server { listen, shape } => {
-            crate::bench::raise_fd_limit();
+            crate::wire::fds::raise_fd_limit();
             crate::bench::server::serve(crate::bench::server::ServerConfig { listen, shape }).await
         }
         BenchCommand::Client {

@@ -4,8 +4,17 @@
 //!
 //! This file owns the read of one request ([`execute`]); [`call`] holds what a request
 //! is and gives back, [`transport`] the two HTTP clients behind one response type,
-//! [`record`] what the trace records of a response, [`stream`] the fold of its events.
+//! [`record`] what the trace records of a response, [`stream`] the fold of its events,
+//! [`bounds`] how much of a response it may hold (`client.limits`).
+//!
+//! Whatever a server sends, one request holds a bounded amount: an SSE line, an event,
+//! a non-streamed answer and the whole stream each have a limit past which haq stops
+//! reading and closes the connection (`oversized`); a body that goes on after `[DONE]`
+//! is closed after a short grace (`after_done` when data came after it); a
+//! `content-encoding` haq did not ask for is named (`encoded`), not decoded. haq's own
+//! host running out of descriptors, memory or ports is `local`, never the target's.
 
+pub mod bounds;
 mod call;
 pub mod conns;
 pub mod h1;
@@ -58,6 +67,7 @@ pub async fn execute(
         Some(Ok(Ok(r))) => r,
     };
     let status = resp.status();
+    let limits = http.limits;
     let h = resp.headers();
     let sse = h
         .get("content-type")
@@ -74,13 +84,21 @@ pub async fn execute(
         let e = http_error(&mut resp, status, timeouts).await;
         return done(Some(status), None, e);
     }
+    if let Some(enc) = foreign_encoding(resp.headers()) {
+        // haq asked for `identity`: it does not guess at what an encoded body says.
+        drop(resp);
+        let d = format!(
+            "content-encoding: {enc}, which haq did not ask for (it sends accept-encoding: identity): the body was not read"
+        );
+        return done(Some(status), None, failed(Outcome::Encoded, d));
+    }
 
-    let mut st = StreamState::new(call.expect_json);
+    let mut st = StreamState::bounded(call.expect_json, &limits);
     let mut emit = |c: ChunkRef<'_>| trace.emit_chunk(&c);
     if !sse {
         // A whole (non-streaming) answer: its arrival is the first token.
         let deadline = first_deadline.max(Instant::now() + timeouts.idle);
-        let cut = read_whole(&mut resp, &mut st, &call.id, deadline, clock, &mut emit).await;
+        let cut = read_whole(&mut resp, &mut st, call, limits, deadline, clock, &mut emit).await;
         let first = st.first_delta_us();
         return done(Some(status), first, st.conclude(cut));
     }
@@ -96,13 +114,21 @@ pub async fn execute(
     let deadlines = Deadlines {
         first: first_deadline,
         leave: leave_at,
+        after_done: limits.after_done,
     };
     let cut = read_stream(
         &mut resp, &mut st, call, timeouts, deadlines, clock, &mut emit,
     )
     .await;
-    if matches!(cut, Cut::Failed(Outcome::Abandoned, _)) {
-        // The client closes its connection now; a half-read event stays unread.
+    if matches!(
+        cut,
+        Cut::Failed(
+            Outcome::Abandoned | Outcome::Oversized | Outcome::AfterDone,
+            _
+        )
+    ) {
+        // The client closes its connection now (it left, or haq stopped reading for
+        // what the server sent); a half-read event stays unread.
         drop(resp);
     } else {
         st.on_eof(clock.now_us(), &call.id, &mut emit);
@@ -135,12 +161,29 @@ fn left(call: &Call, when: &str) -> stream::Ending {
     )
 }
 
-/// When a stream's reading stops short: the first-token deadline, and when the
-/// client leaves `after` a time.
+/// When a stream's reading stops short: the first-token deadline, when the client
+/// leaves `after` a time, and how long the body may go on after `[DONE]`.
 #[derive(Clone, Copy)]
 struct Deadlines {
     first: Instant,
     leave: Option<Instant>,
+    after_done: std::time::Duration,
+}
+
+/// A `content-encoding` other than `identity`, as the response names it.
+fn foreign_encoding(h: &reqwest::header::HeaderMap) -> Option<String> {
+    let codings: Vec<String> = h
+        .get_all(reqwest::header::CONTENT_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .filter(|c| !c.is_empty() && c != "identity")
+        .collect();
+    (!codings.is_empty()).then(|| codings.join(", "))
 }
 
 /// A status other than 200 fails the request; the start of its body (read within
@@ -159,18 +202,23 @@ async fn http_error(resp: &mut Resp, status: u16, timeouts: Timeouts) -> stream:
     failed(outcome, d)
 }
 
-/// Reads a whole (non-streaming) answer until `deadline` and folds it as one.
+/// Reads a whole (non-streaming) answer until `deadline` and folds it as one; an
+/// answer past `client.limits.body` is not read on (nor folded).
 async fn read_whole(
     resp: &mut Resp,
     st: &mut StreamState,
-    id: &str,
+    call: &Call,
+    limits: bounds::Limits,
     deadline: Instant,
     clock: &Clock,
     emit: &mut impl FnMut(ChunkRef<'_>),
 ) -> Cut {
-    match resp.read_to(usize::MAX, deadline).await {
+    match resp.read_to(limits.body.saturating_add(1), deadline).await {
+        Ok(b) if b.len() > limits.body => {
+            Cut::Failed(Outcome::Oversized, bounds::body_detail(limits.body, &b))
+        }
         Ok(b) => {
-            st.on_whole(clock.now_us(), id, &String::from_utf8_lossy(&b), emit);
+            st.on_whole(clock.now_us(), &call.id, &String::from_utf8_lossy(&b), emit);
             Cut::Eof
         }
         Err(Some(e)) => classify_body_error(&*e),
@@ -208,11 +256,16 @@ async fn read_stream(
         _ => u32::MAX,
     };
     let mut was_settled = false;
+    // Armed when `[DONE]` arrives: the body may go on `after_done` longer.
+    let tail = tokio::time::sleep_until(deadlines.first);
+    tokio::pin!(tail);
+    let mut tail_at: Option<Instant> = None;
     loop {
         let read = tokio::select! {
             biased;
             r = resp.fill() => Some(r),
             _ = &mut timer => None,
+            _ = &mut tail, if tail_at.is_some() => break st.after_done_cut(deadlines.after_done),
             _ = &mut leave => break left_cut(call, "mid-stream"),
         };
         match read {
@@ -221,6 +274,21 @@ async fn read_stream(
                 let deltas = st.deltas();
                 if let Err(e) = resp.drain(|bytes| st.on_bytes(t, &call.id, bytes, &mut *emit)) {
                     break classify_body_error(&*e);
+                }
+                if let Some(cut) = st.over_limit() {
+                    break cut;
+                }
+                match tail_at {
+                    // A body that never pauses never lets the timer run: checked here.
+                    Some(at) if Instant::now() >= at => {
+                        break st.after_done_cut(deadlines.after_done);
+                    }
+                    None if st.done() => {
+                        let at = Instant::from_std(clock.instant_at(t)) + deadlines.after_done;
+                        tail_at = Some(at);
+                        tail.as_mut().reset(at);
+                    }
+                    _ => {}
                 }
                 if let Some(o) = &call.observe
                     && st.deltas() != deltas
@@ -272,6 +340,10 @@ fn left_cut(call: &Call, when: &str) -> Cut {
 pub fn classify_body_error(e: &(dyn std::error::Error + 'static)) -> Cut {
     use std::io::ErrorKind::*;
     let text = chain_text(e);
+    if let Some(l) = crate::wire::io::local_errno(e) {
+        let d = crate::trace::local_detail(l, crate::wire::fds::fd_limit(), &text);
+        return Cut::Failed(Outcome::Local, d);
+    }
     match io_kind(e) {
         Some(UnexpectedEof) => Cut::Failed(
             Outcome::Reset,
@@ -286,8 +358,8 @@ pub fn classify_body_error(e: &(dyn std::error::Error + 'static)) -> Cut {
     }
 }
 
-/// Runs `call` to its end, or until `stopped` completes: then it is recorded as
-/// cancelled (stopped by haq: an interrupt or the drain timeout) and `None` is
+/// Runs `call` to its end, or until `stopped` completes with the outcome to record
+/// (`cancelled` at the drain timeout, `interrupted` at an interrupt) and `None` is
 /// returned. `stopped` is polled on every wake-up of the read loop: it must be cheap
 /// ([`stop::Stop::wait`]).
 pub async fn execute_until(
@@ -296,18 +368,22 @@ pub async fn execute_until(
     timeouts: Timeouts,
     clock: &Clock,
     trace: &TraceWriter,
-    stopped: impl std::future::Future<Output = ()>,
+    stopped: impl std::future::Future<Output = Outcome>,
 ) -> Option<CallResult> {
     tokio::select! {
         // The request first: a read that completes it wins over a stop that came after.
         biased;
         r = execute(client, call, timeouts, clock, trace) => Some(r),
-        _ = stopped => {
+        outcome = stopped => {
+            let detail = match outcome {
+                Outcome::Interrupted => "stopped by haq: interrupted (SIGINT/SIGTERM)",
+                _ => "stopped by haq: the drain timeout",
+            };
             trace.emit(Event::End {
                 t: clock.now_us(),
                 id: call.id.clone(),
-                outcome: Outcome::Cancelled,
-                detail: Some("stopped by haq (interrupt or drain timeout)".into()),
+                outcome,
+                detail: Some(detail.into()),
                 tokens: 0,
                 done: false,
                 finish: None,
@@ -323,5 +399,7 @@ pub async fn execute_until(
     }
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod wire_tests;

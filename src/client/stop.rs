@@ -9,18 +9,41 @@ use std::task::{Context, Poll, Waker};
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
-/// Set once; every [`Stop::wait`] then completes.
+use crate::trace::Outcome;
+
+/// Set once; every [`Stop::wait`] then completes, with the outcome its request
+/// records.
 #[derive(Debug, Default)]
 pub struct Stop {
     flag: AtomicBool,
+    /// The stop is an interrupt's, not the drain timeout's.
+    interrupt: AtomicBool,
     notify: Notify,
 }
 
 impl Stop {
-    /// Stops: wakes every waiter, now and later.
+    /// Stops at the drain timeout: wakes every waiter, now and later (`cancelled`).
     pub fn stop(&self) {
         self.flag.store(true, Ordering::Release);
         self.notify.notify_waiters();
+    }
+
+    /// Stops because haq was interrupted (`interrupted`, unless a drain-timeout stop
+    /// came first).
+    pub fn interrupt(&self) {
+        if !self.is_stopped() {
+            self.interrupt.store(true, Ordering::Release);
+        }
+        self.stop();
+    }
+
+    /// The outcome a request stopped now records.
+    fn outcome(&self) -> Outcome {
+        if self.interrupt.load(Ordering::Acquire) {
+            Outcome::Interrupted
+        } else {
+            Outcome::Cancelled
+        }
     }
 
     pub fn is_stopped(&self) -> bool {
@@ -46,23 +69,23 @@ pub struct StopWait<'a> {
 }
 
 impl Future for StopWait<'_> {
-    type Output = ();
+    type Output = Outcome;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
         let this = &mut *self;
         if this.stop.is_stopped() {
-            return Poll::Ready(());
+            return Poll::Ready(this.stop.outcome());
         }
         if this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             return Poll::Pending;
         }
         // Registered before the flag is read again: a stop in between still wakes us.
         if this.notified.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(());
+            return Poll::Ready(this.stop.outcome());
         }
         this.waker = Some(cx.waker().clone());
         if this.stop.is_stopped() {
-            Poll::Ready(())
+            Poll::Ready(this.stop.outcome())
         } else {
             Poll::Pending
         }
@@ -97,6 +120,20 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), stop.wait())
             .await
             .expect("done at once");
+    }
+
+    /// An interrupt's stop records `interrupted`; the drain timeout's `cancelled`, also
+    /// when an interrupt comes after it (the requests were already being stopped).
+    #[tokio::test]
+    async fn the_stop_says_whose_it_was() {
+        let drain = Stop::default();
+        drain.stop();
+        drain.interrupt();
+        assert_eq!(drain.wait().await, Outcome::Cancelled);
+        let interrupt = Stop::default();
+        interrupt.interrupt();
+        assert_eq!(interrupt.wait().await, Outcome::Interrupted);
+        assert!(interrupt.is_stopped());
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@
 
 use crate::trace::{ChunkKind, ChunkRef, Event, InBandError, Outcome, ToolCall, Usage};
 
+use super::bounds::{self, Limits};
 use crate::wire::chunk::{self, ChunkInfo};
 use crate::wire::sse::{SseParser, SseRef};
 
@@ -37,6 +38,20 @@ pub struct Ending {
 pub struct StreamState {
     parser: SseParser,
     fold: Fold,
+    /// Body bytes fed so far, and the most a stream may have (`client.limits.stream`).
+    bytes: u64,
+    max_bytes: Option<u64>,
+}
+
+/// What came after `[DONE]`.
+#[derive(Debug, Default, Clone, Copy)]
+struct AfterDone {
+    /// Data events (a second `[DONE]` too), of them output deltas, and comments.
+    events: u32,
+    deltas: u32,
+    comments: u32,
+    /// Index of the first event after `[DONE]`.
+    first: Option<u32>,
 }
 
 /// What the events of a stream said so far.
@@ -51,6 +66,7 @@ struct Fold {
     last_event_us: Option<u64>,
     usage: Option<Usage>,
     done: bool,
+    after_done: AfterDone,
     finish: Option<String>,
     error: Option<InBandError>,
     /// Index of the first event whose data could not be read, with why.
@@ -64,6 +80,7 @@ struct Fold {
 }
 
 impl StreamState {
+    /// Unbounded (replays, tests, an ending built without a body).
     pub fn new(keep_text: bool) -> Self {
         StreamState {
             parser: SseParser::default(),
@@ -71,6 +88,57 @@ impl StreamState {
                 keep_text,
                 ..Default::default()
             },
+            bytes: 0,
+            max_bytes: None,
+        }
+    }
+
+    /// Bounded by `client.limits`: a line, an event or the stream past its limit is
+    /// [`StreamState::over_limit`], and is never held.
+    pub fn bounded(keep_text: bool, limits: &Limits) -> Self {
+        StreamState {
+            parser: SseParser::bounded(limits.sse()),
+            max_bytes: Some(limits.stream),
+            ..StreamState::new(keep_text)
+        }
+    }
+
+    /// The stream passed one of its limits: how it ends (haq stops reading).
+    pub fn over_limit(&self) -> Option<Cut> {
+        if let Some(o) = self.parser.overflow() {
+            return Some(Cut::Failed(Outcome::Oversized, bounds::overflow_detail(o)));
+        }
+        let max = self.max_bytes?;
+        (self.bytes > max)
+            .then(|| Cut::Failed(Outcome::Oversized, bounds::stream_detail(max, self.bytes)))
+    }
+
+    /// `[DONE]` came.
+    pub fn done(&self) -> bool {
+        self.fold.done
+    }
+
+    /// How the stream ends when its body goes on `grace` after `[DONE]`: `after_done`
+    /// when anything came after it (events, comments, part of a line), else it simply
+    /// did not end (the answer stays complete).
+    pub fn after_done_cut(&self, grace: std::time::Duration) -> Cut {
+        let a = self.fold.after_done;
+        let grace = crate::wire::units::format_duration(grace);
+        if a.events + a.comments > 0 || self.parser.pending() {
+            Cut::Failed(
+                Outcome::AfterDone,
+                format!(
+                    "still sending {grace} after [DONE] ({} events, {} comments after it): haq closed the connection (client.limits.after_done)",
+                    a.events, a.comments
+                ),
+            )
+        } else {
+            Cut::Failed(
+                Outcome::IdleTimeout,
+                format!(
+                    "the body did not end within {grace} of [DONE]: haq closed the connection (client.limits.after_done)"
+                ),
+            )
         }
     }
 
@@ -98,6 +166,7 @@ impl StreamState {
         bytes: &[u8],
         emit: &mut impl FnMut(ChunkRef<'_>),
     ) {
+        self.bytes += bytes.len() as u64;
         let fold = &mut self.fold;
         self.parser
             .push_with(bytes, &mut |it| fold.on_item(t, id, it, emit));
@@ -139,6 +208,9 @@ impl Fold {
     fn on_item(&mut self, t: u64, id: &str, item: SseRef<'_>, emit: &mut impl FnMut(ChunkRef<'_>)) {
         match item {
             SseRef::Comment(c) => {
+                if self.done {
+                    self.after_done.comments += 1;
+                }
                 emit(ChunkRef {
                     t,
                     id,
@@ -185,6 +257,12 @@ impl Fold {
         }
         let kind = info.kind.unwrap_or(ChunkKind::Other);
         self.last_event_us = Some(t);
+        if self.done {
+            let a = &mut self.after_done;
+            a.events += 1;
+            a.deltas += u32::from(kind.is_delta());
+            a.first.get_or_insert(self.n);
+        }
         match kind {
             ChunkKind::Done => self.done = true,
             ChunkKind::Error if self.error.is_none() => {
@@ -256,36 +334,52 @@ impl Fold {
             Cut::Eof => None,
             Cut::Failed(_, d) => Some(d.clone()),
         };
-        let (outcome, detail) = if let Some(e) = &self.error {
-            let what = e
-                .message
-                .clone()
-                .or(e.code.clone())
-                .unwrap_or_else(|| "in-band error".into());
-            (Outcome::ExplicitError, Some(what))
-        } else if let Some((n, why)) = self.malformed {
-            (
-                Outcome::Malformed,
-                Some(format!("event {n} could not be read ({why})")),
-            )
-        } else if self.done || self.finish.is_some() {
-            (Outcome::Completed, cut_detail)
-        } else {
-            match cut {
-                Cut::Failed(o, d) => (o, Some(d)),
-                Cut::Eof if self.unterminated => (
-                    Outcome::Truncated,
-                    Some(
-                        "end of body inside an event, with no [DONE], finish_reason or error"
-                            .into(),
+        let a = self.after_done;
+        let (outcome, detail) =
+            if let Cut::Failed(o @ (Outcome::Oversized | Outcome::AfterDone), d) = &cut {
+                // haq stopped reading for what the server sent: that is the end, whatever
+                // came before.
+                (*o, Some(d.clone()))
+            } else if a.events > 0 {
+                (
+                    Outcome::AfterDone,
+                    Some(format!(
+                        "{} data events ({} output deltas) after [DONE], the first chunk {}",
+                        a.events,
+                        a.deltas,
+                        a.first.unwrap_or_default()
+                    )),
+                )
+            } else if let Some(e) = &self.error {
+                let what = e
+                    .message
+                    .clone()
+                    .or(e.code.clone())
+                    .unwrap_or_else(|| "in-band error".into());
+                (Outcome::ExplicitError, Some(what))
+            } else if let Some((n, why)) = self.malformed {
+                (
+                    Outcome::Malformed,
+                    Some(format!("event {n} could not be read ({why})")),
+                )
+            } else if self.done || self.finish.is_some() {
+                (Outcome::Completed, cut_detail)
+            } else {
+                match cut {
+                    Cut::Failed(o, d) => (o, Some(d)),
+                    Cut::Eof if self.unterminated => (
+                        Outcome::Truncated,
+                        Some(
+                            "end of body inside an event, with no [DONE], finish_reason or error"
+                                .into(),
+                        ),
                     ),
-                ),
-                Cut::Eof => (
-                    Outcome::Truncated,
-                    Some("end of body without [DONE], finish_reason or error".into()),
-                ),
-            }
-        };
+                    Cut::Eof => (
+                        Outcome::Truncated,
+                        Some("end of body without [DONE], finish_reason or error".into()),
+                    ),
+                }
+            };
         for tc in &mut self.tools {
             tc.arguments_valid =
                 serde_json::from_str::<serde::de::IgnoredAny>(&tc.arguments).is_ok();

@@ -9,10 +9,11 @@ use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use tokio::time::Instant;
 
+use super::bounds::Limits;
 use super::call::Call;
 use super::{conns, h1};
-use crate::trace::Outcome;
-use crate::wire::io::{chain_text, io_kind};
+use crate::trace::{Outcome, local_detail};
+use crate::wire::io::{chain_text, io_kind, local_errno};
 
 /// Builds the HTTP client all requests share: rustls (ring), no proxies, no retries.
 pub fn http_client(
@@ -31,6 +32,8 @@ pub struct Http {
     pub(super) reqwest: reqwest::Client,
     h1: Option<h1::Client>,
     pub(super) log: conns::ConnLog,
+    /// What one response may make the client hold (`client.limits`).
+    pub(super) limits: Limits,
 }
 
 impl Http {
@@ -47,7 +50,14 @@ impl Http {
             h1: (transport == crate::scenario::Transport::Auto)
                 .then(|| h1::Client::new(connect_timeout, headers)),
             log,
+            limits: Limits::default(),
         })
+    }
+
+    /// With `client.limits` (the defaults otherwise).
+    pub fn with_limits(mut self, limits: impl Into<Limits>) -> Http {
+        self.limits = limits.into();
+        self
     }
 
     /// The HTTP/1.1 client when it serves `url`: plain `http://` without credentials
@@ -63,6 +73,7 @@ impl Http {
             let fixed = [
                 ("content-type", "application/json"),
                 ("accept", "text/event-stream"),
+                ("accept-encoding", "identity"),
                 ("x-request-id", call.id.as_str()),
             ];
             let req = h1::Request {
@@ -71,6 +82,7 @@ impl Http {
                 headers: &call.headers,
                 fixed: &fixed,
                 body: &call.body,
+                head_timeout: self.limits.head_timeout,
             };
             return h1.send(&req).await.map(Resp::H1).map_err(SendFail::H1);
         }
@@ -79,6 +91,7 @@ impl Http {
             .post(&call.url)
             .header("content-type", "application/json")
             .header("accept", "text/event-stream")
+            .header("accept-encoding", "identity")
             .header("x-request-id", &call.id)
             .body(call.body.clone());
         for (k, v) in &call.headers {
@@ -98,21 +111,33 @@ pub(super) enum SendFail {
 }
 
 impl SendFail {
+    fn error(&self) -> &(dyn std::error::Error + 'static) {
+        match self {
+            SendFail::Reqwest(e) => e,
+            SendFail::H1(e) => e,
+        }
+    }
+
     pub(super) fn outcome(&self) -> Outcome {
         match self {
             SendFail::Reqwest(e) => classify_send_error(e),
-            SendFail::H1(e) => match (e.connect, e.err.kind()) {
-                (true, std::io::ErrorKind::TimedOut) => Outcome::ConnectTimeout,
-                (true, _) => Outcome::Refused,
-                (false, _) => Outcome::Reset,
+            SendFail::H1(e) if local_errno(e).is_some() => Outcome::Local,
+            SendFail::H1(e) => match (e.connect, e.head, e.err.kind()) {
+                (true, _, std::io::ErrorKind::TimedOut) => Outcome::ConnectTimeout,
+                (true, _, _) => Outcome::Refused,
+                (false, true, _) => Outcome::BadHead,
+                (false, false, _) => Outcome::Reset,
             },
         }
     }
 
+    /// The error in words; for a `local` end, with its errno and haq's open-file limit
+    /// first ([`local_detail`]).
     pub(super) fn text(&self) -> String {
-        match self {
-            SendFail::Reqwest(e) => chain_text(e),
-            SendFail::H1(e) => chain_text(e),
+        let text = chain_text(self.error());
+        match local_errno(self.error()) {
+            Some(l) => local_detail(l, crate::wire::fds::fd_limit(), &text),
+            None => text,
         }
     }
 }
@@ -209,9 +234,16 @@ fn builder(connect_timeout: Duration, headers: &HeaderMap) -> reqwest::ClientBui
         .default_headers(headers.clone())
 }
 
-/// Classifies a failed send (before any response).
+/// Classifies a failed send (before any response): haq's own host out of a resource
+/// first (`local`), a head hyper would not parse (`bad_head`), then what the peer did.
 pub fn classify_send_error(e: &reqwest::Error) -> Outcome {
     use std::io::ErrorKind::*;
+    if local_errno(e).is_some() {
+        return Outcome::Local;
+    }
+    if bad_head(e) {
+        return Outcome::BadHead;
+    }
     match io_kind(e) {
         Some(ConnectionRefused) => Outcome::Refused,
         Some(TimedOut) => Outcome::ConnectTimeout,
@@ -219,4 +251,16 @@ pub fn classify_send_error(e: &reqwest::Error) -> Outcome {
         _ if e.is_connect() => Outcome::Refused,
         _ => Outcome::Reset,
     }
+}
+
+/// hyper refused the response head (too large, too many headers, not HTTP).
+fn bad_head(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            return h.is_parse() || h.is_parse_too_large();
+        }
+        cur = err.source();
+    }
+    false
 }

@@ -1,7 +1,8 @@
 //! `client.marker: auto`: where in a request body this gateway lets haq's marker
 //! through, learned before the load (issue 21 item 1).
 //!
-//! Gateways differ in what they forward (measured, docs/compatibility.md): the OpenAI
+//! Gateways differ in what they forward (measured with an echoing upstream, 2026-12-01;
+//! tests/it/routers.rs checks the first two against the real routers): the OpenAI
 //! `user` field passes vllm-router and nginx but not sglang-router or LiteLLM;
 //! `metadata` passes vllm-router, sglang-router and nginx but LiteLLM consumes it; an
 //! unknown top-level field passes vllm-router, LiteLLM and nginx, not sglang-router;
@@ -109,7 +110,7 @@ pub async fn marker_field(
     marker: BodyMarker,
     headers: &http::HeaderMap,
     cancel: &tokio_util::sync::CancellationToken,
-    say: &dyn Fn(&str),
+    say: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<(MarkerField, Option<MarkerUse>)> {
     let asked = plan.scenario.client.marker;
     if asked != MarkerField::Auto {

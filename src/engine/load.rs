@@ -92,20 +92,22 @@ pub(super) async fn drive(
         c.connect_timeout.0,
         &super::headers::request_headers(plan)?,
         c.transport,
-    )?;
+    )?
+    .with_limits(&c.limits);
     // Fail before any load if the schedule cannot be built (input data missing).
     Schedule::new(plan).map_err(anyhow::Error::msg)?;
     if c.warm_connections > 0 {
         warm(plan, &http, &target.api_url, clock, tw, cancel, progress).await;
     }
-    // Stops in-flight requests (drain timeout or interrupt); they record `cancelled`.
+    // Stops in-flight requests: at the drain timeout they record `cancelled`, at an
+    // interrupt `interrupted`.
     let stop = Arc::new(client::stop::Stop::default());
     // An interrupt stops them too.
     let _interrupt = {
         let (cancel, stop) = (cancel.clone(), stop.clone());
         tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             cancel.cancelled().await;
-            stop.stop();
+            stop.interrupt();
         }))
     };
     let tracker = TaskTracker::new();

@@ -88,7 +88,8 @@ fn fault_env(
                 c.connect_timeout.0,
                 &headers::request_headers(plan)?,
                 c.transport,
-            )?,
+            )?
+            .with_limits(&c.limits),
             url: format!("{}/chat/completions", target.api_url),
             model: plan.scenario.target.model.clone(),
             marker: r.marker,
@@ -149,6 +150,8 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<Recorded> {
     let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
+    crate::plan::budget::fit(&plan, crate::wire::fds::raise_fd_limit())
+        .map_err(|e| env(anyhow::anyhow!(e)))?;
     heal_leftovers(&opts);
     let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;

@@ -22,13 +22,24 @@ pub fn env(f: &FaultPlan, r: &Replica, cx: &Context) -> Vec<(String, String)> {
             crate::target::procs::resolve(&p).ok()
         }
         Some(crate::target::registry::ProcRef::Sim(sp)) => sp.try_lock().ok().map(|w| w.pid),
+        Some(crate::target::registry::ProcRef::Pod(_)) => None,
         None => None,
     };
-    let v = vec![
+    // A kubernetes replica: its pod, namespace, container and current node.
+    let pod = r.pod();
+    let of_pod =
+        |f: fn(&crate::target::kube::PodRef) -> String| pod.as_deref().map(f).unwrap_or_default();
+    let mut v = vec![
         ("HAQ_FAULT", f.name.clone()),
         ("HAQ_DOMAIN", format!("{:?}", f.domain).to_lowercase()),
         ("HAQ_REPLICA", r.name.clone()),
-        ("HAQ_NODE", r.node.clone().unwrap_or_default()),
+        (
+            "HAQ_NODE",
+            pod.as_ref()
+                .map(|p| p.pod.node.clone())
+                .or_else(|| r.node.clone())
+                .unwrap_or_default(),
+        ),
         ("HAQ_PID", pid.map(|p| p.to_string()).unwrap_or_default()),
         ("HAQ_UPSTREAM", r.upstream().unwrap_or_default()),
         (
@@ -43,6 +54,12 @@ pub fn env(f: &FaultPlan, r: &Replica, cx: &Context) -> Vec<(String, String)> {
         ("HAQ_SEED", cx.seed.to_string()),
         ("HAQ_T_US", cx.clock.now_us().to_string()),
     ];
+    if pod.is_some() {
+        v.push(("HAQ_POD", of_pod(|p| p.pod.name.clone())));
+        v.push(("HAQ_NAMESPACE", of_pod(|p| p.cluster.namespace.clone())));
+        v.push(("HAQ_CONTAINER", of_pod(|p| p.pod.container.clone())));
+        v.push(("HAQ_KUBE_CONTEXT", of_pod(|p| p.cluster.context.clone())));
+    }
     v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
@@ -104,6 +121,11 @@ impl Injector for CommandInjector {
             });
             if !inject.ok {
                 return (Injected::failed(at, None, inject.describe("inject")), undo);
+            }
+            // The command may have killed the replica: if its address refuses
+            // connections now, the proxy refuses the gateway too, from now on.
+            if let Some(px) = &r.proxy {
+                px.check_dead().await;
             }
             let inj = match (&spec.verify, f.verify) {
                 (Some(v), true) => {

@@ -15,12 +15,35 @@ use crate::scenario::{FaultAction, FaultBackend};
 use crate::target::registry::Replica;
 use crate::trace::{Event, FaultLine};
 
-/// The declared targets (validated to exist).
+/// The declared targets (validated to exist). A node fault that names a replica
+/// (a kubernetes target, whose nodes are discovered) hits every replica on that
+/// replica's node.
 pub(super) fn declared(f: &FaultPlan, env: &Env) -> Vec<Arc<Replica>> {
-    f.replicas
+    let named: Vec<Arc<Replica>> = f
+        .replicas
         .iter()
         .filter_map(|n| env.registry.get(n).cloned())
+        .collect();
+    if f.domain != crate::scenario::FailureDomain::Node || f.node.is_some() {
+        return named;
+    }
+    let nodes: Vec<String> = named.iter().filter_map(|r| node_of(r)).collect();
+    if nodes.is_empty() {
+        return named;
+    }
+    env.registry
+        .replicas
+        .iter()
+        .filter(|r| node_of(r).is_some_and(|n| nodes.contains(&n)))
+        .cloned()
         .collect()
+}
+
+/// The node a replica runs on now (a kubernetes replica's pod may have moved).
+fn node_of(r: &Replica) -> Option<String> {
+    r.pod()
+        .map(|p| p.pod.node.clone())
+        .or_else(|| r.node.clone())
 }
 
 /// The targets of a fault fired by a probe served by `serving`: the declared ones,
@@ -117,7 +140,7 @@ pub fn record(f: &FaultPlan, env: &Env, r: &Replica, i: Injected, fired: &Fired)
         verified: i.verified,
         detail: i.detail,
         backend: Some(f.backend),
-        node: r.node.clone(),
+        node: node_of(r),
         trigger: Some(fired.trigger.clone()),
         triggered: Some(fired.t),
         probe: fired.probe.clone(),

@@ -3,7 +3,9 @@
 //! *before* it is applied, and its heal after. A run that is SIGKILLed in between
 //! leaves the entry open; `haq heal RUN_DIR` — and the next `haq run` in the same
 //! reports directory — undoes it from the ledger: SIGCONT to the pid only while it is
-//! the same process (its start time), the heal command with the fault's environment.
+//! the same process (its start time), the heal command with the fault's environment,
+//! and for a kubernetes target the node uncordoned, the NetworkPolicy deleted (in the
+//! context the run acted in).
 //!
 //! Each line is written with one `write` to a file opened for appending, so a killed
 //! run leaves whole lines (the kernel keeps what was written; no flush is needed).
@@ -18,6 +20,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use crate::target::kube::heal::{Leftover, heal_blocking};
 use crate::target::procs::{gone, proc_stat, stopped};
 use crate::trace::files::HEALS_FILE;
 
@@ -33,6 +36,17 @@ pub enum Remedy {
         heal: String,
         env: Vec<(String, String)>,
         timeout_ms: u64,
+    },
+    /// Uncordon a node a kubernetes fault cordoned (in kubeconfig context `context`).
+    KubeUncordon { context: String, node: String },
+    /// Delete the NetworkPolicy a kubernetes network fault created and take its label
+    /// off the pod.
+    KubeIsolation {
+        context: String,
+        namespace: String,
+        policy: String,
+        pod: String,
+        label: String,
     },
 }
 
@@ -225,6 +239,25 @@ fn remedy(r: &Remedy) -> (bool, String) {
             let ran = super::shell::run_sh(heal, env, Duration::from_millis(*timeout_ms), None);
             (ran.ok, ran.describe("heal"))
         }
+        Remedy::KubeUncordon { context, node } => {
+            let node = node.clone();
+            heal_blocking(context, Leftover::Cordon { node })
+        }
+        Remedy::KubeIsolation {
+            context,
+            namespace,
+            policy,
+            pod,
+            label,
+        } => heal_blocking(
+            context,
+            Leftover::Isolation {
+                namespace: namespace.clone(),
+                policy: policy.clone(),
+                pod: pod.clone(),
+                label: label.clone(),
+            },
+        ),
     }
 }
 

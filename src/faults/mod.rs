@@ -7,22 +7,25 @@
 //!
 //! Backends implement [`Injector`]: [`process`] (signals to the sim's workers or to
 //! declared pids / pid files), [`proxy`] (rules on haq's interposition proxy),
-//! [`command`] (the user's shell commands). [`schedule`] fires the faults on the
+//! [`command`] (the user's shell commands), `kube` (the Kubernetes API). [`schedule`] fires the faults on the
 //! load's clock: at a time, at a point of a probe request's token loop ([`probe`]),
 //! or at a load level; [`replace`] starts replacements and records their Q11 stages.
 
 mod backend;
 pub mod command;
+pub mod engine;
 mod env;
 mod fire;
 pub mod guard;
 pub mod hook;
+mod kube;
 pub mod ledger;
 pub mod probe;
 pub mod process;
 pub mod proxy;
 pub mod replace;
 pub mod schedule;
+pub mod scrape;
 mod shell;
 
 use crate::scenario::FaultBackend;
@@ -37,6 +40,8 @@ pub fn injector(backend: FaultBackend) -> &'static dyn Injector {
         FaultBackend::Process => &process::ProcessInjector,
         FaultBackend::Proxy => &proxy::ProxyInjector,
         FaultBackend::Command => &command::CommandInjector,
+        FaultBackend::Kubernetes => &kube::KubeInjector,
+        FaultBackend::Engine => &engine::EngineInjector,
     }
 }
 

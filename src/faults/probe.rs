@@ -182,14 +182,10 @@ fn send(
         env.stop.clone(),
     );
     let request = tokio::spawn(async move {
-        client::execute_until(
-            &http,
-            &call,
-            probes.timeouts,
-            &clock,
-            &trace,
-            stop.cancelled(),
-        )
+        client::execute_until(&http, &call, probes.timeouts, &clock, &trace, async move {
+            stop.cancelled().await;
+            crate::trace::Outcome::Cancelled
+        })
         .await
     });
     Probe {

@@ -13,6 +13,7 @@ use super::backend::{Context, Injected, Injector, VERIFY_TIMEOUT};
 use super::ledger::{Ledger, Remedy};
 use super::{Healed, Replica, Undo};
 use crate::plan::FaultPlan;
+use crate::proxy::ReplicaProxy;
 use crate::scenario::FaultAction;
 use crate::target::procs::{gone, proc_stat, resolve, stopped};
 use crate::target::registry::ProcRef;
@@ -57,12 +58,13 @@ impl Injector for ProcessInjector {
             };
             match f.action {
                 FaultAction::Kill => {
-                    let inj = kill(&p).await;
+                    let inj = kill(&p, r.proxy.as_deref()).await;
                     // The gateway must find the path as dead as the replica.
-                    if inj.verified
-                        && let Some(px) = &r.proxy
-                    {
-                        px.check_dead().await;
+                    if let Some(px) = &r.proxy {
+                        if inj.verified {
+                            px.check_dead().await;
+                        }
+                        px.kill_settled();
                     }
                     (inj, None)
                 }
@@ -81,8 +83,16 @@ impl Injector for ProcessInjector {
     }
 }
 
-/// SIGKILL, verified by the process's disappearance.
-pub async fn kill(p: &ProcRef) -> Injected {
+/// SIGKILL, verified by the process's disappearance. The replica's proxy `path`
+/// closes its listener the moment the signal is sent: the gateway's next connect is
+/// refused, as it soon would be by the dying replica itself, and no connection is
+/// accepted for a replica that is going away.
+pub async fn kill(p: &ProcRef, path: Option<&ReplicaProxy>) -> Injected {
+    let signalled = || {
+        if let Some(px) = path {
+            px.killing();
+        }
+    };
     if let ProcRef::Sim(sp) = p {
         let mut w = sp.lock().await;
         let pid = Some(w.pid);
@@ -97,6 +107,7 @@ pub async fn kill(p: &ProcRef) -> Injected {
         if let Err(e) = w.signal(Signal::SIGKILL) {
             return Injected::failed(at, pid, format!("SIGKILL failed: {e}"));
         }
+        signalled();
         return match w.wait_exit(VERIFY_TIMEOUT).await {
             Some(st) if st.signal() == Some(libc::SIGKILL) => Injected {
                 at,
@@ -134,6 +145,7 @@ pub async fn kill(p: &ProcRef) -> Injected {
     if let Err(e) = signal(pid, Signal::SIGKILL) {
         return Injected::failed(at, Some(pid), e);
     }
+    signalled();
     match poll(VERIFY_TIMEOUT, || gone(pid)).await {
         Some(d) => Injected {
             at,

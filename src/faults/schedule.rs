@@ -15,9 +15,13 @@ pub use super::fire::{after, apply, missed, probe_targets, record, release_for};
 use super::probe;
 use crate::plan::{FaultPlan, Trigger};
 
-/// Runs every fault to its end.
+/// Runs every fault to its end; while faults are due, the engines' own metrics are
+/// read until the load ends (before, during and after each fault: Q12 step 14).
 pub async fn run(faults: Vec<FaultPlan>, env: Arc<Env>) {
     let mut set = JoinSet::new();
+    if !faults.is_empty() {
+        set.spawn(super::scrape::run(env.clone()));
+    }
     for f in faults {
         set.spawn(one(f, env.clone()));
     }

@@ -68,20 +68,24 @@ fn plan(action: FaultAction) -> FaultPlan {
         duration: None,
         delay: None,
         bytes_per_s: None,
+        factor: None,
+        health: None,
+        gpu: None,
         restart: None,
         command: None,
+        exec: None,
         verify: true,
     }
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
+pub(super) fn scratch(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("haq-faults-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("dir");
     d
 }
 
-fn context(dir: &std::path::Path) -> Context {
+pub(super) fn context(dir: &std::path::Path) -> Context {
     Context {
         run_dir: dir.to_path_buf(),
         seed: 7,

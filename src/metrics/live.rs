@@ -49,7 +49,7 @@ impl LivePhase {
             Tally::Completed => self.completed += 1,
             Tally::Rejected => self.rejected += 1,
             Tally::Failed => self.failed += 1,
-            Tally::Cancelled | Tally::Abandoned => {}
+            Tally::Cancelled | Tally::Abandoned | Tally::Interrupted | Tally::Local => {}
         }
         if let Some(t) = ttft_us(o, stream, intended, first_delta) {
             rec(&mut self.ttft, t);

@@ -26,6 +26,11 @@ pub struct PhaseAcc {
     /// The client left on purpose (workload abandonment): neither a success nor a
     /// failure of the target (counted in `outcomes` as `abandoned`).
     pub abandoned: u64,
+    /// Stopped by haq's interrupt (`interrupted`): neither served nor failed.
+    pub interrupted: u64,
+    /// haq's own host failed it (`local`): neither a success nor a failure of the
+    /// target; the run is INVALID.
+    pub local: u64,
     pub tokens: u64,
     pub outcomes: BTreeMap<Outcome, u64>,
     pub slo_met: u64,
@@ -62,6 +67,8 @@ impl PhaseAcc {
             rejected: 0,
             cancelled: 0,
             abandoned: 0,
+            interrupted: 0,
+            local: 0,
             tokens: 0,
             outcomes: BTreeMap::new(),
             slo_met: 0,
@@ -102,6 +109,8 @@ impl PhaseAcc {
             Tally::Rejected => self.rejected += 1,
             Tally::Cancelled => self.cancelled += 1,
             Tally::Abandoned => self.abandoned += 1,
+            Tally::Interrupted => self.interrupted += 1,
+            Tally::Local => self.local += 1,
             Tally::Failed => self.failed += 1,
         }
         self.tool_calls += end.tool_calls.len() as u64;
@@ -208,7 +217,9 @@ impl From<&PhaseAcc> for PhaseStats {
                 0.0
             }
         };
-        let judged = a.requests.saturating_sub(a.cancelled + a.abandoned);
+        let judged = a
+            .requests
+            .saturating_sub(a.cancelled + a.abandoned + a.interrupted + a.local);
         PhaseStats {
             name: a.name.clone(),
             kind: a.kind,

@@ -40,6 +40,10 @@ pub enum Tally {
     /// The client left on purpose (workload abandonment): neither a success nor a
     /// failure of the target.
     Abandoned,
+    /// Cut short by haq's own interrupt (SIGINT/SIGTERM): not the target's doing.
+    Interrupted,
+    /// Ended by haq's own machine (a local resource, a budget): not the target's doing.
+    Local,
     /// Every other end: an error, a timeout, a cut stream.
     Failed,
 }
@@ -51,6 +55,8 @@ impl Tally {
             Outcome::Rejected => Tally::Rejected,
             Outcome::Cancelled => Tally::Cancelled,
             Outcome::Abandoned => Tally::Abandoned,
+            Outcome::Interrupted => Tally::Interrupted,
+            Outcome::Local => Tally::Local,
             _ => Tally::Failed,
         }
     }
@@ -92,7 +98,9 @@ impl Measured {
         let ok = end.outcome == Outcome::Completed;
         let mut m = Measured {
             ok,
-            failed: !ok && !matches!(end.outcome, Outcome::Cancelled | Outcome::Abandoned),
+            // haq's own host failing a request (`local`) and haq's interrupt stopping it
+            // are not the target's failure.
+            failed: !ok && !end.outcome.is_not_the_targets(),
             ttfb: r.response_t.map(|t| t.saturating_sub(r.dispatch)),
             queue: r.queue_us,
             slip,

@@ -159,7 +159,7 @@ impl SeriesAcc {
             match end.outcome {
                 Outcome::Completed => e.completed += 1,
                 Outcome::Rejected => e.rejected += 1,
-                Outcome::Cancelled | Outcome::Abandoned => {}
+                o if o.is_not_the_targets() => {}
                 _ => e.failed += 1,
             }
             self.ended[es as usize] += 1;

@@ -2,12 +2,14 @@
 //! — validated, resolved, ready to run — or one error that says what and where;
 //! nothing runs before the whole plan is valid.
 
+pub mod budget;
 pub mod capacity;
 mod checks;
 pub mod describe;
 pub mod faults;
 pub mod implied;
 pub mod inputs;
+pub mod kubernetes;
 mod phase;
 pub mod rate;
 mod target;
@@ -84,6 +86,12 @@ fn resolve(
         scenario::error::sort_in_file_order(&mut e, place.file());
         e
     })?;
+    // The context a kubernetes target acts in, inside its allow-list (the kubeconfig
+    // is read, no network).
+    if let Some(k) = &plan.scenario.target.kubernetes {
+        kubernetes::check_context(k, &kubernetes::ContextSource::read())
+            .map_err(|i| vec![place.error(&i.field, i.value, i.reason)])?;
+    }
     let inputs = inputs::load(&plan.scenario)
         .map_err(|e| vec![place.error(&e.field, Some(e.value), e.reason)])?;
     if let Some(r) = &inputs.replay {

@@ -10,7 +10,14 @@ use crate::scenario::{Issue, *};
 /// `target`: the URL given with its kind only, a sim's replica count and knobs.
 pub(super) fn validate_target(t: &Target) -> Result<(), Issue> {
     validate_headers(&t.headers)?;
+    if t.kind != TargetKind::Kubernetes && t.kubernetes.is_some() {
+        return Err(Issue::missing(
+            "target.kubernetes",
+            "is only used with `kind: kubernetes`",
+        ));
+    }
     match t.kind {
+        TargetKind::Kubernetes => super::kubernetes::validate(t),
         TargetKind::Sim => {
             if let Some(u) = &t.url {
                 return Err(Issue::new(
@@ -129,12 +136,18 @@ fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
         ));
     }
     at_least("target.engine.tool_call_tokens", e.tool_call_tokens, 1)?;
+    at_least(
+        "target.engine.tensor_parallel_size",
+        e.tensor_parallel_size,
+        1,
+    )?;
     Ok(())
 }
 
 /// The sim gateway's knobs (docs/sim.md).
 fn validate_gateway(g: &GatewayCfg) -> Result<(), Issue> {
     positive("target.gateway.health_interval", g.health_interval)?;
+    positive("target.gateway.stall_timeout", g.stall_timeout)?;
     at_least("target.gateway.health_failures", g.health_failures, 1)?;
     if let Some(t) = g.health_timeout {
         positive("target.gateway.health_timeout", t)?;

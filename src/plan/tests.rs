@@ -5,7 +5,7 @@ use std::path::Path;
 use super::*;
 use crate::scenario::*;
 
-const GOOD: &str = r#"name: t
+pub(super) const GOOD: &str = r#"name: t
 target: {kind: sim, replicas: 3}
 workload:
   seed: 7

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::checks::{pos_finite, positive};
 use super::rate::RateProfile;
 use super::types::{MAX_RATE, MAX_TOTAL, MAX_WARM_CONNECTIONS, PhasePlan, Plan};
-use super::workload::{overlay_phase_rates, validate_arrival, validate_mix};
+use super::workload::{overlay_phase_rates, validate_arrival, validate_cache_truth, validate_mix};
 use crate::scenario::{Issue, *};
 
 /// Checks a scenario and resolves it into its plan; the first issue in the fixed order
@@ -48,6 +48,7 @@ pub fn validate_all(s: Scenario) -> Result<Plan, Vec<Issue>> {
     if let Some(m) = &mix {
         k.0.extend(validate_mix(m));
     }
+    k.check(validate_cache_truth(&s.workload));
     let load = match plan_load(&s) {
         Ok(l) => Some(l),
         Err(all) => {

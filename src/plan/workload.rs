@@ -1,7 +1,7 @@
 //! The workload's checks: length distributions, the arrival process and its rate
 //! profile, the request mix, and the phase rates laid over the profile.
 
-use super::checks::pos_finite;
+use super::checks::{at_least, pos_finite};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -385,4 +385,27 @@ pub(super) fn overlay_phase_rates(
         }
     }
     RateProfile { pieces }
+}
+
+/// `workload.cache_truth` (M6): a period of at least 2, at least one prompt, lengths
+/// at least 1 and within the limits of a request.
+pub fn validate_cache_truth(w: &Workload) -> Result<(), Issue> {
+    let Some(c) = &w.cache_truth else {
+        return Ok(());
+    };
+    let f = "workload.cache_truth";
+    at_least(&format!("{f}.every"), c.every, 2)?;
+    at_least(&format!("{f}.prompts"), c.prompts, 1)?;
+    at_least(&format!("{f}.prompt_tokens"), c.prompt_tokens, 1)?;
+    at_least(&format!("{f}.output_tokens"), c.output_tokens, 1)?;
+    if c.prompt_tokens > MAX_PROMPT_TOKENS || c.output_tokens > MAX_OUTPUT_TOKENS {
+        return Err(Issue::new(
+            format!("{f}.prompt_tokens"),
+            c.prompt_tokens,
+            format!(
+                "planted prompts and answers stay within {MAX_PROMPT_TOKENS} prompt and {MAX_OUTPUT_TOKENS} output tokens"
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -14,19 +14,27 @@
 //!   then release or drop what it held.
 
 mod conn;
+pub mod daemon;
+pub mod handover;
 pub mod http;
 mod probe;
 mod replica;
 mod rules;
+mod watch;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::trace::{Clock, TraceWriter};
+use probe::lock;
 pub use probe::{ProbeBoard, ProxyPoint, ProxySeen, Release};
 pub use replica::ReplicaProxy;
 use replica::upstream_alive;
@@ -45,27 +53,51 @@ pub struct ProxySet {
     pub replicas: Vec<Arc<ReplicaProxy>>,
     board: Arc<ProbeBoard>,
     stop: CancellationToken,
+    /// The proxies' thread, joined by [`ProxySet::stop`].
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Listeners borrowed from `haq proxy`, given back once the thread has ended.
+    leases: Mutex<Vec<handover::Lease>>,
 }
 
 impl ProxySet {
-    /// Binds every listener (all or nothing) and starts accepting.
+    /// Binds every listener (all or nothing) — or borrows it from `haq proxy` when
+    /// one holds the address — and starts accepting.
     pub async fn start(
         specs: &[ProxySpec],
         trace: &TraceWriter,
         clock: &Clock,
     ) -> anyhow::Result<ProxySet> {
         let mut listeners = Vec::new();
+        let mut leases = Vec::new();
         for s in specs {
-            let l = std::net::TcpListener::bind(s.listen)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|e| {
-                    anyhow::anyhow!("proxy for {}: cannot listen on {}: {e}", s.name, s.listen)
-                })?;
-            listeners.push(l);
+            match handover::borrow(&handover::dir(), s.listen)? {
+                Some(b) => {
+                    listeners.push(b.listener);
+                    leases.push(b.lease);
+                }
+                None => listeners.push(bind(s)?),
+            }
+        }
+        let set = ProxySet::from_listeners(specs, listeners, trace, clock)?;
+        *lock(&set.leases) = leases;
+        Ok(set)
+    }
+
+    /// Starts accepting on `listeners` (one per spec, non-blocking): listening
+    /// again if a previous holder left one shut down.
+    pub fn from_listeners(
+        specs: &[ProxySpec],
+        listeners: Vec<std::net::TcpListener>,
+        trace: &TraceWriter,
+        clock: &Clock,
+    ) -> anyhow::Result<ProxySet> {
+        for l in &listeners {
+            let _ = relisten(l);
         }
         let board = Arc::new(ProbeBoard::default());
         let stop = CancellationToken::new();
-        let rt = own_runtime(stop.clone())?;
+        let tasks = TaskTracker::new();
+        let (rt, thread) = own_runtime(stop.clone(), tasks.clone())?;
         let mut replicas = Vec::new();
         for (s, l) in specs.iter().zip(listeners) {
             let p = Arc::new(ReplicaProxy::new(
@@ -76,20 +108,30 @@ impl ProxySet {
                 trace.clone(),
                 *clock,
             ));
-            let (p2, stop2) = (p.clone(), stop.clone());
+            let (p2, stop2, tasks2) = (p.clone(), stop.clone(), tasks.clone());
             rt.spawn(async move {
                 // Registered with the proxies' own runtime, whose thread serves it.
                 match TcpListener::from_std(l) {
-                    Ok(l) => accept_loop(p2, l, stop2).await,
+                    Ok(l) => accept_loop(p2, l, stop2, tasks2).await,
                     Err(e) => eprintln!("haq: proxy for {}: {e}", p2.name),
                 }
             });
             replicas.push(p);
         }
+        let watched = replicas
+            .iter()
+            .map(|p| watch::Watched {
+                listen: p.listen,
+                replica: p.name.clone(),
+            })
+            .collect();
+        watch::start(&rt, watched, trace, *clock, stop.clone());
         Ok(ProxySet {
             replicas,
             board,
             stop,
+            thread: Mutex::new(Some(thread)),
+            leases: Mutex::new(Vec::new()),
         })
     }
 
@@ -101,19 +143,80 @@ impl ProxySet {
         &self.board
     }
 
-    /// Stops accepting and closes every connection.
+    /// Stops accepting and closes every connection; returns once every exchange
+    /// still open has written its `proxy_end` (`stopped`) and the proxies' thread has
+    /// ended — at most [`STOP_GRACE`] after the cancel, a few ms as a rule.
     pub fn stop(&self) {
         self.stop.cancel();
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+        lock(&self.leases).clear();
     }
 }
 
+/// A listener on `s.listen`, non-blocking.
+pub fn bind(s: &ProxySpec) -> anyhow::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(s.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| anyhow::anyhow!("proxy for {}: cannot listen on {}: {e}", s.name, s.listen))
+}
+
+/// Backlog of a listener (the kernel's default cap).
+const BACKLOG: i32 = 4096;
+
+/// Stops listening on `l`'s socket — for every holder of it, as a close would for
+/// one: connects are refused by the kernel, the port stays bound (`haq proxy` may
+/// hold the same socket).
+fn unlisten<S: std::os::fd::AsFd>(l: &S) {
+    let _ = socket2::SockRef::from(l).shutdown(std::net::Shutdown::Read);
+}
+
+/// Listens again on `at` after [`unlisten`]: the same socket (its explicitly bound
+/// port stays bound, also for `haq proxy`, which may hold it too), registered afresh;
+/// a socket bound to an ephemeral port (`:0`, tests) lost its port to the shutdown, so
+/// a fresh one is bound at `at` instead. `Err`: not yet, with what was parked.
+fn reopen(
+    parked: Option<std::net::TcpListener>,
+    at: SocketAddr,
+) -> Result<TcpListener, Option<std::net::TcpListener>> {
+    if let Some(s) = parked {
+        if relisten(&s).is_ok() && s.local_addr().is_ok_and(|a| a == at) {
+            return TcpListener::from_std(s).map_err(|_| None);
+        }
+        unlisten(&s);
+    }
+    std::net::TcpListener::bind(at)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(TcpListener::from_std)
+        .map_err(|_| None)
+}
+
+/// Listens on `l`'s socket again (a no-op but for the backlog when it listens).
+fn relisten<S: std::os::fd::AsFd>(l: &S) -> std::io::Result<()> {
+    socket2::SockRef::from(l).listen(BACKLOG)
+}
+
+/// How long a dead replica's address must keep accepting, without having refused
+/// once, before the listener reopens (a kill that did not take).
+const REOPEN_UNSEEN: Duration = Duration::from_secs(2);
+
+/// How long the proxies' connections get, once stopped, to see the stop and write
+/// how their exchanges ended before the runtime (and every connection) is dropped.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+
 /// The proxies relay every byte between gateway and replicas; on their own thread and
 /// runtime they never delay the load client's dispatch or its reading of a stream (the
-/// client's timing is the evidence, SPEC Q12). The thread ends, dropping the runtime and
-/// every connection, when `stop` is cancelled.
-fn own_runtime(stop: CancellationToken) -> anyhow::Result<tokio::runtime::Handle> {
+/// client's timing is the evidence, SPEC Q12). When `stop` is cancelled the thread
+/// waits (at most [`STOP_GRACE`]) for the connection tasks in `tasks` to see it and
+/// end — each writes how its open exchanges ended — then ends, dropping the runtime
+/// and whatever connection is left.
+fn own_runtime(
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) -> anyhow::Result<(tokio::runtime::Handle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("haq-proxy".into())
         .spawn(move || {
             let rt = match tokio::runtime::Builder::new_current_thread()
@@ -127,11 +230,17 @@ fn own_runtime(stop: CancellationToken) -> anyhow::Result<tokio::runtime::Handle
                 }
             };
             let _ = tx.send(Ok(rt.handle().clone()));
-            rt.block_on(stop.cancelled());
+            rt.block_on(async {
+                stop.cancelled().await;
+                tasks.close();
+                let _ = tokio::time::timeout(STOP_GRACE, tasks.wait()).await;
+            });
         })?;
-    rx.recv()
+    let handle = rx
+        .recv()
         .map_err(|_| anyhow::anyhow!("the proxy thread ended at once"))?
-        .map_err(|e| anyhow::anyhow!("cannot start the proxy runtime: {e}"))
+        .map_err(|e| anyhow::anyhow!("cannot start the proxy runtime: {e}"))?;
+    Ok((handle, thread))
 }
 
 impl Drop for ProxySet {
@@ -145,30 +254,59 @@ const REVIVE_POLL: Duration = Duration::from_millis(20);
 
 /// Accepts while the replica lives. When it is found dead (its address refuses
 /// connections), the listener is closed, so the gateway meets a refused connection as
-/// it would without haq in between (M4: dead is not cut off); it is reopened, on the
-/// same port, once the replica's address accepts connections again.
-async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationToken) {
-    let mut l = Some(l);
+/// it would without haq in between (M4: dead is not cut off) — each refusal seen by
+/// [`watch`]; it is reopened, on the same port, once the replica's address accepts
+/// connections again.
+async fn accept_loop(
+    p: Arc<ReplicaProxy>,
+    l: TcpListener,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) {
+    let mut listener = Some(l);
+    // While dead: the socket shut down and out of the runtime's poller (a socket that
+    // saw its shutdown stays "readable" there for good), to listen again on.
+    let mut parked: Option<std::net::TcpListener> = None;
+    // Since the death: when, and whether the replica's address has refused once.
+    let (mut down_since, mut refused_seen) = (Instant::now(), false);
     loop {
-        let Some(listener) = l.take() else {
+        let Some(active) = listener.as_ref() else {
             // Dead: wait for the replica (a replacement) to listen again.
             tokio::select! {
                 _ = tokio::time::sleep(REVIVE_POLL) => {}
                 _ = stop.cancelled() => return,
             }
-            if upstream_alive(&p).await == Some(true)
-                && let Ok(nl) = TcpListener::bind(p.listen).await
-            {
-                l = Some(nl);
-                p.listening.send_replace(true);
+            let alive = upstream_alive(&p).await;
+            if alive == Some(false) {
+                refused_seen = true;
+            }
+            // A killed process's address can still accept for a moment while its last
+            // threads exit (its leader already a zombie, the kill "verified"): alive
+            // only counts once the address has refused — or, for a kill that did not
+            // take, after REOPEN_UNSEEN.
+            let settled = refused_seen || down_since.elapsed() >= REOPEN_UNSEEN;
+            if p.may_reopen() && alive == Some(true) && settled {
+                match reopen(parked.take(), p.listen) {
+                    Ok(l) => {
+                        // A death noticed while closed is no reason to close it again.
+                        let _ = p.dead.notified().now_or_never();
+                        listener = Some(l);
+                        p.set_listening(true);
+                    }
+                    Err(kept) => parked = kept,
+                }
             }
             continue;
         };
         let accepted = tokio::select! {
-            a = listener.accept() => a,
+            a = active.accept() => a,
             _ = p.dead.notified() => {
-                drop(listener);
-                p.listening.send_replace(false);
+                if let Some(l) = listener.take() {
+                    unlisten(&l);
+                    parked = l.into_std().ok();
+                }
+                (down_since, refused_seen) = (Instant::now(), false);
+                p.set_listening(false);
                 continue;
             }
             _ = stop.cancelled() => return,
@@ -176,12 +314,11 @@ async fn accept_loop(p: Arc<ReplicaProxy>, l: TcpListener, stop: CancellationTok
         match accepted {
             Ok((sock, _)) => {
                 let _ = sock.set_nodelay(true);
-                tokio::spawn(conn::serve(p.clone(), sock, stop.clone()));
+                tasks.spawn(conn::serve(p.clone(), sock, stop.clone()));
             }
             // Out of descriptors or similar: back off instead of spinning.
             Err(_) => tokio::time::sleep(REVIVE_POLL).await,
         }
-        l = Some(listener);
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::probe::{ProbeBoard, lock};
 use super::rules::{PathRules, Rule};
-use crate::trace::{Clock, TraceWriter};
+use crate::trace::{Clock, Event, TraceWriter};
 
 /// The proxy in front of one replica.
 pub struct ReplicaProxy {
@@ -34,6 +34,9 @@ pub struct ReplicaProxy {
     pub(super) listening: watch::Sender<bool>,
     /// Wakes the accept loop to close the listener.
     pub(super) dead: tokio::sync::Notify,
+    /// haq is killing the replica: the listener stays closed, whatever the dying
+    /// process's address still accepts, until the kill is settled.
+    killing: AtomicBool,
     pub(super) board: Arc<ProbeBoard>,
     pub(super) trace: TraceWriter,
     pub(super) clock: Clock,
@@ -63,6 +66,7 @@ impl ReplicaProxy {
             other_requests: AtomicU64::new(0),
             listening: watch::Sender::new(true),
             dead: tokio::sync::Notify::new(),
+            killing: AtomicBool::new(false),
             board,
             trace,
             clock,
@@ -160,6 +164,36 @@ impl ReplicaProxy {
     /// The listener is open (the replica is not known dead).
     pub fn is_listening(&self) -> bool {
         *self.listening.borrow()
+    }
+
+    /// haq has just signalled the replica to die: the listener closes now, not once
+    /// the death is verified, so no connection is accepted for a replica that is
+    /// dying; it stays closed until [`Self::kill_settled`].
+    pub fn killing(&self) {
+        self.killing.store(true, Ordering::Release);
+        self.dead.notify_one();
+    }
+
+    /// The kill is verified (or failed): the listener reopens once the replica's
+    /// address accepts connections again (a replacement, or a kill that did not take).
+    pub fn kill_settled(&self) {
+        self.killing.store(false, Ordering::Release);
+    }
+
+    /// Whether the listener may reopen (no kill in progress).
+    pub(super) fn may_reopen(&self) -> bool {
+        !self.killing.load(Ordering::Acquire)
+    }
+
+    /// Records the listener's new state (a trace line when it changes).
+    pub(super) fn set_listening(&self, open: bool) {
+        if self.listening.send_replace(open) != open {
+            self.trace.emit(Event::ProxyListener {
+                t: self.clock.now_us(),
+                replica: self.name.clone(),
+                open,
+            });
+        }
     }
 
     /// Inference requests in flight on this replica (a watch to wait on).

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::probe::lock;
 use super::*;
-use crate::trace::{Event, ProxyEndKind};
+use crate::trace::{Event, ProxyEndKind, RefusedHow};
 
 /// An upstream that answers every POST with `n` SSE events `gap` apart (one chunk
 /// each), then `[DONE]`. `kill` makes every connection drop at once (a crash).
@@ -173,7 +173,11 @@ impl Fixture {
     /// Stops the proxy and returns the proxy events of the trace.
     fn events(&mut self) -> Vec<Event> {
         self.set.stop();
-        std::thread::sleep(Duration::from_millis(50));
+        self.trace_now()
+    }
+
+    /// The trace as written so far (its writer finished first).
+    fn trace_now(&mut self) -> Vec<Event> {
         if let Some(h) = self.handle.take() {
             h.finish().expect("trace");
         }
@@ -283,6 +287,42 @@ async fn forwards_bytes_unchanged_and_records_each_exchange() {
             assert!(first_event.is_some());
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_ends_every_open_exchange_as_stopped_before_it_returns() {
+    // Two streams still running (100 events 50 ms apart) when the proxies stop: each
+    // gets its `proxy_end stopped` line, written before `stop` returns (the trace is
+    // read at once after it), and the gateway side is reset.
+    let up = upstream(100, Duration::from_millis(50)).await;
+    let mut fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    let mut s1 = client(&p, "r1").await;
+    let mut s2 = client(&p, "r2").await;
+    for s in [&mut s1, &mut s2] {
+        let (got, _) = read_for(s, LONG, "<1>").await;
+        assert!(got.contains("<1>"), "{got}");
+    }
+    fx.set.stop();
+    let stopped: Vec<_> = fx
+        .trace_now()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::ProxyEnd {
+                id: Some(id),
+                end: ProxyEndKind::Stopped,
+                events,
+                ..
+            } => Some((id, events)),
+            _ => None,
+        })
+        .collect();
+    let mut ids: Vec<_> = stopped.iter().map(|(id, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["r1", "r2"], "{stopped:?}");
+    assert!(stopped.iter().all(|(_, n)| *n >= 1), "{stopped:?}");
+    let (_, end) = read_for(&mut s1, LONG, "[DONE]").await;
+    assert!(end.is_some(), "the gateway side must end");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,6 +474,30 @@ async fn holds_event_k_until_the_replica_dies_then_drops_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_automatic_release_delivers_what_was_held_though_the_replica_is_done() {
+    // Event 2 of 3 held; the replica writes the rest of its answer into the hold and
+    // goes quiet (its connection kept alive). An automatic release lets it through
+    // after its grace, with nothing else left to wake the connection.
+    let up = upstream(3, Duration::from_millis(5)).await;
+    let fx = Fixture::new(Some(up.addr.to_string())).await;
+    let p = fx.p().clone();
+    let mut seen = fx.set.board().watch("probe-a", ProxyPoint::Event(2));
+    let mut s = client(&p, "probe-a").await;
+    assert!(matches!(seen.recv().await, Some(ProxySeen::Routed { .. })));
+    let Some(ProxySeen::Reached { release, .. }) = seen.recv().await else {
+        panic!("not reached")
+    };
+    let (got, _) = read_for(&mut s, Duration::from_millis(300), "").await;
+    assert!(got.contains("<1>") && !got.contains("<2>"), "{got}");
+    let _ = release.send(Release::Auto);
+    let (rest, end) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(
+        rest.contains("<2>") && rest.contains("<3>") && rest.contains("[DONE]"),
+        "the held answer stalled after its automatic release: {rest:?} {end:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_and_prefill_points_hold_before_the_engine_and_before_the_first_byte() {
     let up = upstream(3, Duration::from_millis(5)).await;
     let fx = Fixture::new(Some(up.addr.to_string())).await;
@@ -472,30 +536,71 @@ async fn queued_and_prefill_points_hold_before_the_engine_and_before_the_first_b
     );
 }
 
+/// A replica that died without haq knowing: the first connection is accepted (the
+/// listener was open), the proxy's own connect is refused, and the gateway's
+/// connection is reset before a byte of it is read — recorded as a connect attempt to
+/// the dead endpoint. From then on the listener is closed: the next connect is refused
+/// by the kernel (ECONNREFUSED, exactly as without haq) and recorded all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_to_a_dead_replica_is_attributed_then_reset() {
+async fn connects_to_a_dead_replica_are_refused_and_recorded() {
     let dead = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = dead.local_addr().expect("addr");
     drop(dead);
     let mut fx = Fixture::new(Some(addr.to_string())).await;
-    let mut s = client(fx.p(), "r9").await;
-    let (got, end) = read_for(&mut s, LONG, "").await;
-    assert_eq!(got, "");
-    assert!(
-        matches!(end, Some(Err(ref e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
-        "{end:?}"
-    );
+    let p = fx.p().clone();
+    // The reset often comes before the connect has even completed on this side (a
+    // gateway then sees its connect fail, as a refusal would have made it).
+    let c = tokio::net::TcpSocket::new_v4().expect("socket");
+    c.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let first = c.local_addr().expect("addr").to_string();
+    match c.connect(p.listen).await {
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+        Ok(mut s) => {
+            let _ = s.write_all(request("r9").as_bytes()).await;
+            let (got, end) = read_for(&mut s, LONG, "").await;
+            assert_eq!(got, "");
+            assert!(
+                matches!(end, Some(Err(ref e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
+                "{end:?}"
+            );
+        }
+    }
+    let deadline = Instant::now() + LONG;
+    while p.is_listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let c = tokio::net::TcpSocket::new_v4().expect("socket");
+        c.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        refused.push(c.local_addr().expect("addr").to_string());
+        let e = c.connect(p.listen).await.expect_err("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let evs = fx.events();
-    assert!(
-        evs.iter()
-            .any(|e| matches!(e, Event::ProxyRequest { id: Some(i), .. } if i == "r9"))
-    );
+    let watching = evs.iter().find_map(|e| match e {
+        Event::ProxyWatch { watching, .. } => Some(*watching),
+        _ => None,
+    });
+    assert_eq!(watching, Some(true), "run as root (CAP_NET_RAW): {evs:?}");
+    let attempts: Vec<(String, RefusedHow)> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::ProxyRefused {
+                replica, peer, how, ..
+            } if replica == "w1" => Some((peer.clone(), *how)),
+            _ => None,
+        })
+        .collect();
+    let mut want = vec![(first, RefusedHow::Reset)];
+    want.extend(refused.into_iter().map(|a| (a, RefusedHow::Refused)));
+    assert_eq!(attempts, want, "{evs:?}");
+    // Nothing of the request was read: no exchange was begun.
+    assert!(!evs.iter().any(|e| matches!(e, Event::ProxyRequest { .. })));
     assert!(evs.iter().any(|e| matches!(
         e,
-        Event::ProxyEnd {
-            end: ProxyEndKind::UpstreamRefused,
-            ..
-        }
+        Event::ProxyListener { open: false, replica, .. } if replica == "w1"
     )));
 }
 
@@ -537,6 +642,40 @@ async fn a_dead_replica_refuses_connections_until_it_listens_again() {
     .await
     .expect("the request reached the replacement");
     assert!(got.starts_with("POST /v1/chat/completions"), "{got}");
+}
+
+/// A killed replica whose address still accepts for a while (its last threads
+/// exiting) does not get its listener back until the address has refused once: a
+/// connection accepted then would be reset, where without haq it is refused.
+#[tokio::test]
+async fn a_killed_replica_that_still_accepts_stays_closed_until_it_refuses() {
+    let up = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = up.local_addr().expect("addr");
+    let fx = Fixture::new(Some(addr.to_string())).await;
+    let p = fx.p().clone();
+    p.killing();
+    let deadline = Instant::now() + LONG;
+    while p.is_listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!p.is_listening(), "closed when the kill is sent");
+    // The kill is "verified" while the dying process still accepts.
+    p.kill_settled();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !p.is_listening(),
+        "not reopened for an address that never refused"
+    );
+    // It refuses (the process is gone), then a replacement listens: reopened.
+    drop(up);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let again = TcpListener::bind(addr).await.expect("rebind");
+    let deadline = Instant::now() + LONG;
+    while !p.is_listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(p.is_listening(), "reopened for the replacement");
+    drop(again);
 }
 
 /// The run token of the marker tests.

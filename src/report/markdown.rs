@@ -51,6 +51,7 @@ pub fn render(plan: &Plan, j: &Judgement, worksheet: &[Section]) -> String {
     verdicts(&mut out, j);
     where_to_look(&mut out, plan, j);
     timeline(&mut out, j);
+    cache_effects(&mut out, j);
     out.push_str("## Latency per phase\n\n");
     table(&mut out, &super::rows::PHASE_HEAD, super::rows::phases(j));
     findings(&mut out, j);
@@ -190,6 +191,20 @@ fn timeline(out: &mut String, j: &Judgement) {
         out.push_str("No phase ran.\n\n");
     } else {
         table(out, &super::rows::TIMELINE_HEAD, entries);
+    }
+}
+
+/// What each fault's reroute did to the engines' caches and queues (Q12 step 14),
+/// when their metrics were read.
+fn cache_effects(out: &mut String, j: &Judgement) {
+    let tables = super::effects::tables(j);
+    if tables.is_empty() {
+        return;
+    }
+    out.push_str("## KV and cache effects (Q12 step 14)\n\n");
+    for (title, rows) in tables {
+        let _ = writeln!(out, "{title}\n");
+        table(out, &super::effects::HEAD, rows);
     }
 }
 

@@ -3,6 +3,7 @@
 //! `schemas/report.schema.json`), report.md, junit.xml, report.html and requests.csv.
 
 pub mod compare;
+mod effects;
 mod html;
 mod junit;
 pub mod look;
@@ -80,6 +81,10 @@ pub struct Report<'a> {
     /// The capacity search (Q4), when the scenario has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<&'a crate::check::capacity::search::Search>,
+    /// Per fault: the engines' KV and cache metrics before it and after its reroute,
+    /// next to the TTFT (Q12 step 14), when they were read.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub cache_effects: &'a [crate::check::cache_effects::CacheEffects],
     /// Every finding kind with its full count (`findings` keeps a sample of each).
     pub finding_counts: Vec<FindingCount>,
     /// Which evidence sources the judgement read, and how they stood.
@@ -123,6 +128,7 @@ pub fn build<'a>(plan: &'a Plan, j: &'a Judgement) -> Report<'a> {
         seconds: &j.seconds,
         worksheet: worksheet::build(plan, j),
         capacity: j.capacity.as_ref(),
+        cache_effects: &j.cache_effects,
         finding_counts: j
             .finding_counts
             .iter()

@@ -176,7 +176,7 @@ fn client(out: &mut String, j: &Judgement) {
             out.push_str(&format!("INVALID {r}\n"));
         }
         out.push_str(&format!(
-            "INVALID: haq's own lateness could have changed a verdict — the verdicts above (would be {}) are not evidence\n",
+            "INVALID: haq itself (its lateness, or its host out of resources) could have changed a verdict — the verdicts above (would be {}) are not evidence\n",
             j.overall().as_str()
         ));
     }

@@ -137,6 +137,20 @@ fn topology(plan: &Plan) -> Section {
         TargetKind::Url => {
             o.row(["target".into(), t.url.clone().unwrap_or_default()]);
         }
+        TargetKind::Kubernetes => {
+            let k = t.kubernetes.as_ref();
+            o.row([
+                "target".into(),
+                format!(
+                    "Kubernetes pods `{}` in namespace {} ({} replicas: {}), gateway {}",
+                    k.map(|k| k.selector.as_str()).unwrap_or_default(),
+                    k.map(|k| k.namespace.as_str()).unwrap_or_default(),
+                    plan.replicas.len(),
+                    plan.replicas.join(", "),
+                    k.map(|k| k.gateway_url()).unwrap_or_default()
+                ),
+            ]);
+        }
     }
     o.row(["model".into(), t.model.clone()]);
     o

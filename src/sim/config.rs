@@ -36,11 +36,21 @@ pub enum GatewayPolicy {
     /// Flawed: tool-call idempotency keys derive from the attempt, so a retry executes
     /// the tool again.
     NoToolIdempotency,
+    /// Flawed: the health check only opens a TCP connection to the worker's port, so a
+    /// worker whose process listens but whose engine is dead or hung stays in rotation.
+    TcpHealthCheck,
+    /// The reference, but a stream whose worker is lost after its first delta goes on
+    /// on another worker (Dynamo-style migration, Q9): the prompt re-sent with the
+    /// delivered output appended, the answer continued from the next token.
+    Migrate,
+    /// Flawed: migrates, but re-sends the delivered output without its last delta (its
+    /// copy lags one event behind the stream): the new worker repeats that token.
+    MigrateLossy,
 }
 
 impl GatewayPolicy {
     /// Every policy, for help texts and tests.
-    pub const ALL: [GatewayPolicy; 8] = [
+    pub const ALL: [GatewayPolicy; 11] = [
         GatewayPolicy::Reference,
         GatewayPolicy::NaiveRetry,
         GatewayPolicy::SilentTruncate,
@@ -49,6 +59,9 @@ impl GatewayPolicy {
         GatewayPolicy::NoShedding,
         GatewayPolicy::HardDrain,
         GatewayPolicy::NoToolIdempotency,
+        GatewayPolicy::TcpHealthCheck,
+        GatewayPolicy::Migrate,
+        GatewayPolicy::MigrateLossy,
     ];
 
     /// The name used in scenarios (`naive-retry`, …).
@@ -62,7 +75,15 @@ impl GatewayPolicy {
             GatewayPolicy::NoShedding => "no-shedding",
             GatewayPolicy::HardDrain => "hard-drain",
             GatewayPolicy::NoToolIdempotency => "no-tool-idempotency",
+            GatewayPolicy::TcpHealthCheck => "tcp-health-check",
+            GatewayPolicy::Migrate => "migrate",
+            GatewayPolicy::MigrateLossy => "migrate-lossy",
         }
+    }
+
+    /// A stream cut after its first delta goes on on another worker.
+    pub fn migrates(self) -> bool {
+        matches!(self, GatewayPolicy::Migrate | GatewayPolicy::MigrateLossy)
     }
 }
 
@@ -108,6 +129,12 @@ pub struct GatewayCfg {
     /// ended with the explicit error).
     #[serde(default = "default_upstream_timeout")]
     pub upstream_timeout: Dur,
+    /// Time limit of the deep health check (`GET /health_generate`: the engine steps,
+    /// or computes one token): a worker that fails it is out of rotation and its
+    /// attempts are given up (a dead or hung engine behind a live process). Longer than
+    /// any step a merely slow engine takes: slow is not dead (M4).
+    #[serde(default = "default_stall_timeout")]
+    pub stall_timeout: Dur,
     /// TCP connect timeout to a worker.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: Dur,
@@ -156,6 +183,9 @@ fn default_soft_timeout() -> Dur {
 fn default_upstream_timeout() -> Dur {
     Dur::secs(30)
 }
+fn default_stall_timeout() -> Dur {
+    Dur::secs(2)
+}
 fn default_connect_timeout() -> Dur {
     Dur::millis(1000)
 }
@@ -198,6 +228,7 @@ impl Default for GatewayCfg {
             lease_ttl: default_lease_ttl(),
             soft_timeout: default_soft_timeout(),
             upstream_timeout: default_upstream_timeout(),
+            stall_timeout: default_stall_timeout(),
             connect_timeout: default_connect_timeout(),
             max_inflight_per_worker: default_max_inflight(),
             queue_limit: default_queue_limit(),
@@ -261,6 +292,15 @@ pub struct EngineCfg {
     /// Argument tokens of a tool call (requests with `tools`).
     #[serde(default = "default_tool_call_tokens")]
     pub tool_call_tokens: u32,
+    /// GPUs of one replica's tensor-parallel group: the failure domain of a `gpu`
+    /// fault (one GPU's loss takes the whole replica). The step-time model is the
+    /// calibrated one whatever the size (set its knobs to your TP group's figures).
+    #[serde(default = "default_tp")]
+    pub tensor_parallel_size: u32,
+    /// Flawed (M6): a request whose prompt hit the prefix cache is answered from a
+    /// corrupted cache — another answer than the same prompt computed afresh.
+    #[serde(default)]
+    pub corrupt_prefix_cache: bool,
 }
 
 fn yes() -> bool {
@@ -308,6 +348,9 @@ fn default_revision() -> String {
 fn default_tool_call_tokens() -> u32 {
     12
 }
+fn default_tp() -> u32 {
+    1
+}
 
 impl Default for EngineCfg {
     fn default() -> Self {
@@ -327,6 +370,8 @@ impl Default for EngineCfg {
             drain_timeout: default_drain_timeout(),
             revision: default_revision(),
             tool_call_tokens: default_tool_call_tokens(),
+            tensor_parallel_size: default_tp(),
+            corrupt_prefix_cache: false,
         }
     }
 }

@@ -24,6 +24,53 @@ pub fn token(prompt_hash: u64, seed: u64, i: u32) -> String {
     s
 }
 
+/// A word the answers are made of: one to three syllables of an onset and a vowel.
+pub fn is_token_word(w: &str) -> bool {
+    fn syllables(w: &str, n: usize) -> bool {
+        if w.is_empty() {
+            return (1..=3).contains(&n);
+        }
+        if n == 3 {
+            return false;
+        }
+        ONSETS.iter().filter_map(|o| w.strip_prefix(o)).any(|rest| {
+            VOWELS
+                .iter()
+                .filter_map(|v| rest.strip_prefix(v))
+                .any(|r| syllables(r, n + 1))
+        })
+    }
+    syllables(w, 0)
+}
+
+/// When `text` ends with the answer to the rest of it — a stream's delivered output
+/// re-sent after its prompt (a migration, Q9) — the hash of that rest (as the prompt
+/// hash of [`token`]) and how many answer tokens follow it: the answer goes on from
+/// there, as a greedy model's would. The longest such tail wins; `None` when the text
+/// does not end with its own answer.
+pub fn own_tail(text: &str, seed: u64) -> Option<(u64, u32)> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let n = words.len();
+    let mut j0 = n;
+    while j0 > 1 && is_token_word(words[j0 - 1]) {
+        j0 -= 1;
+    }
+    let body = text.trim();
+    (j0..n).find_map(|j| {
+        // The rest: the text up to the end of its word j-1.
+        let mut end = 0;
+        for w in &words[..j] {
+            let at = body[end..].find(w)? + end;
+            end = at + w.len();
+        }
+        let h = fnv1a(&body.as_bytes()[..end]);
+        let k = (n - j) as u32;
+        (0..k)
+            .all(|i| token(h, seed, i).trim() == words[j + i as usize])
+            .then_some((h, k))
+    })
+}
+
 /// Number of prompt tokens: whitespace-separated words.
 pub fn count_tokens(text: &str) -> u32 {
     text.split_whitespace().count() as u32
@@ -67,6 +114,23 @@ mod tests {
         let distinct: std::collections::BTreeSet<_> = a.iter().collect();
         assert!(distinct.len() > 35, "{distinct:?}");
         assert_ne!(token(7, 1, 0), token(8, 1, 0));
+    }
+
+    #[test]
+    fn an_answer_after_its_prompt_is_found_and_goes_on_from_there() {
+        let prompt = "the cluster serves\n tokens while a replica fails";
+        let h = fnv1a(prompt.as_bytes());
+        let answer: String = (0..5).map(|i| token(h, 0, i)).collect();
+        assert!(answer.split_whitespace().all(is_token_word), "{answer}");
+        assert_eq!(own_tail(&format!("{prompt}{answer}"), 0), Some((h, 5)));
+        assert_eq!(own_tail(&format!("  {prompt}{answer} "), 0), Some((h, 5)));
+        assert_eq!(own_tail(prompt, 0), None, "no answer in it");
+        // Another seed's answer, or the answer with a token missing, is not its own.
+        assert_eq!(own_tail(&format!("{prompt}{answer}"), 1), None);
+        let gap: String = [0, 1, 3].iter().map(|&i| token(h, 0, i)).collect();
+        assert_eq!(own_tail(&format!("{prompt}{gap}"), 0), None);
+        assert!(!is_token_word("the") && !is_token_word("cluster"));
+        assert!(is_token_word("besoumu") && !is_token_word("besoumubesoumu"));
     }
 
     #[test]

@@ -1,13 +1,14 @@
-//! What is qualified: the embedded cluster haq starts ([`sim`]) or the deployment it
-//! reaches ([`url`]), with haq's proxy in front of each replica where it can be; the
-//! registry of the replicas and their processes ([`registry`], [`procs`]), the way
-//! the target starts a replacement ([`replace`]) and the watch of the replicas' own
-//! readiness ([`readiness`]).
+//! What is qualified: the embedded cluster haq starts ([`sim`]), the deployment it
+//! reaches ([`url`]) or the pods of a Kubernetes cluster ([`kube`]), with haq's proxy
+//! in front of each replica where it can be; the registry of the replicas and their
+//! processes ([`registry`], [`procs`]), the way the target starts a replacement
+//! ([`replace`]) and the watch of the replicas' own readiness ([`readiness`]).
 //!
 //! The seam for a new kind of target (docs/architecture.md): a [`Kind`] arm for what
 //! it must stop at the end, a [`registry::Respawn`] arm for its replacements, and its
 //! start in [`start`].
 
+pub mod kube;
 pub mod procs;
 pub mod readiness;
 pub mod registry;
@@ -49,6 +50,8 @@ enum Kind {
     Sim(Box<SimCluster>),
     /// A deployment haq only reaches: nothing of it is haq's to stop.
     Url,
+    /// A Kubernetes deployment: its EndpointSlice watch stops.
+    Kube(tokio_util::sync::CancellationToken),
 }
 
 impl Running {
@@ -62,8 +65,10 @@ impl Running {
     /// Stops what haq started (the sim's processes); a `url` target is left running.
     pub async fn stop(mut self) {
         self.stop_proxies();
-        if let Kind::Sim(sim) = self.kind {
-            sim.stop().await;
+        match self.kind {
+            Kind::Sim(sim) => sim.stop().await,
+            Kind::Kube(watch) => watch.cancel(),
+            Kind::Url => {}
         }
     }
 }
@@ -94,6 +99,7 @@ pub async fn start(
     match plan.scenario.target.kind {
         TargetKind::Sim => start_sim(plan, haq_bin, dir, tw, clock).await,
         TargetKind::Url => start_url(plan, headers, tw, clock, say).await,
+        TargetKind::Kubernetes => start_kube(plan, tw, clock, headers, say).await,
     }
 }
 
@@ -200,6 +206,35 @@ async fn start_url(
         replicas,
         proxies,
         registry,
+    })
+}
+
+/// Discovers the pods of a kubernetes target, then waits for its gateway.
+async fn start_kube(
+    plan: &Plan,
+    tw: &TraceWriter,
+    clock: &Clock,
+    headers: &HeaderMap,
+    say: &(dyn Fn(&str) + Sync),
+) -> anyhow::Result<Running> {
+    let k = kube::start(plan, tw, clock, say).await?;
+    let http = crate::client::http_client(Duration::from_secs(5), headers)?;
+    if let Err(e) = wait_ready(&http, &k.api_url, plan.scenario.target.ready_timeout.0, say).await {
+        k.stop.cancel();
+        return Err(e);
+    }
+    let replicas = k
+        .registry
+        .replicas
+        .iter()
+        .map(|r| replica_info(r, None))
+        .collect();
+    Ok(Running {
+        api_url: k.api_url,
+        kind: Kind::Kube(k.stop),
+        replicas,
+        proxies: None,
+        registry: k.registry,
     })
 }
 

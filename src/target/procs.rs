@@ -33,6 +33,12 @@ pub fn stopped(pid: u32) -> bool {
 pub fn resolve(p: &ProcRef) -> Result<u32, String> {
     let pid = match p {
         ProcRef::Sim(_) => return Err("a sim process is signalled through its handle".into()),
+        ProcRef::Pod(p) => {
+            return Err(format!(
+                "pod {} is reached through the Kubernetes API, not signalled",
+                p.pod.name
+            ));
+        }
         ProcRef::Pid { pid, start } => {
             if let (Some(want), Some((_, now))) = (start, proc_stat(*pid))
                 && *want != now

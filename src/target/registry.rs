@@ -18,6 +18,8 @@ pub enum ProcRef {
     Pid { pid: u32, start: Option<u64> },
     /// A pid file, read at each injection (it follows restarts).
     PidFile(PathBuf),
+    /// A pod of a kubernetes target (faulted through the API).
+    Pod(Arc<crate::target::kube::pod::PodRef>),
 }
 
 impl std::fmt::Debug for ProcRef {
@@ -26,6 +28,7 @@ impl std::fmt::Debug for ProcRef {
             ProcRef::Sim(_) => f.write_str("Sim"),
             ProcRef::Pid { pid, .. } => write!(f, "Pid({pid})"),
             ProcRef::PidFile(p) => write!(f, "PidFile({})", p.display()),
+            ProcRef::Pod(p) => write!(f, "Pod({})", p.pod.name),
         }
     }
 }
@@ -68,6 +71,14 @@ impl Replica {
         *self.direct_url.write().unwrap_or_else(|e| e.into_inner()) = Some(url);
     }
 
+    /// The pod of a kubernetes replica.
+    pub fn pod(&self) -> Option<Arc<crate::target::kube::pod::PodRef>> {
+        match self.process() {
+            Some(ProcRef::Pod(p)) => Some(p),
+            _ => None,
+        }
+    }
+
     /// `host:port` of the replica (the proxy's upstream).
     pub fn upstream(&self) -> Option<String> {
         self.direct_url().map(|u| {
@@ -94,6 +105,8 @@ pub enum Respawn {
     Sim(Box<SimSpawner>),
     /// The replica's (or the fault's) restart command runs.
     Command,
+    /// A kubernetes controller replaces its pods itself.
+    Kube,
 }
 
 /// Every replica of the target.

@@ -35,6 +35,7 @@ pub async fn start(
     match respawn {
         Respawn::Sim(sim) => start_sim(r, sim, how).await,
         Respawn::Command => start_command(r, how).await,
+        Respawn::Kube => Err("a kubernetes controller replaces its pods itself".into()),
     }
 }
 

@@ -1,5 +1,6 @@
 use serde::{Deserialize, Serialize};
 
+pub use super::outcome::Outcome;
 use crate::scenario::{FailureDomain, FaultAction, FaultBackend};
 pub use crate::wire::kinds::{ChunkKind, InBandError, ToolCall, Usage};
 
@@ -234,6 +235,30 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         held: Option<u32>,
     },
+    /// A connect attempt to a dead replica's path, seen by haq's proxy: traffic that
+    /// reached a dead endpoint (Routing evidence).
+    ProxyRefused {
+        t: u64,
+        replica: String,
+        /// Who tried: the connecting (gateway's) end, `ip:port`.
+        peer: String,
+        how: RefusedHow,
+    },
+    /// Whether haq's proxy sees the connect attempts its closed listeners refuse:
+    /// written when the proxies start, and again if the watch stops.
+    ProxyWatch {
+        t: u64,
+        watching: bool,
+        detail: String,
+    },
+    /// haq's proxy closed its listener for a replica (the replica refuses connections,
+    /// so the gateway's connects are refused by the kernel, as without haq), or opened
+    /// it again (the replica listens again).
+    ProxyListener {
+        t: u64,
+        replica: String,
+        open: bool,
+    },
     /// Something an observer saw (health checks, gateway journal, readiness).
     Observation {
         t: u64,
@@ -243,6 +268,17 @@ pub enum Event {
         what: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
+    },
+    /// A replica engine's own metrics (its Prometheus `/metrics`, scraped while faults
+    /// run: Q12 step 14), read into haq's names — `prefix_hits`, `prefix_queries`
+    /// (tokens, counters), `prefix_hit_rate`, `kv_usage` (0–1), `running`, `waiting`,
+    /// `prompt_tokens`, `generation_tokens` (counters) — whichever the engine has.
+    EngineMetrics {
+        t: u64,
+        replica: String,
+        /// `vllm` (also the sim), `sglang` or `llamacpp`: whose names were read.
+        engine: String,
+        m: std::collections::BTreeMap<String, f64>,
     },
     /// Connections opened to the target before load (`client.warm_connections`), as
     /// the client's connector counted them: they wait in the pool for the first requests.
@@ -297,7 +333,11 @@ impl Event {
             | Event::Exited { t, .. }
             | Event::ProxyRequest { t, .. }
             | Event::ProxyEnd { t, .. }
+            | Event::ProxyRefused { t, .. }
+            | Event::ProxyWatch { t, .. }
+            | Event::ProxyListener { t, .. }
             | Event::Observation { t, .. }
+            | Event::EngineMetrics { t, .. }
             | Event::Warmed { t, .. }
             | Event::TraceStats { t, .. }
             | Event::RunEnd { t, .. } => *t,
@@ -462,63 +502,22 @@ pub enum ProxyEndKind {
     Stopped,
 }
 
+/// How a connect attempt to a dead replica's path was turned away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusedHow {
+    /// The kernel refused it (RST to the SYN): the proxy's listener was closed, the
+    /// gateway's connect failed with ECONNREFUSED exactly as without haq.
+    Refused,
+    /// Accepted before the proxy knew the replica was dead; the replica refused the
+    /// proxy's own connect and the proxy reset the gateway's connection at once,
+    /// unread: the gateway saw a connection reset, not a refusal.
+    Reset,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Edge {
     Start,
     End,
-}
-
-/// How a stream ended, from the client's side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// `[DONE]` and/or a finish_reason, no error.
-    Completed,
-    /// An in-band error event ended the stream.
-    ExplicitError,
-    /// 429 or 503: admission refused.
-    Rejected,
-    /// Any other HTTP error status.
-    HttpError,
-    /// TCP connection refused.
-    Refused,
-    /// No connection within the connect timeout.
-    ConnectTimeout,
-    /// No first event within the first-token timeout.
-    FirstTokenTimeout,
-    /// Silence between events longer than the idle timeout.
-    IdleTimeout,
-    /// Connection reset or aborted mid-stream.
-    Reset,
-    /// Body ended with no terminator (`[DONE]`, finish_reason or error).
-    Truncated,
-    /// An event that could not be read.
-    Malformed,
-    /// haq stopped the request (the run was interrupted or drained).
-    Cancelled,
-    /// The client left on purpose (the workload's `abandon`): closed its connection
-    /// mid-stream. The client's own leaving, never the target's failure; Request-Fate
-    /// asks whether the gateway cancelled the upstream (M4).
-    Abandoned,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Completed => "completed",
-            Outcome::ExplicitError => "explicit_error",
-            Outcome::Rejected => "rejected",
-            Outcome::HttpError => "http_error",
-            Outcome::Refused => "refused",
-            Outcome::ConnectTimeout => "connect_timeout",
-            Outcome::FirstTokenTimeout => "first_token_timeout",
-            Outcome::IdleTimeout => "idle_timeout",
-            Outcome::Reset => "reset",
-            Outcome::Truncated => "truncated",
-            Outcome::Malformed => "malformed",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Abandoned => "abandoned",
-        }
-    }
 }

@@ -8,11 +8,13 @@ mod chunkref;
 mod clock;
 mod event;
 mod lines;
+mod outcome;
 mod writer;
 
 pub use chunkref::ChunkRef;
 pub use clock::Clock;
 pub use event::*;
+pub use outcome::{LocalDetail, local_detail};
 pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};
 
 use std::path::Path;

@@ -111,6 +111,20 @@ pub struct AttemptRec {
     pub recomputed: bool,
     /// An upstream request haq's proxy saw (no gateway journal): not the gateway's word.
     pub proxy_leg: bool,
+    /// What the worker's engine made of it (sim worker journals): when it was
+    /// admitted, with how many prompt tokens, how many of them were the answer's own
+    /// output it went on from (a migration's continuation, Q9), when its first token
+    /// was computed.
+    pub engine: Option<EngineRec>,
+}
+
+/// One attempt as the worker's engine journaled it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineRec {
+    pub admitted: u64,
+    pub prompt_tokens: u32,
+    pub resumed: u32,
+    pub first_token: Option<u64>,
 }
 
 impl AttemptRec {

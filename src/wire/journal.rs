@@ -58,6 +58,9 @@ pub enum RemovalCause {
     ConnectFailed,
     /// A stream broke mid-body.
     StreamBroken,
+    /// The deep health check (`/health_generate`: the engine steps or computes a token)
+    /// failed or timed out: a dead or hung engine behind a live process.
+    EngineUnhealthy,
     #[default]
     Other,
 }
@@ -221,6 +224,17 @@ pub enum GatewayEntry {
     },
     /// A flawed policy retried after deltas were delivered.
     RetryAfterDelta { req: String, delivered: u32 },
+    /// The stream goes on on another worker (policy `migrate`, Q9): the prompt re-sent
+    /// with `resent` output tokens appended (`prompt_tokens` in all) after `after`
+    /// failed with `delivered` deltas at the client.
+    Migrate {
+        req: String,
+        after: String,
+        worker: String,
+        delivered: u32,
+        resent: u32,
+        prompt_tokens: u32,
+    },
     /// No ready upstream was left for the request.
     NoUpstream { req: String, attempts: u32 },
     /// The request is over, as the gateway saw it.
@@ -268,6 +282,7 @@ impl GatewayEntry {
             | RetryDenied { req, .. }
             | ExplicitError { req, .. }
             | RetryAfterDelta { req, .. }
+            | Migrate { req, .. }
             | NoUpstream { req, .. }
             | RequestEnd { req, .. } => Some(req),
             LeaseRenewFailed { .. } | UpstreamReady { .. } | UpstreamRemoved { .. } => None,
@@ -315,13 +330,33 @@ pub enum WorkerEntry {
         worker: String,
         slow_factor: f64,
         hang: bool,
+        /// While hung: whether `/health` and `/ready` still pass (`pass`) or hang
+        /// (`timeout`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hang_health: Option<String>,
     },
+    /// The engine died with the process alive (a lost GPU: `gpu` of a tensor-parallel
+    /// group of `tp`): every request in it ended with the engine's error.
+    EngineDead {
+        worker: String,
+        gpu: u32,
+        tp: u32,
+        /// Requests that were in the engine (running or waiting).
+        failed: u32,
+    },
+    /// The engine was started again in the same process (cold prefix cache).
+    EngineRestarted { worker: String },
     /// A request entered the engine's waiting queue.
     Admitted {
         req: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<String>,
         prompt_tokens: u32,
+        /// The prompt ends with this many tokens of the engine's own answer to the rest
+        /// of it (a migrated stream re-sent with its delivered output, Q9): the answer
+        /// goes on from that token.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        resumed: u32,
     },
     /// The request was scheduled (left the queue); `cached_tokens` came from the prefix
     /// cache and skip prefill (M6).
@@ -367,6 +402,10 @@ pub enum WorkerEntry {
         events: u32,
         generated: u32,
     },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One line of `tools.jsonl`: a tool call the tool service executed (or deduplicated).

@@ -2,11 +2,12 @@
 //! its proxy, the trace and the embedded cluster — SSE parsing and the classification
 //! of each event, header names, the I/O error kinds the stream-end classification
 //! reads, the monotonic clock every process stamps with, the journal lines the sim's
-//! processes write and the checks read, and the units every file and command line
-//! uses. It imports nothing of haq's.
+//! processes write and the checks read, the units every file and command line uses,
+//! and haq's open-file limit. It imports nothing of haq's.
 
 pub mod chunk;
 mod clock;
+pub mod fds;
 pub mod hash;
 pub mod headers;
 pub mod io;

@@ -4,6 +4,11 @@
 //! eventsource-stream, it reports an event left unfinished at end of stream (the last
 //! bytes a dying server wrote are evidence too) and it surfaces comments, so
 //! keep-alives are visible.
+//!
+//! Bounded when asked ([`SseParser::bounded`]): a line or an event past its limit is
+//! never held — the parser keeps its first bytes and its size so far
+//! ([`SseParser::overflow`]) and ignores everything after, so a server that sends a
+//! gigabyte without a line end costs the limit, not the gigabyte.
 
 /// One parsed item of an event stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,8 +62,57 @@ impl SseRef<'_> {
     }
 }
 
+/// The longest line and the largest event a parser holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseLimits {
+    pub line: usize,
+    pub event: usize,
+}
+
+impl Default for SseLimits {
+    /// Unbounded (the sim's gateway, tests).
+    fn default() -> Self {
+        SseLimits {
+            line: usize::MAX,
+            event: usize::MAX,
+        }
+    }
+}
+
+/// What passed its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Over {
+    Line,
+    Event,
+}
+
+/// A line or event past its limit: what, how many bytes of it were read, and how it
+/// began (at most [`OVERFLOW_PREFIX`] bytes, lossy UTF-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overflow {
+    pub what: Over,
+    pub limit: usize,
+    pub read: usize,
+    pub prefix: String,
+}
+
+/// Bytes of an oversized line or event kept as evidence.
+pub const OVERFLOW_PREFIX: usize = 200;
+
+fn prefix_of(b: &[u8]) -> String {
+    let mut end = b.len().min(OVERFLOW_PREFIX);
+    // Cut on a character boundary when the bytes are UTF-8.
+    while end > 0 && end < b.len() && (b[end] & 0xC0) == 0x80 {
+        end -= 1;
+    }
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
 #[derive(Debug, Default)]
 pub struct SseParser {
+    limits: SseLimits,
+    /// Set once a line or an event passed its limit: nothing more is parsed.
+    overflow: Option<Overflow>,
     line: Vec<u8>,
     /// The previous chunk ended in `\r`; a leading `\n` in the next one belongs to it.
     after_cr: bool,
@@ -82,6 +136,43 @@ impl SseParser {
         Self::default()
     }
 
+    /// A parser that holds at most `limits.line` bytes of a line and `limits.event`
+    /// bytes of an event.
+    pub fn bounded(limits: SseLimits) -> Self {
+        SseParser {
+            limits,
+            ..Self::default()
+        }
+    }
+
+    /// The line or event that passed its limit, once one did.
+    pub fn overflow(&self) -> Option<&Overflow> {
+        self.overflow.as_ref()
+    }
+
+    /// Bytes of an unfinished line or event held.
+    pub fn pending(&self) -> bool {
+        !self.line.is_empty() || self.has_data
+    }
+
+    /// Stops parsing: `what` passed its limit after `read` bytes beginning `begin`;
+    /// the buffers are freed.
+    fn overflowed(&mut self, what: Over, read: usize, begin: &[u8]) {
+        let limit = match what {
+            Over::Line => self.limits.line,
+            Over::Event => self.limits.event,
+        };
+        self.overflow = Some(Overflow {
+            what,
+            limit,
+            read,
+            prefix: prefix_of(begin),
+        });
+        self.line = Vec::new();
+        self.data = String::new();
+        self.has_data = false;
+    }
+
     /// Consumes `bytes`, appending complete items to `out`.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<SseItem>) {
         self.push_with(bytes, &mut |r| out.push(r.to_item()));
@@ -94,7 +185,7 @@ impl SseParser {
 
     /// Consumes `bytes`, handing each complete item to `f` (borrowed, no copy).
     pub fn push_with(&mut self, mut bytes: &[u8], f: &mut impl FnMut(SseRef<'_>)) {
-        if bytes.is_empty() {
+        if bytes.is_empty() || self.overflow.is_some() {
             return;
         }
         if self.after_cr {
@@ -104,6 +195,15 @@ impl SseParser {
             }
         }
         while let Some(i) = memchr::memchr2(b'\n', b'\r', bytes) {
+            if self.line.len() + i > self.limits.line {
+                let begin = if self.line.is_empty() {
+                    &bytes[..i]
+                } else {
+                    &self.line[..]
+                };
+                let begin = begin[..begin.len().min(OVERFLOW_PREFIX)].to_vec();
+                return self.overflowed(Over::Line, self.line.len() + i, &begin);
+            }
             // The usual event — one `data:` line and the blank line after it, both in
             // this chunk — is handed out borrowed from the chunk, without copying.
             if self.line.is_empty()
@@ -120,13 +220,26 @@ impl SseParser {
                 self.line.extend_from_slice(&bytes[..i]);
                 let line = std::mem::take(&mut self.line);
                 self.line_done(&line, f);
-                self.line = line;
-                self.line.clear();
+                if self.overflow.is_none() {
+                    self.line = line;
+                    self.line.clear();
+                }
+            }
+            if self.overflow.is_some() {
+                return;
             }
             if let Some((rest, cr_at_end)) = past_line_end(&bytes[i..]) {
                 bytes = rest;
                 self.after_cr = cr_at_end;
             }
+        }
+        if self.line.len() + bytes.len() > self.limits.line {
+            let read = self.line.len() + bytes.len();
+            let mut begin = std::mem::take(&mut self.line);
+            begin.truncate(OVERFLOW_PREFIX);
+            let more = OVERFLOW_PREFIX.saturating_sub(begin.len()).min(bytes.len());
+            begin.extend_from_slice(&bytes[..more]);
+            return self.overflowed(Over::Line, read, &begin);
         }
         self.line.extend_from_slice(bytes);
     }
@@ -148,6 +261,10 @@ impl SseParser {
         // The blank line.
         let (rest, after_cr) = past_line_end(after)?;
         let data = std::str::from_utf8(value.strip_prefix(b" ").unwrap_or(value)).ok()?;
+        if data.len() > self.limits.event {
+            // The slow path says so.
+            return None;
+        }
         f(SseRef::Event {
             event: self.event.as_deref(),
             data,
@@ -161,11 +278,14 @@ impl SseParser {
 
     /// End of stream: hands `f` the unfinished event, if any (marked `unterminated`).
     pub fn finish_with(&mut self, f: &mut impl FnMut(SseRef<'_>)) {
+        if self.overflow.is_some() {
+            return;
+        }
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             self.line_done(&line, f);
         }
-        if self.has_data {
+        if self.has_data && self.overflow.is_none() {
             self.dispatch(true, f);
         }
     }
@@ -216,6 +336,16 @@ impl SseParser {
         let value = lossy(value);
         match name {
             b"data" => {
+                let size = self.data.len() + usize::from(self.has_data) + value.len();
+                if size > self.limits.event {
+                    let begin = if self.has_data {
+                        self.data.as_bytes()
+                    } else {
+                        value.as_bytes()
+                    };
+                    let begin = begin[..begin.len().min(OVERFLOW_PREFIX)].to_vec();
+                    return self.overflowed(Over::Event, size, &begin);
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -330,5 +460,76 @@ mod tests {
                 "[DONE]"
             ]
         );
+    }
+
+    #[test]
+    fn a_line_past_its_limit_is_never_held_and_nothing_after_it_is_parsed() {
+        let limits = SseLimits {
+            line: 1000,
+            event: 4000,
+        };
+        let mut p = SseParser::bounded(limits);
+        let mut out = Vec::new();
+        p.push(b"data: ok\n\n", &mut out);
+        // 64 KiB without a line end, in 1 KiB reads: the parser never holds more
+        // than the limit.
+        let junk = vec![b'x'; 1024];
+        p.push(b"data: ", &mut out);
+        for _ in 0..64 {
+            p.push(&junk, &mut out);
+            assert!(p.line.capacity() <= 2048, "{}", p.line.capacity());
+        }
+        p.push(b"\n\ndata: after\n\n", &mut out);
+        p.finish(&mut out);
+        assert_eq!(data(&out), vec!["ok"], "nothing after the overflow");
+        let o = p.overflow().expect("overflow");
+        assert_eq!((o.what, o.limit), (Over::Line, 1000));
+        assert!(o.read > 1000 && o.read <= 1000 + 1024, "{o:?}");
+        assert!(o.prefix.starts_with("data: xxx") && o.prefix.len() <= OVERFLOW_PREFIX);
+        // A long line within one read, and its end in the same read, passes too.
+        let mut p = SseParser::bounded(limits);
+        let mut line = b"data: ".to_vec();
+        line.extend(vec![b'y'; 1500]);
+        line.extend_from_slice(b"\n\n");
+        p.push(&line, &mut out);
+        assert_eq!(p.overflow().map(|o| o.what), Some(Over::Line));
+    }
+
+    #[test]
+    fn an_event_past_its_limit_is_an_overflow_and_smaller_ones_parse_as_unbounded() {
+        let limits = SseLimits {
+            line: 100,
+            event: 250,
+        };
+        let body = b"data: a\ndata: b\n\n: ping\ndata: [DONE]\n\n";
+        let mut p = SseParser::bounded(limits);
+        let mut out = Vec::new();
+        p.push(body, &mut out);
+        p.finish(&mut out);
+        assert_eq!(out, parse_all(body));
+        assert!(p.overflow().is_none());
+        // Five 90-byte data lines of one event: each line fits, the event does not.
+        let mut p = SseParser::bounded(limits);
+        let mut out = Vec::new();
+        for k in 0..5 {
+            p.push(
+                format!("data: {}\n", k.to_string().repeat(84)).as_bytes(),
+                &mut out,
+            );
+        }
+        p.push(b"\n", &mut out);
+        p.finish(&mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let o = p.overflow().expect("overflow");
+        assert_eq!((o.what, o.limit), (Over::Event, 250));
+        assert!(o.read > 250, "{o:?}");
+        assert!(o.prefix.starts_with("000"), "{o:?}");
+        // One data line over the event limit, whole in one read (the fast path).
+        let mut p = SseParser::bounded(SseLimits {
+            line: 1000,
+            event: 10,
+        });
+        p.push(b"data: 0123456789abc\n\n", &mut out);
+        assert_eq!(p.overflow().map(|o| o.what), Some(Over::Event));
     }
 }

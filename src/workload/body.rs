@@ -183,8 +183,41 @@ fn response_format(f: ResponseFormat) -> Value {
     }
 }
 
+/// The text of planted prompt `k` (`workload.cache_truth`, M6): the same for every
+/// request that carries it.
+pub fn planted_text(seed: u64, k: u32, tokens: u32) -> String {
+    prompt_text(mix64(seed ^ 0xCAC4_E7A0), u64::from(k), tokens)
+}
+
+/// A planted prompt's body: the class's API and streaming, nothing else of the class.
+fn planted_body(plan: &Plan, p: &Planned, k: u32, marker: &BodyMarker) -> Bytes {
+    let class = &plan.mix.classes[p.class];
+    let text = planted_text(plan.seed, k, p.prompt_tokens);
+    let mut body = serde_json::Map::new();
+    body.insert("model".into(), plan.scenario.target.model.clone().into());
+    match class.api {
+        Api::Chat => body.insert(
+            "messages".into(),
+            json!([{"role": "user", "content": text}]),
+        ),
+        Api::Completions => body.insert("prompt".into(), text.into()),
+    };
+    body.insert("max_tokens".into(), p.max_tokens.into());
+    body.insert("temperature".into(), 0.into());
+    body.insert("seed".into(), plan.seed.into());
+    body.insert("stream".into(), p.stream.into());
+    if p.stream {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    marker.put(&mut body, &p.id);
+    Bytes::from(Value::Object(body).to_string())
+}
+
 /// The JSON body of request `p`, with its marker.
 pub fn request_body(plan: &Plan, p: &Planned, marker: &BodyMarker) -> Bytes {
+    if let Some(k) = p.planted {
+        return planted_body(plan, p, k, marker);
+    }
     let class = &plan.mix.classes[p.class];
     let seed = plan.seed;
     let prompt = match &p.hash_ids {

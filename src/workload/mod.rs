@@ -57,6 +57,8 @@ pub struct Planned {
     pub hash_ids: Option<Arc<[u32]>>,
     /// The client leaves early (the class's `abandon`, drawn for this request).
     pub leave: Option<Leave>,
+    /// A planted prompt of `workload.cache_truth` (M6): which one.
+    pub planted: Option<u32>,
 }
 
 impl Planned {
@@ -286,6 +288,16 @@ impl Iterator for Schedule<'_> {
         self.idx += 1;
         let session = self.turn(class, idx, prompt_tokens, max_tokens);
         let leave = leaves(self.plan.seed, idx, stream, c.abandon.as_ref());
+        let truth = self.plan.scenario.workload.cache_truth.as_ref();
+        let planted = truth.and_then(|t| planted(t, idx));
+        // A planted prompt keeps the request's arrival and class; its text is fixed.
+        let (prefix, session, hash_ids, leave) = match (planted, truth) {
+            (Some(_), Some(t)) => {
+                (prompt_tokens, max_tokens) = (t.prompt_tokens, t.output_tokens);
+                (None, None, None, None)
+            }
+            _ => (prefix, session, hash_ids, leave),
+        };
         let phase = self
             .plan
             .phases
@@ -305,8 +317,27 @@ impl Iterator for Schedule<'_> {
             session,
             hash_ids,
             leave,
+            planted,
         })
     }
+}
+
+/// Which planted prompt of `workload.cache_truth` request `idx` carries (M6): request
+/// `every`·k − 1 carries prompt k mod `prompts` — from the index alone, so the checker
+/// finds the planted requests from their ids.
+pub fn planted(t: &crate::scenario::CacheTruth, idx: u64) -> Option<u32> {
+    let every = u64::from(t.every.max(2));
+    (idx + 1)
+        .is_multiple_of(every)
+        .then(|| ((idx / every) % u64::from(t.prompts.max(1))) as u32)
+}
+
+/// The schedule index of the request with id `id` (`r000123`), for the checks.
+pub fn index_of(id: &str) -> Option<u64> {
+    let digits = id.strip_prefix('r')?;
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
 }
 
 /// Whether request `idx` leaves early, and when: drawn from the seed and the index

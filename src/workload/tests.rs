@@ -323,3 +323,68 @@ fn a_share_of_a_class_leaves_early_drawn_from_the_seed_alone() {
     );
     assert!(bs.iter().any(|p| p.class == 1 && !p.stream));
 }
+
+/// Cache truth (M6): one request in `every` carries a planted prompt — the same body
+/// for the same prompt whatever the class's extras, another for another — and the
+/// rest of the schedule is the schedule without it.
+#[test]
+fn planted_prompts_replace_every_nth_request_and_move_no_other_draw() {
+    let truth = "workload.cache_truth={every: 5, prompts: 2, prompt_tokens: 40, output_tokens: 8}";
+    let plain = all(&plan_with(BASIC, &[]));
+    let p = plan_with(BASIC, &[truth]);
+    let got = all(&p);
+    assert_eq!(plain.len(), got.len());
+    for (a, b) in plain.iter().zip(&got) {
+        assert_eq!(
+            (a.at, a.class, a.stream, a.phase),
+            (b.at, b.class, b.stream, b.phase)
+        );
+        match b.planted {
+            None => assert_eq!(
+                a,
+                &Planned {
+                    planted: None,
+                    ..b.clone()
+                }
+            ),
+            Some(k) => {
+                assert_eq!((b.idx + 1) % 5, 0);
+                assert_eq!(k, ((b.idx / 5) % 2) as u32);
+                assert_eq!((b.prompt_tokens, b.max_tokens), (40, 8));
+                assert!(b.prefix.is_none() && b.session.is_none() && b.leave.is_none());
+            }
+        }
+    }
+    let body = |r: &Planned| -> serde_json::Value {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&request_body(&p, r, &NO)).expect("json");
+        v.as_object_mut().map(|o| o.remove("stream_options"));
+        v["stream"] = serde_json::Value::Null;
+        v
+    };
+    let chat: Vec<&Planned> = got
+        .iter()
+        .filter(|r| r.planted.is_some() && r.class == 0)
+        .collect();
+    let (k0, k1): (Vec<&Planned>, Vec<&Planned>) =
+        chat.into_iter().partition(|r| r.planted == Some(0));
+    assert!(k0.len() > 3 && k1.len() > 3);
+    assert!(
+        k0.iter().all(|r| body(r) == body(k0[0])),
+        "one body per prompt"
+    );
+    assert_ne!(body(k0[0]), body(k1[0]));
+    assert_eq!(body(k0[0])["temperature"], 0);
+    assert_eq!(index_of(&k0[0].id), Some(k0[0].idx));
+    assert_eq!(index_of("probe-x"), None);
+}
+
+#[test]
+fn a_planting_period_below_two_is_refused() {
+    let text = format!(
+        "name: t\ntarget: {{kind: url, url: 'http://127.0.0.1:9'}}\n{BASIC}\nprotected_load: 10/s\nslo: {{ttft_p95: 1s, itl_p95: 50ms, e2e_p95: 10s}}\nphases:\n  - {{name: baseline, duration: 20s}}\n"
+    );
+    let sets = vec!["workload.cache_truth={every: 1}".to_string()];
+    let e = load_str(&text, "w.yaml", Path::new("."), &sets, None).expect_err("refused");
+    assert_eq!(e.field, "workload.cache_truth.every", "{e}");
+}

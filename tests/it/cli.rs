@@ -5,11 +5,17 @@ use std::process::Command;
 use crate::support::{haq_bin, root, scratch};
 
 pub fn haq(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(haq_bin())
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("runs");
+    haq_env(args, &[], &[])
+}
+
+/// As [`haq`], with variables set and removed in the child's environment.
+pub fn haq_env(args: &[&str], set: &[(&str, &str)], remove: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new(haq_bin());
+    c.args(args).current_dir(root()).envs(set.iter().copied());
+    for k in remove {
+        c.env_remove(k);
+    }
+    let out = c.output().expect("runs");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

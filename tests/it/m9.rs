@@ -171,12 +171,15 @@ async fn m9_2_computed_not_sent_is_not_delivered_and_the_proxy_hold_lands_in_bet
     passes(&r);
     let evs = events(&r);
     // k = 1: delta 1 computed, held, dropped with the replica; retried, one answer.
+    // The replica may compute more before the SIGKILL lands (a busy machine: delta 2
+    // reached the proxy, into the hold, in one full-suite run); what matters is that
+    // the hold began at delta 1 and none of it reached the client.
     let p1 = probe(&evs, "probe-first-token-computed");
     assert_eq!(p1.outcome, Outcome::Completed, "{:?}", p1.end_detail);
     assert_eq!(p1.cids.len(), 1, "no fragment of the killed attempt");
     assert!(p1.attempt.as_deref().is_some_and(|a| a.ends_with("/a2")));
     assert!(
-        matches!(p1.path[0], (_, _, ProxyEndKind::HeldDropped, 1, Some(1))),
+        matches!(p1.path[0], (_, _, ProxyEndKind::HeldDropped, n, Some(1)) if n >= 1),
         "{:?}",
         p1.path
     );

@@ -96,6 +96,16 @@ pub fn events(r: &RunResult) -> Vec<haq::trace::Event> {
 /// Reads one request (head and `content-length` body) from `s`, bytes beyond it kept
 /// in `have` for the next; returns its head, lower-cased. `None` when the peer is gone.
 pub async fn read_request(s: &mut tokio::net::TcpStream, have: &mut Vec<u8>) -> Option<String> {
+    read_request_as_sent(s, have)
+        .await
+        .map(|(head, _)| head.to_lowercase())
+}
+
+/// As [`read_request`], with the head as sent and the body.
+pub async fn read_request_as_sent(
+    s: &mut tokio::net::TcpStream,
+    have: &mut Vec<u8>,
+) -> Option<(String, Vec<u8>)> {
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; 65536];
     let head_end = loop {
@@ -107,11 +117,14 @@ pub async fn read_request(s: &mut tokio::net::TcpStream, have: &mut Vec<u8>) -> 
             Ok(k) => have.extend_from_slice(&buf[..k]),
         }
     };
-    let head = String::from_utf8_lossy(&have[..head_end]).to_lowercase();
+    let head = String::from_utf8_lossy(&have[..head_end]).into_owned();
     let len: usize = head
         .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
         .unwrap_or(0);
     while have.len() < head_end + len {
         match s.read(&mut buf).await {
@@ -119,8 +132,9 @@ pub async fn read_request(s: &mut tokio::net::TcpStream, have: &mut Vec<u8>) -> 
             Ok(k) => have.extend_from_slice(&buf[..k]),
         }
     }
+    let body = have[head_end..head_end + len].to_vec();
     have.drain(..head_end + len);
-    Some(head)
+    Some((head, body))
 }
 
 /// The one result of a judged run directory, as every output gives it: report.json's

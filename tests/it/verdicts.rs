@@ -7,7 +7,7 @@ use haq::check::Status;
 use crate::support::{LOOSE_SLO, plan, rejudge, run, verdict, verdict_in};
 
 /// The quickstart, short: `phases` and the first fault overridden.
-fn short(extra: &[&str]) -> haq::plan::Plan {
+pub(crate) fn short(extra: &[&str]) -> haq::plan::Plan {
     let mut sets = vec![
         "workload.mix.classes[0].output_tokens={uniform: [40, 80]}",
         "workload.mix.classes[0].prompt_tokens={uniform: [50, 200]}",
@@ -18,7 +18,7 @@ fn short(extra: &[&str]) -> haq::plan::Plan {
     plan("scenarios/quickstart.yaml", &sets)
 }
 
-fn status_of(r: &haq::RunResult, name: &str) -> (Status, String) {
+pub(crate) fn status_of(r: &haq::RunResult, name: &str) -> (Status, String) {
     let v = verdict(r, name);
     (v.status, format!("{v:?}"))
 }

@@ -69,7 +69,8 @@ impl WindowAcc {
         let a = &self.acc;
         Window {
             phases: self.phases.clone(),
-            requests: a.requests,
+            // Requests haq's interrupt stopped are neither served nor failed.
+            requests: a.requests.saturating_sub(a.interrupted),
             completed: a.completed,
             // Stopped by haq at the drain timeout: not served either.
             failed: a.failed + a.cancelled,

@@ -54,7 +54,13 @@ pub const MIN_STEP_REQUESTS: u64 = 5;
 
 fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
     let slo = &plan.scenario.slo;
-    let n = p.requests.max(1) as f64;
+    // Requests haq's interrupt stopped are neither served nor failed.
+    let stopped = p
+        .outcomes
+        .get(&crate::trace::Outcome::Interrupted)
+        .copied()
+        .unwrap_or(0);
+    let n = p.requests.saturating_sub(stopped).max(1) as f64;
     let (err, rej) = ((p.failed + p.cancelled) as f64 / n, p.rejected as f64 / n);
     let mut why = Vec::new();
     if p.requests < MIN_STEP_REQUESTS || p.completed < MIN_STEP_REQUESTS {

@@ -7,11 +7,14 @@
 //! decide gives UNKNOWN (shown as such, never PASS); a checker that panics gives
 //! UNKNOWN with its error, and the other checkers still run.
 
+mod cache;
 mod cancel;
 mod ending;
+pub mod migrate;
 mod model;
 mod output;
 mod policy;
+mod protocol;
 mod tools;
 mod view;
 mod writers;
@@ -35,7 +38,7 @@ pub use policy::stage_at;
 pub use view::{Seam, SeamSource, View, excerpt};
 
 /// Every per-request checker, by name.
-pub const CHECKS: [(&str, Check); 9] = [
+pub const CHECKS: [(&str, Check); 10] = [
     ("two-writers", writers::two_writers),
     ("retry-after-first-delta", writers::retry_after_first_delta),
     ("duplicated-output", output::duplicated),
@@ -43,6 +46,7 @@ pub const CHECKS: [(&str, Check); 9] = [
     ("chunk-order", output::chunk_order),
     ("silent-end", ending::silent_end),
     ("error-shape", ending::error_shape),
+    ("stream-grammar", protocol::stream_grammar),
     ("upstream-cancel", cancel::upstream_cancel),
     ("policy", policy::against_policy),
 ];
@@ -85,6 +89,8 @@ pub struct FateAcc {
     /// cancel judged from the journal or haq's proxy (M4).
     pub left: u64,
     tools: tools::ToolCheck,
+    /// The planted prompts' answers (M6).
+    pub cache: cache::CacheCheck,
 }
 
 impl FateAcc {
@@ -109,12 +115,20 @@ impl FateAcc {
             tool_call_requests: 0,
             left: 0,
             tools: tools::ToolCheck::default(),
+            cache: cache::CacheCheck::default(),
         }
     }
 
-    /// Judges one finished request with every checker, each isolated.
+    /// Judges one finished request with every checker, each isolated. A request haq's
+    /// own host failed (`local`) says nothing of the target's: it is not judged (the
+    /// run is INVALID for it).
     pub fn add(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
         let Some(v) = View::new(r) else { return };
+        // Stopped by haq's interrupt (what it would have become is not known), or
+        // failed by haq's own host: not the target's doing.
+        if matches!(v.end.outcome, Outcome::Interrupted | Outcome::Local) {
+            return;
+        }
         self.judged += 1;
         if r.chunks.iter().any(|c| c.kind == ChunkKind::ToolCall) {
             self.tool_call_requests += 1;
@@ -126,6 +140,12 @@ impl FateAcc {
                 Ok(()) => self.merge(out),
                 Err(p) => self.crashed(name, Some(&r.id), panic_text(p.as_ref())),
             }
+        }
+        let (cache, ctx) = (&mut self.cache, &self.ctx);
+        let mut out = Out::default();
+        match catch_unwind(AssertUnwindSafe(|| cache.add(ctx, &v, &mut out))) {
+            Ok(()) => self.merge(out),
+            Err(p) => self.crashed("cache-truth", Some(&r.id), panic_text(p.as_ref())),
         }
     }
 
@@ -260,6 +280,15 @@ pub fn verdict(
         evidence.extend(acc.unknown.iter().cloned());
         return Verdict::new(name, Status::Unknown, unknown.join("; "), evidence);
     }
+    let truth = cache_truth_line(acc);
+    if declared.is_empty() && acc.cache.compared > 0 {
+        return Verdict::new(
+            name,
+            Status::Pass,
+            format!("{truth}; no finding on {} requests", acc.judged),
+            evidence,
+        );
+    }
     if declared.is_empty() && acc.left > 0 {
         return Verdict::new(
             name,
@@ -295,11 +324,27 @@ pub fn verdict(
         name,
         Status::Pass,
         format!(
-            "{} caught by the fault behaved as the policy says; no finding on {} (no duplicate, stitched or silently truncated output)",
+            "{} caught by the fault behaved as the policy says; no finding on {} (no duplicate, stitched or silently truncated output){}",
             plural(acc.hit, "request"),
-            plural(acc.judged, "request")
+            plural(acc.judged, "request"),
+            if acc.cache.compared > 0 {
+                format!("; {truth}")
+            } else {
+                String::new()
+            }
         ),
         evidence,
+    )
+}
+
+/// What the planted prompts showed (M6), for a passing verdict.
+fn cache_truth_line(acc: &FateAcc) -> String {
+    let c = &acc.cache;
+    format!(
+        "M6: {} answers to planted identical prompts matched the first answer to each, across {} replicas and {} phases",
+        c.compared,
+        c.replicas.len(),
+        c.phases.len()
     )
 }
 
@@ -320,6 +365,12 @@ fn verdict_evidence(acc: &FateAcc, sources: &[SourceReport]) -> Vec<String> {
             )
         })
         .collect();
+    evidence.extend(
+        acc.fates
+            .iter()
+            .filter_map(|f| Some(migrate::describe(&f.request, f.migration.as_ref()?)))
+            .take(20),
+    );
     evidence.extend(
         sources
             .iter()

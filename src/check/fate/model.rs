@@ -38,6 +38,15 @@ pub enum FindingKind {
     DuplicateToolEffect,
     /// Chunks missing or out of order between what was sent and what arrived.
     ChunkGap,
+    /// Events after `[DONE]`: more output, or a body that would not end (M3).
+    DataAfterDone,
+    /// A response haq had to cut or refuse for what the server sent: a line, event,
+    /// answer or stream past `client.limits`, an encoding it did not ask for, a head it
+    /// could not accept (outcomes `oversized`, `encoded`, `bad_head`).
+    ProtocolViolation,
+    /// Two complete answers to one planted identical prompt at temperature 0 differ
+    /// (M6: a cache, a replica or a revision that changes the answer).
+    CacheDivergence,
 }
 
 impl FindingKind {
@@ -55,6 +64,9 @@ impl FindingKind {
             FindingKind::UpstreamNotCancelled => "upstream_not_cancelled",
             FindingKind::DuplicateToolEffect => "duplicate_tool_effect",
             FindingKind::ChunkGap => "chunk_gap",
+            FindingKind::DataAfterDone => "data_after_done",
+            FindingKind::ProtocolViolation => "protocol_violation",
+            FindingKind::CacheDivergence => "cache_divergence",
         }
     }
 }
@@ -128,6 +140,12 @@ pub struct Ctx {
     pub journal: bool,
     /// µs the gateway may take to cancel upstream after the client left.
     pub cancel_grace: u64,
+    /// `workload.cache_truth` and each class's API: which requests carry a planted
+    /// prompt, compared for one answer (M6).
+    pub cache_truth: Option<(
+        crate::scenario::CacheTruth,
+        Vec<(String, crate::scenario::Api)>,
+    )>,
 }
 
 impl Ctx {
@@ -137,6 +155,10 @@ impl Ctx {
             policy: s.policy.clone(),
             journal: false,
             cancel_grace: s.evidence.cancel_grace.0.as_micros() as u64,
+            cache_truth: s.workload.cache_truth.clone().map(|t| {
+                let apis = plan.mix.classes.iter().map(|c| (c.name.clone(), c.api));
+                (t, apis.collect())
+            }),
         }
     }
 }
@@ -252,4 +274,7 @@ pub struct RequestFate {
     /// Why this is allowed or not, when there is something to say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A hand-over after delivered output, measured (Q9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration: Option<super::migrate::Migration>,
 }

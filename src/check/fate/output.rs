@@ -233,6 +233,23 @@ pub fn continuity(v: &View, s: &Seam) -> Result<(), String> {
             .iter()
             .find(|a| a.id == s.to)
             .or_else(|| v.r.attempts.iter().skip(1).rfind(|a| a.start <= t));
+    if let Some((a, e)) = taker.and_then(|a| Some((a, a.engine.as_ref()?)))
+        && e.resumed as usize != at
+    {
+        let r = e.resumed as usize;
+        return Err(format!(
+            "the worker's engine went on from token {r} of the answer for `{}`, but the client had {at} deltas: {}",
+            a.id,
+            if r < at {
+                format!(
+                    "{} delivered token(s) sent again (duplicated output)",
+                    at - r
+                )
+            } else {
+                format!("{} token(s) never sent (missing output)", r - at)
+            }
+        ));
+    }
     if let Some(a) = taker
         && a.delivered_at_start as usize != at
     {

@@ -42,6 +42,7 @@ pub fn against_policy(ctx: &Ctx, v: &View, faults: &[FaultRec], out: &mut Out) {
             workers,
             delivered: v.delivered(),
             note: None,
+            migration: super::migrate::of(v),
         };
         let kind = |j: &Option<(FindingKind, String)>| j.as_ref().map(|x| x.0);
         if judged.iter().any(|j| kind(j) != kind(&judged[0])) {
@@ -141,10 +142,12 @@ pub fn stage_at(_: &Ctx, v: &View, f: &FaultRec) -> Option<Stage> {
     }
     // Client side only: the attribution header names the replica that committed. Output
     // the client got from the faulted replica left it before the fault when the proxy
-    // saw it leave by then, or when the fault killed the replica (a dead process sends
-    // nothing): delivered output, stamped by the client a little after the fault.
+    // saw it leave by then, or when the fault killed the replica or its engine (a dead
+    // process or engine sends nothing): delivered output, stamped by the client a
+    // little after the fault.
     let left_before = client_got_output_of(v, &f.replica)
-        && (f.action == FaultAction::Kill || proxy_saw_output_before(v, f, None));
+        && (matches!(f.action, FaultAction::Kill | FaultAction::GpuLost)
+            || proxy_saw_output_before(v, f, None));
     let delivered_before = delivered_before || left_before;
     match (&r.worker, delivered_before) {
         (Some(w), true) if *w == f.replica => Some(Stage::Streaming),

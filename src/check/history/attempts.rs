@@ -27,6 +27,7 @@ pub(super) fn worker_req(e: &WorkerEntry) -> Option<&str> {
     use WorkerEntry::*;
     match e {
         Admitted { req, .. }
+        | FirstToken { req, .. }
         | Scheduled { req, .. }
         | Preempted { req, .. }
         | LeaseExpired { req, .. }
@@ -269,7 +270,7 @@ fn attach_worker(r: &mut RequestRecord, t: u64, worker: &str, e: WorkerEntry) {
         W::LeaseExpired { attempt, .. } | W::LeaseRevoked { attempt, .. } => {
             (Some(attempt.clone()), None)
         }
-        W::Finished { attempt, .. } => (attempt.clone(), None),
+        W::Finished { attempt, .. } | W::FirstToken { attempt, .. } => (attempt.clone(), None),
         _ => (None, None),
     };
     // The attempt by id, else the latest one on this worker.
@@ -282,6 +283,23 @@ fn attach_worker(r: &mut RequestRecord, t: u64, worker: &str, e: WorkerEntry) {
         a.phases.push((t, p.to_string()));
     }
     match e {
+        W::Admitted {
+            prompt_tokens,
+            resumed,
+            ..
+        } => {
+            a.engine = Some(crate::trace::record::EngineRec {
+                admitted: t,
+                prompt_tokens,
+                resumed,
+                first_token: None,
+            });
+        }
+        W::FirstToken { .. } => {
+            if let Some(x) = a.engine.as_mut() {
+                x.first_token.get_or_insert(t);
+            }
+        }
         W::Preempted { .. }
         | W::Scheduled {
             recompute: true, ..

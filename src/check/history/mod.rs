@@ -282,9 +282,13 @@ impl Folder {
             Event::Target { marker, .. } => self.proxy.marker = marker,
             Event::Heal { .. }
             | Event::Observation { .. }
+            | Event::EngineMetrics { .. }
             | Event::Replacement { .. }
             | Event::Exited { .. }
             | Event::ProxyEnd { .. }
+            | Event::ProxyRefused { .. }
+            | Event::ProxyWatch { .. }
+            | Event::ProxyListener { .. }
             | Event::Warmed { .. }
             | Event::TraceStats { .. } => {}
         }
@@ -420,9 +424,9 @@ impl Folder {
             return;
         };
         let st = &mut self.proxy;
-        st.legs += 1;
         match id.as_deref().and_then(|id| self.in_flight.get_mut(id)) {
             Some(r) => {
+                st.legs += 1;
                 match by {
                     Some(crate::trace::LegBy::Marker) => st.by_marker += 1,
                     _ => st.by_header += 1,
@@ -440,9 +444,9 @@ impl Folder {
                 .is_some_and(|id| id.starts_with(crate::wire::marker::CALIBRATE_PREFIX)) =>
             {
                 st.calibration += 1;
-                st.legs -= 1;
             }
             None => {
+                st.legs += 1;
                 if let Some(u) = unattributed {
                     *st.reasons.entry(u).or_default() += 1;
                 }

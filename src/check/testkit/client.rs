@@ -218,6 +218,25 @@ impl Tb {
         self.end_as(id, t, close)
     }
 
+    /// The end of `id` as the client writes it when it names why (`detail`): with
+    /// its status and tally when a head was written for it.
+    pub fn end_saying(&mut self, id: &str, t: u64, outcome: Outcome, detail: &str) -> &mut Self {
+        let headed = self
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Response { id: i, .. } if i == id));
+        let close = Close {
+            outcome,
+            done: None,
+            tallied: headed,
+        };
+        self.end_as(id, t, close);
+        if let Some(Event::End { detail: d, .. }) = self.events.last_mut() {
+            *d = Some(detail.into());
+        }
+        self
+    }
+
     /// The end line of `id`: its deltas counted and last finish reason taken from
     /// the chunks written so far, the rest as `close` says.
     pub fn end_as(&mut self, id: &str, t: u64, close: Close) -> &mut Self {

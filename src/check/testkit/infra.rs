@@ -1,9 +1,10 @@
 //! What haq itself writes around the requests (times in µs): phase edges, faults
 //! (the engine's own line, or one by name), heals, observers' observations and its
-//! proxy's legs.
+//! proxy's legs and what it saw of a dead replica's path (refused connects, its
+//! listener closing, whether its watch runs).
 
-use super::state::Tb;
-use crate::trace::{Edge, Event, FaultLine, ProxyEndKind};
+use super::state::{Tb, us};
+use crate::trace::{Edge, Event, FaultLine, ProxyEndKind, RefusedHow};
 
 impl Tb {
     /// A phase edge.
@@ -176,6 +177,53 @@ impl Tb {
             first_event,
             end,
             held,
+        })
+    }
+
+    /// haq's proxy in front of every replica (a `url` target with `listen`): no
+    /// journal, no attribution header, each request [`Tb::request`] routes recorded
+    /// by the proxy; its watch of refused connects on or off (at 0.4 s).
+    pub fn behind_proxies(mut self, watching: bool) -> Self {
+        self.journal = None;
+        self.headers = false;
+        self.proxy = true;
+        if let Some(Event::Target { replicas, .. }) = self.events.get_mut(1) {
+            for (i, r) in replicas.iter_mut().enumerate() {
+                r.proxy = Some(format!("127.0.0.1:{}", 9101 + i));
+            }
+        }
+        let detail = if watching {
+            "refusals seen (packet socket on lo)"
+        } else {
+            "cannot be seen: packet socket: Operation not permitted (it needs CAP_NET_RAW)"
+        };
+        self.ev(Event::ProxyWatch {
+            t: us(0.4),
+            watching,
+            detail: detail.into(),
+        });
+        self
+    }
+
+    /// A connect to `replica`'s closed proxy listener at `t` (s), refused by the
+    /// kernel.
+    pub fn refused(&mut self, t: f64, replica: &str) -> &mut Self {
+        let peer = format!("127.0.0.1:{}", 40000 + self.events.len());
+        self.ev(Event::ProxyRefused {
+            t: us(t),
+            replica: replica.into(),
+            peer,
+            how: RefusedHow::Refused,
+        })
+    }
+
+    /// haq's proxy closed (the replica refuses connections) or reopened its listener
+    /// at `t` (s).
+    pub fn listener(&mut self, t: f64, replica: &str, open: bool) -> &mut Self {
+        self.ev(Event::ProxyListener {
+            t: us(t),
+            replica: replica.into(),
+            open,
         })
     }
 }

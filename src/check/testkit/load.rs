@@ -3,9 +3,9 @@
 //! per s), converted with [`us`] where it calls the event writers.
 
 use super::client::{Ask, Close, Head, Piece};
-use super::state::{Tb, us};
+use super::state::{MS, Tb, us};
 use crate::plan::Plan;
-use crate::trace::{ChunkKind, Edge, Outcome};
+use crate::trace::{ChunkKind, Edge, Event, Outcome};
 use crate::wire::journal::GatewayEntry;
 
 /// One request as [`Tb::request`] writes it.
@@ -106,6 +106,9 @@ impl Tb {
         self.req_as(&r.id, t0, ask);
         if let Some(w) = r.worker {
             self.attempt_of(&r, w);
+            if self.proxy {
+                self.proxy_req(&r.id, t0 + 100, w, 1);
+            }
         }
         let first = t0 + us(r.ttft_ms / 1000.0);
         let head = Head {
@@ -135,6 +138,51 @@ impl Tb {
             tallied: false,
         };
         self.end_as(&r.id, t.max(first), close)
+    }
+
+    /// A request sent at `t` (s) that the gateway answered with an error `status`
+    /// and `body`, 2 ms later, before any output (a 503 is a rejection).
+    pub fn answered(
+        &mut self,
+        id: &str,
+        phase: &str,
+        t: f64,
+        status: u16,
+        body: &str,
+    ) -> &mut Self {
+        let t0 = us(t);
+        let ask = Ask {
+            phase,
+            max_tokens: 10,
+            ..Ask::default()
+        };
+        self.req_as(id, t0, ask);
+        let head = Head {
+            status,
+            worker: None,
+            attempt: None,
+            retry_after: None,
+        };
+        self.head_as(id, t0 + 2 * MS, head);
+        let close = Close {
+            outcome: if status == 503 {
+                Outcome::Rejected
+            } else {
+                Outcome::HttpError
+            },
+            done: Some(false),
+            tallied: false,
+        };
+        self.end_as(id, t0 + 3 * MS, close);
+        // The end line as `end_as` writes it, with what the client read of the answer.
+        if let Some(Event::End {
+            detail, status: s, ..
+        }) = self.events.last_mut()
+        {
+            *detail = Some(format!("HTTP {status}: {body}"));
+            *s = Some(status);
+        }
+        self
     }
 
     /// The gateway's one attempt of `r` on `w`, from just after the request to its

@@ -49,6 +49,9 @@ pub struct Tb {
     pub workers: Vec<(String, Vec<WkLine>)>,
     /// Responses carry the `x-haq-worker` attribution header.
     pub headers: bool,
+    /// haq's proxy records each request [`Tb::request`] routes to a worker
+    /// (`proxy_request`); set by [`Tb::behind_proxies`].
+    pub proxy: bool,
     pub order: Order,
     /// CLOCK_MONOTONIC (ns) at t = 0: journals are stamped `mono_ns + t µs`.
     pub(super) mono_ns: u64,
@@ -73,6 +76,7 @@ impl Tb {
             tools: None,
             workers: Vec::new(),
             headers: true,
+            proxy: false,
             order,
             mono_ns: 0,
             chunks: HashMap::new(),

@@ -1,7 +1,7 @@
 //! The timeline as people read it: one [`Entry`] per phase start and per fault stage
 //! (with the evidence that dates it), and full recovery, in time order.
 
-use super::types::{Entry, FaultTimeline, JOURNAL, Mark, Removal, ms};
+use super::types::{Entry, FaultTimeline, InFlight, JOURNAL, Mark, Removal, ms};
 use crate::check::facts::Evidence;
 use crate::check::history::replica_label;
 
@@ -111,13 +111,7 @@ fn fault_rows(rows: &mut Rows<'_>, f: &FaultTimeline) {
             s,
             at,
             "in-flight requests settled".into(),
-            (
-                "client trace",
-                format!(
-                    "{} caught: {} recovered, {} terminated",
-                    f.in_flight.caught, f.in_flight.recovered, f.in_flight.terminated
-                ),
-            ),
+            ("client trace", settled(&f.in_flight)),
         );
     }
     replacement_rows(rows, f);
@@ -203,4 +197,17 @@ fn replacement_rows(rows: &mut Rows<'_>, f: &FaultTimeline) {
             );
         }
     }
+}
+
+/// How the requests a fault caught ended: "3 caught: 1 recovered, 1 terminated, 1
+/// left by the client or ended by haq" (the last part only when there are any).
+fn settled(i: &InFlight) -> String {
+    let mut s = format!(
+        "{} caught: {} recovered, {} terminated",
+        i.caught, i.recovered, i.terminated
+    );
+    if i.left > 0 {
+        s.push_str(&format!(", {} left by the client or ended by haq", i.left));
+    }
+    s
 }

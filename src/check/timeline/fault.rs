@@ -24,11 +24,13 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
     }
     let sources = routing_sources(ev);
     let removes = facts::removes_endpoint(f);
-    let removal = (removes && !sources.is_empty()).then(|| {
-        let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-        let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-        removal(ev, f, sources, back, heal)
-    });
+    let removal = removes
+        .then(|| {
+            let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+            let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+            removal(ev, f, sources, back, heal)
+        })
+        .flatten();
     FaultTimeline {
         fault: f.name.clone(),
         replica: f.replica.clone(),
@@ -41,7 +43,8 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
         detected: detection(ev, f),
         removal,
         in_flight: in_flight(ev, idx),
-        degraded_until: degraded_until(ev, f.t),
+        degraded_until: degraded_until(&ev.phases, ev.load_end(), f.t),
+        planned_until: planned_until(ev, f.t),
         replacement,
         healed,
     }
@@ -56,10 +59,10 @@ fn in_flight(ev: &Evidence, idx: usize) -> InFlight {
         .filter(|r| r.caught.is_some_and(|c| c.1 == idx))
     {
         in_flight.caught += 1;
-        if r.outcome == Outcome::Completed {
-            in_flight.recovered += 1;
-        } else {
-            in_flight.terminated += 1;
+        match r.outcome {
+            Outcome::Completed => in_flight.recovered += 1,
+            o if o.is_not_the_targets() => in_flight.left += 1,
+            _ => in_flight.terminated += 1,
         }
         in_flight.settled = in_flight.settled.max(Some(r.end));
     }
@@ -68,11 +71,11 @@ fn in_flight(ev: &Evidence, idx: usize) -> InFlight {
 
 /// End of the degraded interval that contains `t`: the first later phase that is not
 /// a fault, drain or degraded phase, or the end of load.
-fn degraded_until(ev: &Evidence, t: u64) -> u64 {
-    let Some(i) = ev.phases.iter().rposition(|p| p.start <= t) else {
-        return ev.load_end();
+fn degraded_until(phases: &[facts::PhaseWindow], load_end: u64, t: u64) -> u64 {
+    let Some(i) = phases.iter().rposition(|p| p.start <= t) else {
+        return load_end;
     };
-    ev.phases[i + 1..]
+    phases[i + 1..]
         .iter()
         .find(|p| {
             !matches!(
@@ -81,5 +84,14 @@ fn degraded_until(ev: &Evidence, t: u64) -> u64 {
             )
         })
         .map(|p| p.start)
-        .unwrap_or_else(|| ev.load_end())
+        .unwrap_or(load_end)
+}
+
+/// The planned end of the degraded interval that contains `t`, when the run ended
+/// more than a second before it (an interrupt): the plan's phases placed from the
+/// start of load.
+fn planned_until(ev: &Evidence, t: u64) -> Option<u64> {
+    let planned_end = ev.planned.iter().map(|p| p.end).max()?;
+    let planned = degraded_until(&ev.planned, planned_end, t);
+    (planned > degraded_until(&ev.phases, ev.load_end(), t) + 1_000_000).then_some(planned)
 }

@@ -8,6 +8,7 @@
 //! traffic removal in `detection`; the way back in `replacement` and
 //! `full_recovery`; one fault's stages in `fault`; the rows people read in `entries`.
 
+mod dead;
 mod detection;
 mod entries;
 mod fault;
@@ -19,8 +20,8 @@ mod types;
 pub use full_recovery::envelope_restored;
 pub use routed::{routed_to, routing_sources};
 pub use types::{
-    BACKEND, Entry, FaultTimeline, HEADER, InFlight, JOURNAL, Mark, PROXY, Removal, Replacement,
-    Timeline, ms,
+    BACKEND, CLIENT, Entry, FaultTimeline, HEADER, InFlight, JOURNAL, Mark, PROXY, Removal,
+    Replacement, Timeline, ms,
 };
 
 use crate::check::facts::Evidence;
@@ -102,6 +103,33 @@ mod tests {
     }
 
     #[test]
+    fn requests_in_flight_the_client_left_are_neither_recovered_nor_terminated() {
+        let p = plan(&[]);
+        let mut tb = standard(&p);
+        tb.request(R::ok("cut", "fault", 12.95, "w2").outcome(Outcome::ExplicitError));
+        tb.request(R::ok("gone", "fault", 12.96, "w2").outcome(Outcome::Abandoned));
+        tb.request(R::ok("mine", "fault", 12.97, "w2").outcome(Outcome::Local));
+        let j = tb.judge(&p);
+        let f = j.timeline.fault("kill-w2").expect("fault");
+        let i = &f.in_flight;
+        assert_eq!(
+            (i.caught, i.recovered, i.terminated, i.left),
+            (3, 0, 1, 2),
+            "{i:?}"
+        );
+        let row = j
+            .timeline
+            .entries
+            .iter()
+            .find(|e| e.event == "in-flight requests settled")
+            .expect("entry");
+        contains(
+            &row.detail,
+            "3 caught: 0 recovered, 1 terminated, 2 left by the client or ended by haq",
+        );
+    }
+
+    #[test]
     fn replacement_stages_and_full_recovery() {
         let p = plan(&[]);
         let mut tb = Tb::new();
@@ -159,7 +187,8 @@ mod tests {
         assert_eq!((d.t, d.source.as_str()), (us(13.2), "health checker"));
         // Removal comes from the attribution headers, and says so.
         let r = f.removal.as_ref().expect("removal");
-        assert_eq!(r.sources, [HEADER]);
+        // (With no journal and no proxy, the gateway's error answers are read too.)
+        assert_eq!(r.sources, [HEADER, CLIENT]);
         let e = j
             .timeline
             .entries

@@ -10,6 +10,8 @@ pub const JOURNAL: &str = "gateway journal";
 pub const HEADER: &str = "x-haq-worker header";
 pub const PROXY: &str = "haq proxy";
 pub const BACKEND: &str = "haq fault backend";
+/// The gateway's error answers that say it could not reach an upstream.
+pub const CLIENT: &str = "client error answers";
 
 /// A point on the timeline and what says so.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -45,6 +47,19 @@ pub struct Removal {
     /// the endpoint: routing never took it out, the heal ended the outage. Traffic
     /// after the heal is not traffic to a dead endpoint.
     pub until_heal: bool,
+    /// Connect attempts refused at the endpoint's proxy, among `routed_after_fault`.
+    pub refused_connects: u64,
+    /// Why the run cannot tell that traffic stopped reaching the endpoint after `t`
+    /// (no source sees every attempt: a proxy whose listener was closed while the
+    /// connects refused there could not be seen, or only the gateway's error answers).
+    /// Routing is then UNKNOWN unless `t` already exceeds the bound.
+    pub unseen: Option<String>,
+    /// The gateway's error answers after the fault that another endpoint down at the
+    /// same time could explain as well: not counted.
+    pub unattributed: u64,
+    /// Connects refused at the endpoint's proxy while no client request was looking
+    /// for an upstream (health checks, probes): not counted as traffic.
+    pub probe_connects: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
@@ -55,6 +70,10 @@ pub struct InFlight {
     pub recovered: u64,
     /// ... that ended otherwise (explicit error, reset, …).
     pub terminated: u64,
+    /// ... that the client left on purpose or haq ended (abandoned, cancelled at the
+    /// drain timeout, interrupted, or failed by haq's own host: `local`): neither
+    /// recovered nor ended by the fault.
+    pub left: u64,
     /// When the last of them ended.
     pub settled: Option<u64>,
 }
@@ -89,6 +108,11 @@ pub struct FaultTimeline {
     /// End of the degraded interval: the first later phase that is not a fault,
     /// drain or degraded phase, or the end of load.
     pub degraded_until: u64,
+    /// The same as planned, when the run was cut short (interrupted) before the end of
+    /// the degraded interval it planned: default bounds derive from it, not from what
+    /// the interrupt left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned_until: Option<u64>,
     pub replacement: Replacement,
     pub healed: Option<Mark>,
 }

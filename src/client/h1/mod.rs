@@ -9,6 +9,9 @@
 //! ones checked before reuse, dropped after [`POOL_IDLE`]), a bounded connect,
 //! chunked / content-length / close-delimited bodies, and errors that carry the I/O
 //! error kind the classification reads (refused, timed out, reset, unexpected EOF).
+//! A response head is bounded: at most [`MAX_HEAD`] bytes and [`MAX_HEADERS`] headers,
+//! complete within the request's `head_timeout` of its first byte; past any of these
+//! it is refused as a bad head (the `bad_head` outcome).
 //! `https://` targets, and every target with `client.transport: reqwest`, go through
 //! reqwest (rustls).
 
@@ -29,15 +32,18 @@ pub const POOL_IDLE: Duration = Duration::from_secs(30);
 /// Read buffer per connection.
 const BUF: usize = 8 * 1024;
 /// Largest response head accepted.
-const MAX_HEAD: usize = 64 * 1024;
+pub const MAX_HEAD: usize = 64 * 1024;
 /// Most response headers accepted.
-const MAX_HEADERS: usize = 128;
+pub const MAX_HEADERS: usize = 128;
 
 /// A failed send: before any response head.
 #[derive(Debug)]
 pub struct SendError {
     /// The connection could not be opened (refused, unreachable, timed out).
     pub connect: bool,
+    /// The response head could not be accepted (too large, too many headers, not
+    /// complete in time, not HTTP).
+    pub head: bool,
     pub err: io::Error,
 }
 
@@ -45,6 +51,8 @@ impl std::fmt::Display for SendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.connect {
             write!(f, "connect failed: {}", self.err)
+        } else if self.head {
+            write!(f, "bad response head: {}", self.err)
         } else {
             write!(f, "request failed: {}", self.err)
         }
@@ -58,7 +66,19 @@ impl std::error::Error for SendError {
 }
 
 fn send_err(connect: bool, err: io::Error) -> SendError {
-    SendError { connect, err }
+    SendError {
+        connect,
+        head: false,
+        err,
+    }
+}
+
+fn head_err(err: io::Error) -> SendError {
+    SendError {
+        connect: false,
+        head: true,
+        err,
+    }
 }
 
 /// The client all requests share: clones share one pool.
@@ -132,6 +152,8 @@ pub struct Request<'a> {
     /// Headers named by the caller as plain strings (content type, request id).
     pub fixed: &'a [(&'a str, &'a str)],
     pub body: &'a [u8],
+    /// How long the response head may take once its first byte came.
+    pub head_timeout: Duration,
 }
 
 impl Client {
@@ -262,7 +284,7 @@ impl Client {
             },
             None => self.write_new(&t.addr, &head).await?,
         };
-        let (head, end) = read_head(&mut conn).await.map_err(|e| send_err(false, e))?;
+        let (head, end) = read_head(&mut conn, req.head_timeout).await?;
         let mut r = Response {
             status: head.status,
             headers: head.headers,
@@ -322,28 +344,49 @@ struct Head {
 
 /// Reads until a whole response head is in; informational (1xx) heads are skipped.
 /// Returns the head and the end of the bytes read (`buf[head.len..end]` is body).
-async fn read_head(c: &mut Conn) -> io::Result<(Head, usize)> {
+/// Once its first byte came, the head must be complete within `timeout`.
+async fn read_head(c: &mut Conn, timeout: Duration) -> Result<(Head, usize), SendError> {
     let mut end = 0;
+    let mut deadline = None;
     loop {
         if end == c.buf.len() {
             if c.buf.len() >= MAX_HEAD {
-                return Err(io::Error::new(
+                return Err(head_err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("response head larger than {MAX_HEAD} bytes"),
-                ));
+                )));
             }
-            c.buf.resize(c.buf.len() * 2, 0);
+            c.buf.resize((c.buf.len() * 2).min(MAX_HEAD), 0);
         }
-        let n = c.stream.read(&mut c.buf[end..]).await?;
+        let read = c.stream.read(&mut c.buf[end..]);
+        let n = match deadline {
+            None => read.await,
+            Some(at) => match tokio::time::timeout_at(at, read).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(head_err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "response head not complete {timeout:?} after its first byte ({end} bytes read)"
+                        ),
+                    )));
+                }
+            },
+        }
+        .map_err(|e| send_err(false, e))?;
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed before a response head",
+            return Err(send_err(
+                false,
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed before a response head",
+                ),
             ));
         }
+        deadline.get_or_insert_with(|| tokio::time::Instant::now() + timeout);
         end += n;
         loop {
-            match parse_head(&c.buf[..end])? {
+            match parse_head(&c.buf[..end]).map_err(head_err)? {
                 None => break,
                 Some(h) if (100..200).contains(&h.status) => {
                     c.buf.copy_within(h.len..end, 0);
@@ -362,6 +405,11 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<Head>> {
     let len = match r.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(invalid(format!(
+                "response head with more than {MAX_HEADERS} headers"
+            )));
+        }
         Err(e) => return Err(invalid(format!("invalid response head: {e}"))),
     };
     let status = r.code.unwrap_or(0);

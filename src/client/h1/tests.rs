@@ -107,6 +107,7 @@ async fn post(c: &Client, url: &str) -> Result<Response, SendError> {
         headers: &headers,
         fixed: &[("content-type", "application/json")],
         body: b"{\"a\":1}",
+        head_timeout: Duration::from_secs(10),
     };
     c.send(&req).await
 }

@@ -10,13 +10,34 @@ pub(super) fn action(field: &str, f: &Fault) -> Result<FaultAction, Issue> {
         (Some(a), _) => a,
         (None, FaultBackend::Process) => FaultAction::Kill,
         (None, FaultBackend::Command) => FaultAction::Command,
+        (None, FaultBackend::Kubernetes) => match f.domain {
+            crate::scenario::FailureDomain::Drain => FaultAction::Drain,
+            crate::scenario::FailureDomain::Network => FaultAction::Blackhole,
+            _ => FaultAction::Kill,
+        },
         (None, FaultBackend::Proxy) => {
             return Err(Issue::missing(
                 format!("{field}.action"),
                 "is required with the proxy backend (reset, close, blackhole, delay or throttle)",
             ));
         }
+        (None, FaultBackend::Engine) => {
+            return Err(Issue::missing(
+                format!("{field}.action"),
+                "is required with the engine backend (gpu_lost, gpu_hang or slow)",
+            ));
+        }
     };
+    if action.backend() == FaultBackend::Engine && f.backend != FaultBackend::Engine {
+        return Err(Issue::new(
+            format!("{field}.backend"),
+            f.backend.as_str(),
+            format!(
+                "`{}` acts on the sim worker's engine: declare `backend: engine`",
+                action.as_str()
+            ),
+        ));
+    }
     if !allowed(f.backend).contains(&action) {
         return Err(Issue::new(
             format!("{field}.action"),
@@ -46,6 +67,8 @@ fn allowed(backend: FaultBackend) -> &'static [FaultAction] {
         FaultBackend::Process => &[Kill, Drain, Freeze],
         FaultBackend::Proxy => &[Reset, Close, Blackhole, Delay, Throttle],
         FaultBackend::Command => &[Command],
+        FaultBackend::Kubernetes => &[Kill, Drain, Blackhole],
+        FaultBackend::Engine => &[GpuLost, GpuHang, Slow],
     }
 }
 
@@ -59,6 +82,7 @@ fn domain_fits(
     use FailureDomain as D;
     let why = match (domain, backend, action) {
         (_, FaultBackend::Command, _) => None,
+        (_, FaultBackend::Kubernetes, _) => kube_fits(domain, action),
         (D::Drain, _, FaultAction::Drain) => None,
         (D::Drain, _, _) => Some("a planned drain is `action: drain` (SIGTERM) or a command"),
         (_, _, FaultAction::Drain) => Some(
@@ -70,6 +94,9 @@ fn domain_fits(
         ),
         (_, FaultBackend::Proxy, _) => Some(
             "a proxy fault cuts the network path and leaves the process alive: declare `domain: network`",
+        ),
+        (D::Node, FaultBackend::Engine, _) => Some(
+            "an engine fault hits one replica's engine: declare `domain: gpu`, `process` or `worker`",
         ),
         _ => None,
     };
@@ -83,5 +110,28 @@ fn domain_fits(
             w,
         )),
         None => Ok(()),
+    }
+}
+
+/// What the kubernetes backend does in each domain: `kill` deletes the pod (worker),
+/// cordons its node and deletes its pods (node) or exec's a kill in the container
+/// (process, gpu); `drain` evicts it (drain) or cordons its node and evicts its pods
+/// (node); `blackhole` isolates it with a NetworkPolicy (network).
+fn kube_fits(domain: FailureDomain, action: FaultAction) -> Option<&'static str> {
+    use FailureDomain as D;
+    match (domain, action) {
+        (D::Worker | D::Node | D::Process | D::Gpu, FaultAction::Kill) => None,
+        (D::Drain | D::Node, FaultAction::Drain) => None,
+        (D::Network, FaultAction::Blackhole) => None,
+        (D::Network, _) => {
+            Some("a network-path fault leaves the pod alive: `action: blackhole` (a NetworkPolicy)")
+        }
+        (_, FaultAction::Drain) => Some(
+            "an eviction is a planned drain: declare `domain: drain` (or `node` to drain a node)",
+        ),
+        (_, FaultAction::Blackhole) => {
+            Some("a NetworkPolicy cuts a path: declare `domain: network`")
+        }
+        _ => Some("the kubernetes backend cannot do this"),
     }
 }

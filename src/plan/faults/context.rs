@@ -17,6 +17,9 @@ impl Ctx<'_> {
     pub fn sim(&self) -> bool {
         self.s.target.kind == TargetKind::Sim
     }
+    pub fn kube(&self) -> bool {
+        self.s.target.kind == TargetKind::Kubernetes
+    }
     /// haq's proxy stands in front of the replica (always for the sim).
     pub fn has_proxy(&self, d: &ReplicaDecl) -> bool {
         self.sim() || d.listen.is_some()

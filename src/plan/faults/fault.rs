@@ -18,6 +18,12 @@ pub(super) fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> 
     let phase = phase(cx, field, f)?;
     let trigger = trigger(cx, field, f)?;
     let (replicas, node) = targets(cx, field, f, &trigger)?;
+    if replicas.is_empty() && f.backend == crate::scenario::FaultBackend::Engine {
+        // The probe picks the replica: the engine backend must reach every one.
+        for d in cx.decls {
+            reachable(cx, field, f.backend, &d.name)?;
+        }
+    }
     for r in &replicas {
         reachable(cx, field, f.backend, r)?;
     }
@@ -41,8 +47,15 @@ pub(super) fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> 
         duration: f.duration.map(|d| d.0),
         delay: f.delay.map(|d| d.0),
         bytes_per_s: f.bytes_per_s,
+        factor: f.factor,
+        health: match action {
+            FaultAction::GpuHang => Some(f.health.unwrap_or_default()),
+            _ => None,
+        },
+        gpu: f.target.as_ref().and_then(|t| t.gpu),
         restart: f.restart.clone(),
         command: f.command.clone(),
+        exec: f.exec.clone(),
         verify: f.verify,
     })
 }

@@ -30,6 +30,8 @@ pub(super) fn params(field: &str, f: &Fault, action: FaultAction) -> Result<(), 
         ));
     }
     proxy_params(field, f, action)?;
+    exec_param(field, f)?;
+    engine_params(field, f, action)?;
     match (f.backend, &f.command) {
         (FaultBackend::Command, None) => Err(Issue::missing(
             format!("{field}.command"),
@@ -39,6 +41,26 @@ pub(super) fn params(field: &str, f: &Fault, action: FaultAction) -> Result<(), 
         (_, Some(_)) => Err(Issue::missing(
             format!("{field}.command"),
             "is only for `backend: command`",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `exec` exactly for the kubernetes backend's process and gpu kills.
+fn exec_param(field: &str, f: &Fault) -> Result<(), Issue> {
+    use crate::scenario::FailureDomain as D;
+    let wants = f.backend == FaultBackend::Kubernetes && matches!(f.domain, D::Process | D::Gpu);
+    match (&f.exec, wants) {
+        (None, true) => Err(Issue::missing(
+            format!("{field}.exec"),
+            "is required: the command that kills the engine inside its container, e.g. [pkill, -KILL, -f, llama-server] (a container's PID 1 ignores SIGKILL from inside it)",
+        )),
+        (Some(c), true) if c.is_empty() || c[0].trim().is_empty() => {
+            Err(Issue::missing(format!("{field}.exec"), "is empty"))
+        }
+        (Some(_), false) => Err(Issue::missing(
+            format!("{field}.exec"),
+            "is only for `backend: kubernetes` faults of domain `process` or `gpu`",
         )),
         _ => Ok(()),
     }
@@ -75,6 +97,40 @@ fn proxy_params(field: &str, f: &Fault, action: FaultAction) -> Result<(), Issue
             ));
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// `factor` with `action: slow` only (above 1, at most 10000), `health` with
+/// `action: gpu_hang` only.
+fn engine_params(field: &str, f: &Fault, action: FaultAction) -> Result<(), Issue> {
+    match (action, f.factor) {
+        (FaultAction::Slow, None) => {
+            return Err(Issue::missing(
+                format!("{field}.factor"),
+                "is required for `action: slow` (every engine step takes `factor` times as long)",
+            ));
+        }
+        (FaultAction::Slow, Some(k)) if !(k.is_finite() && k > 1.0 && k <= 10_000.0) => {
+            return Err(Issue::new(
+                format!("{field}.factor"),
+                k,
+                "must be above 1 and at most 10000 (a slower step, not a faster one)",
+            ));
+        }
+        (a, Some(_)) if a != FaultAction::Slow => {
+            return Err(Issue::missing(
+                format!("{field}.factor"),
+                "is only for `action: slow`",
+            ));
+        }
+        _ => {}
+    }
+    if f.health.is_some() && action != FaultAction::GpuHang {
+        return Err(Issue::missing(
+            format!("{field}.health"),
+            "is only for `action: gpu_hang`",
+        ));
     }
     Ok(())
 }
@@ -128,6 +184,12 @@ pub(super) fn restart(
     }
     if cx.sim() {
         return Ok(());
+    }
+    if cx.kube() {
+        return Err(Issue::missing(
+            format!("{field}.restart"),
+            "a kubernetes target's controller replaces the pod itself; following its new pod is not supported yet (docs/kubernetes.md)",
+        ));
     }
     for name in replicas {
         let declared = cx

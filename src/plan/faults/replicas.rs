@@ -32,6 +32,8 @@ pub fn validate_replicas(t: &Target) -> Result<Vec<ReplicaDecl>, Issue> {
         }
         if t.kind == TargetKind::Sim {
             sim_replica(&f, r)?;
+        } else if t.kind == TargetKind::Kubernetes {
+            kube_replica(&f, r)?;
         } else {
             url_replica(&f, r, &mut listens)?;
         }
@@ -52,6 +54,24 @@ fn sim_replica(f: &str, r: &ReplicaDecl) -> Result<(), Issue> {
                 "is for `kind: url` replicas; the sim starts its own workers (give only `name` and `node`)",
             ));
         }
+    }
+    Ok(())
+}
+
+/// A kubernetes replica is a pod's name: everything else is discovered.
+fn kube_replica(f: &str, r: &ReplicaDecl) -> Result<(), Issue> {
+    if !crate::plan::kubernetes::dns_subdomain_ok(&r.name) {
+        return Err(Issue::new(
+            format!("{f}.name"),
+            &r.name,
+            "is not a pod name",
+        ));
+    }
+    if r.upstream.is_some() || r.listen.is_some() || r.process.is_some() || r.node.is_some() {
+        return Err(Issue::missing(
+            f,
+            "a kubernetes replica gives only its pod `name`: its node, address and container are discovered",
+        ));
     }
     Ok(())
 }

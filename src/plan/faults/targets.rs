@@ -22,6 +22,7 @@ pub(super) fn targets(
             "is required (a `replica` or a `node`), unless a probe trigger picks the replica serving the probe",
         ));
     };
+    gpu(cx, field, f, t.gpu)?;
     match (&t.replica, &t.node) {
         (Some(r), None) => {
             if cx.decl(r).is_none() {
@@ -31,7 +32,9 @@ pub(super) fn targets(
                     format!("no such replica (the target has {})", cx.names()),
                 ));
             }
-            if f.domain == FailureDomain::Node {
+            // A pod's node is discovered: a kubernetes node fault names a replica and
+            // hits the node it runs on.
+            if f.domain == FailureDomain::Node && !cx.kube() {
                 return Err(Issue::missing(
                     format!("{field}.target.node"),
                     "is required for domain `node` (a node fault removes every replica of the node)",
@@ -39,6 +42,11 @@ pub(super) fn targets(
             }
             Ok((vec![r.clone()], None))
         }
+        (None, Some(n)) if cx.kube() => Err(Issue::new(
+            format!("{field}.target.node"),
+            n,
+            "a pod's node is discovered at the start: name a replica (`target.replica`), and the node fault hits the node it runs on",
+        )),
         (None, Some(n)) => {
             let on: Vec<String> = cx
                 .decls
@@ -69,6 +77,31 @@ pub(super) fn targets(
     }
 }
 
+/// `target.gpu`: with domain `gpu` only, and (sim) inside the engine's tensor-parallel
+/// group.
+fn gpu(cx: &Ctx, field: &str, f: &Fault, gpu: Option<u32>) -> Result<(), Issue> {
+    let Some(g) = gpu else { return Ok(()) };
+    if f.domain != FailureDomain::Gpu {
+        return Err(Issue::missing(
+            format!("{field}.target.gpu"),
+            "names a GPU of the replica: only for `domain: gpu`",
+        ));
+    }
+    let tp = cx.s.target.engine.tensor_parallel_size.max(1);
+    if cx.sim() && g >= tp {
+        return Err(Issue::new(
+            format!("{field}.target.gpu"),
+            g,
+            format!(
+                "the sim engine's tensor-parallel group has {tp} GPU{} (0..{}; set `target.engine.tensor_parallel_size`)",
+                if tp == 1 { "" } else { "s" },
+                tp - 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The backend can act on declared replica `r`: a process to signal, a proxy to cut.
 pub(super) fn reachable(
     cx: &Ctx,
@@ -80,11 +113,23 @@ pub(super) fn reachable(
         return Ok(());
     };
     match backend {
+        FaultBackend::Kubernetes if !cx.kube() => Err(Issue::missing(
+            format!("{field}.backend"),
+            "the kubernetes backend acts on the pods of a `kind: kubernetes` target",
+        )),
+        FaultBackend::Process if cx.kube() => Err(Issue::missing(
+            format!("{field}.backend"),
+            "the pods of a kubernetes target are faulted through the API: use `backend: kubernetes`",
+        )),
         FaultBackend::Process if !cx.sim() && d.process.is_none() => Err(Issue::missing(
             format!("{field}.backend"),
             format!(
                 "the process backend needs replica `{r}` to declare `process: {{pid | pid_file}}`"
             ),
+        )),
+        FaultBackend::Engine if !cx.sim() => Err(Issue::missing(
+            format!("{field}.backend"),
+            "the engine backend acts on the sim's workers (`kind: sim`); for other engines use a `command` recipe (docs/evidence.md)",
         )),
         FaultBackend::Proxy if !cx.has_proxy(d) => Err(Issue::missing(
             format!("{field}.backend"),

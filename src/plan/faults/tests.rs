@@ -255,6 +255,91 @@ fn domains_actions_and_parameters_must_agree() {
     }
 }
 
+/// The engine faults (issue 18): on sim workers only, each with the parameter it
+/// reads, a GPU inside the engine's tensor-parallel group.
+#[test]
+fn engine_faults_take_their_parameters_and_stay_on_the_sims_engines() {
+    let p = load(
+        &SIM.replace("replicas: 3}", "replicas: 3, engine: {tensor_parallel_size: 4}}"),
+        "  - {domain: gpu, backend: engine, action: gpu_lost, target: {replica: w1, gpu: 3}, at: {phase: fault}, duration: 2s}
+  - {domain: gpu, backend: engine, action: gpu_hang, health: timeout, target: {replica: w2}, at: {phase: fault}, when: {in_flight: 1}}
+  - {domain: worker, backend: engine, action: slow, factor: 8, target: {replica: w3}, at: {phase: fault}}
+  - {domain: gpu, backend: engine, action: gpu_hang, target: {replica: w1}, at: {phase: fault, offset: 5s}}
+",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let f = &p.faults;
+    assert_eq!((f[0].action, f[0].gpu), (FaultAction::GpuLost, Some(3)));
+    assert_eq!(f[1].health, Some(crate::scenario::HangHealth::Timeout));
+    assert_eq!(f[2].factor, Some(8.0));
+    assert_eq!(
+        f[3].health,
+        Some(crate::scenario::HangHealth::Pass),
+        "default"
+    );
+    let cases = [
+        (
+            "{domain: gpu, action: gpu_lost, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].backend",
+        ),
+        (
+            "{domain: gpu, backend: engine, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].action",
+        ),
+        (
+            "{domain: gpu, backend: engine, action: kill, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].action",
+        ),
+        (
+            "{domain: network, backend: engine, action: gpu_hang, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].domain",
+        ),
+        (
+            "{domain: gpu, backend: engine, action: slow, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].factor",
+        ),
+        (
+            "{domain: gpu, backend: engine, action: slow, factor: 0.5, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].factor",
+        ),
+        (
+            "{domain: gpu, backend: engine, action: gpu_lost, factor: 2, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].factor",
+        ),
+        (
+            "{domain: gpu, backend: engine, action: slow, factor: 2, health: pass, target: {replica: w1}, at: {phase: fault}}",
+            "faults[0].health",
+        ),
+        (
+            "{domain: gpu, backend: engine, action: gpu_lost, target: {replica: w1, gpu: 1}, at: {phase: fault}}",
+            "faults[0].target.gpu",
+        ),
+        (
+            "{domain: worker, backend: engine, action: gpu_lost, target: {replica: w1, gpu: 0}, at: {phase: fault}}",
+            "faults[0].target.gpu",
+        ),
+        (
+            "{domain: gpu, backend: engine, action: gpu_lost, target: {replica: w1}, at: {phase: fault}, restart: {}}",
+            "faults[0].restart",
+        ),
+    ];
+    for (f, field) in cases {
+        let e = err(SIM, &format!("  - {f}\n"));
+        assert_eq!(e.field, field, "{f}: {e}");
+    }
+    let e = err(
+        URL,
+        "  - {domain: gpu, backend: engine, action: gpu_lost, target: {replica: a}, at: {phase: fault}}\n",
+    );
+    assert_eq!(e.field, "faults[0].backend");
+    assert!(e.reason.contains("command"), "{e}");
+    let e = err(
+        URL,
+        "  - {domain: gpu, backend: engine, action: gpu_lost, at: {phase: fault}, when: {probe: first_delta}}\n",
+    );
+    assert_eq!(e.field, "faults[0].backend");
+}
+
 #[test]
 fn fault_names_are_unique_and_a_killed_replica_is_gone_unless_replaced() {
     let e = err(

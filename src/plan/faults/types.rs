@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::scenario::{
-    CommandSpec, FailureDomain, FaultAction, FaultBackend, ProbePoint, Restart, Via,
+    CommandSpec, FailureDomain, FaultAction, FaultBackend, HangHealth, ProbePoint, Restart, Via,
 };
 
 /// What fires a fault.
@@ -62,8 +62,17 @@ pub struct FaultPlan {
     pub duration: Option<Duration>,
     pub delay: Option<Duration>,
     pub bytes_per_s: Option<u64>,
+    /// `slow`: the step-time factor.
+    pub factor: Option<f64>,
+    /// `gpu_hang`: how the hung replica's health endpoints behave.
+    pub health: Option<HangHealth>,
+    /// Domain `gpu`: the GPU of the replica's tensor-parallel group, when declared.
+    pub gpu: Option<u32>,
     pub restart: Option<Restart>,
     pub command: Option<CommandSpec>,
+    /// `kubernetes` backend, `process` / `gpu`: the kill command exec'd in the pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec: Option<Vec<String>>,
     pub verify: bool,
 }
 

@@ -31,7 +31,7 @@ use super::http;
 use super::probe::{Release, lock};
 use super::replica::ReplicaProxy;
 use super::rules::{Cut, PathRules};
-use crate::trace::ProxyEndKind;
+use crate::trace::{Event, ProxyEndKind, RefusedHow};
 
 /// Bytes queued or held per direction before reading from that side pauses.
 const QUEUE_CAP: usize = 1 << 20;
@@ -53,8 +53,24 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
     lock(&p.conns).insert(id, ack.clone());
     let _reg = Registered(p.clone(), id);
     let mut c = Conn::new(p, id, rules, ack);
-    // Until the first request head is in, there is no upstream connection: a request
-    // to a dead replica is still seen (and attributed) before it fails.
+    // The gateway connected, so does the proxy, at once: the replica sees a connection
+    // when the gateway opens one, as without haq. One that cannot be reached is dead
+    // (or gone): the gateway's connection is reset at once, unread — the closest an
+    // accepted connection comes to the refusal it would have met — and recorded as a
+    // connect attempt to the dead endpoint; the listener closes. Under a cut or a
+    // blackhole the path is cut: the connect waits for the first request (below).
+    let mut up = None;
+    if c.rules.cut.is_none() && !c.rules.blackhole {
+        match c.connect(&stop).await {
+            None => return,
+            Some(Ok(u)) => up = Some(u),
+            Some(Err(_)) => {
+                c.unreached(&down);
+                c.p.check_dead().await;
+                return close_one(&down, Cut::Reset);
+            }
+        }
+    }
     let raw = loop {
         if let Some(cut) = c.rules.cut {
             return close_one(&down, cut);
@@ -64,6 +80,7 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
             Err(_) => break true,
             Ok(None) => {}
         }
+        let up_open = up.is_some() && !c.rules.blackhole;
         tokio::select! {
             _ = stop.cancelled() => return,
             r = rules_rx.changed() => {
@@ -73,24 +90,50 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
             r = down.read_buf(&mut c.dbuf), if !c.rules.blackhole => match r {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
-            }
+            },
+            // The replica spoke first (not HTTP: relayed as is) or ended the idle
+            // connection, which the gateway then sees ended the same way.
+            r = read_some(up.as_mut(), &mut c.ubuf), if up_open => match r {
+                Ok(0) => {
+                    c.p.check_dead().await;
+                    return;
+                }
+                Err(_) => {
+                    c.p.check_dead().await;
+                    return close_one(&down, Cut::Reset);
+                }
+                Ok(_) => break true,
+            },
         }
     };
     if raw {
         c.req = ReqState::Raw;
         c.resp = RespState::Raw;
     }
-    let up = match c.connect(&stop).await {
+    let up = match up {
         Some(u) => u,
-        None => {
-            c.on_down(Instant::now());
-            c.end_all(ProxyEndKind::UpstreamRefused);
-            // The next connection is refused by the kernel, as without haq.
-            c.p.check_dead().await;
-            return close_one(&down, Cut::Reset);
-        }
+        None => match c.connect(&stop).await {
+            Some(Ok(u)) => u,
+            _ => {
+                c.on_down(Instant::now());
+                c.end_all(ProxyEndKind::UpstreamRefused);
+                // The next connection is refused by the kernel, as without haq.
+                c.p.check_dead().await;
+                return close_one(&down, Cut::Reset);
+            }
+        },
     };
     c.run(down, up, rules_rx, stop).await;
+}
+
+async fn read_some(
+    up: Option<&mut TcpStream>,
+    buf: &mut bytes::BytesMut,
+) -> std::io::Result<usize> {
+    match up {
+        Some(u) => u.read_buf(buf).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn close_one(s: &TcpStream, cut: Cut) {
@@ -100,14 +143,33 @@ fn close_one(s: &TcpStream, cut: Cut) {
 }
 
 impl Conn {
-    async fn connect(&self, stop: &CancellationToken) -> Option<TcpStream> {
-        let addr = self.p.upstream()?;
-        let s = tokio::select! {
-            r = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)) => r.ok()?.ok()?,
+    /// Connects to the replica; `None` when the proxies stop meanwhile.
+    async fn connect(&self, stop: &CancellationToken) -> Option<std::io::Result<TcpStream>> {
+        let Some(addr) = self.p.upstream() else {
+            return Some(Err(std::io::ErrorKind::NotConnected.into()));
+        };
+        let r = tokio::select! {
+            r = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)) => r,
             _ = stop.cancelled() => return None,
         };
+        let s = match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Some(Err(e)),
+            Err(_) => return Some(Err(std::io::ErrorKind::TimedOut.into())),
+        };
         let _ = s.set_nodelay(true);
-        Some(s)
+        Some(Ok(s))
+    }
+
+    /// A connection accepted for a replica that could not be reached: a connect
+    /// attempt to a dead endpoint, reset before anything was read.
+    fn unreached(&self, down: &TcpStream) {
+        self.p.trace.emit(Event::ProxyRefused {
+            t: self.now_us(),
+            replica: self.p.name.clone(),
+            peer: down.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
+            how: RefusedHow::Reset,
+        });
     }
 
     /// The loop: each turn ends the connection if it is done, applies automatic
@@ -120,9 +182,12 @@ impl Conn {
         mut rules_rx: watch::Receiver<PathRules>,
         stop: CancellationToken,
     ) {
-        // Bytes read before the upstream existed.
+        // Bytes read before the loop: the first request, or what the replica said first.
         if !self.dbuf.is_empty() {
             self.on_down(Instant::now());
+        }
+        if !self.ubuf.is_empty() {
+            self.on_up(Instant::now());
         }
         let mut down_eof = false;
         let mut up_eof = false;
@@ -134,12 +199,15 @@ impl Conn {
                     break close;
                 }
                 let now = Instant::now();
+                // First: bytes an automatic release lets through join the queues
+                // before the writes are budgeted (else nothing may wake the loop to
+                // write them: a replica that is done sends nothing more).
+                self.auto_release(now, up_eof);
                 let up_ready = self.to_up.ready(now, &self.rules);
                 let down_ready = self.to_down.ready(now, &self.rules);
                 if let Some(close) = self.finished(now, up_eof, down_eof) {
                     break close;
                 }
-                self.auto_release(now, up_eof);
                 let wake = self.wake(&up_ready, &down_ready);
                 let can_read_down = self.can_read_down(down_eof);
                 let can_read_up = self.can_read_up(up_eof);
@@ -158,7 +226,10 @@ impl Conn {
                     r = released(&mut self.down_hold) => self.release_down(r, up_eof),
                     r = uw.write(self.to_up.front(up_n)), if up_n > 0 => match r {
                         Ok(n) => self.to_up.advance(n),
-                        Err(_) => break self.end_upstream(ProxyEndKind::UpstreamReset),
+                        Err(_) => {
+                            self.p.check_dead().await;
+                            break self.end_upstream(ProxyEndKind::UpstreamReset);
+                        }
                     },
                     r = dw.write(self.to_down.front(down_n)), if down_n > 0 => match r {
                         Ok(n) => self.to_down.advance(n),

@@ -58,6 +58,10 @@ pub struct ClientCfg {
     /// the gateway forwards no `x-request-id` (docs/evidence.md, Attribution).
     #[serde(default)]
     pub marker: MarkerField,
+    /// How much one response may make haq hold (`line`, `event`, `body`, `stream`),
+    /// how long its head and its tail after `[DONE]` may take (docs/evidence.md).
+    #[serde(default)]
+    pub limits: super::ResponseLimits,
 }
 
 /// Where the per-request marker goes in the body (`client.marker`).
@@ -173,6 +177,7 @@ impl Default for ClientCfg {
             warm_connections: 0,
             transport: Transport::Auto,
             marker: MarkerField::Auto,
+            limits: super::ResponseLimits::default(),
         }
     }
 }

@@ -77,6 +77,12 @@ pub enum FaultBackend {
     Proxy,
     /// Your own shell commands (inject / verify / heal) with haq's context in env vars.
     Command,
+    /// The Kubernetes API (`kind: kubernetes` targets): delete or evict pods, cordon
+    /// nodes, isolate pods with a NetworkPolicy, exec a kill in the engine's container.
+    Kubernetes,
+    /// The sim worker's engine, through its admin API (`kind: sim`): a lost GPU behind
+    /// a live process, a hung engine, a slow one.
+    Engine,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -102,6 +108,40 @@ pub enum FaultAction {
     Throttle,
     /// command: what your `command.inject` does (the default for that backend).
     Command,
+    /// engine: the GPU is lost (XID 79, ECC): the engine core dies while the API server
+    /// process stays up — in-flight streams end with the engine's error, new requests
+    /// get 500, `/health` fails, `/metrics` is still served. In a TP group one GPU's
+    /// loss takes the whole replica. Healed by restarting the engine in place (cold
+    /// prefix cache).
+    GpuLost,
+    /// engine: the engine stops stepping (a hung GPU or NCCL collective): every stream
+    /// of the replica stalls, sockets are still accepted, `/health` passes or times
+    /// out (`health`). Healed by resuming it.
+    GpuHang,
+    /// engine: every engine step takes `factor` times as long (a throttled GPU, a noisy
+    /// neighbour): slow is not dead (M4). Healed by factor 1.
+    Slow,
+}
+
+/// How a hung engine's health endpoints behave (`gpu_hang`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HangHealth {
+    /// `/health` and `/ready` keep answering 200: the gray failure health checks miss.
+    #[default]
+    Pass,
+    /// `/health` and `/ready` never answer while the engine hangs (the checker's
+    /// timeout fails them).
+    Timeout,
+}
+
+impl HangHealth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HangHealth::Pass => "pass",
+            HangHealth::Timeout => "timeout",
+        }
+    }
 }
 
 impl PhaseKind {
@@ -148,6 +188,8 @@ impl FaultBackend {
             FaultBackend::Process => "process",
             FaultBackend::Proxy => "proxy",
             FaultBackend::Command => "command",
+            FaultBackend::Kubernetes => "kubernetes",
+            FaultBackend::Engine => "engine",
         }
     }
 }
@@ -183,6 +225,9 @@ impl FaultAction {
             FaultAction::Delay => "delay",
             FaultAction::Throttle => "throttle",
             FaultAction::Command => "command",
+            FaultAction::GpuLost => "gpu_lost",
+            FaultAction::GpuHang => "gpu_hang",
+            FaultAction::Slow => "slow",
         }
     }
 
@@ -191,6 +236,7 @@ impl FaultAction {
         match self {
             FaultAction::Kill | FaultAction::Drain | FaultAction::Freeze => FaultBackend::Process,
             FaultAction::Command => FaultBackend::Command,
+            FaultAction::GpuLost | FaultAction::GpuHang | FaultAction::Slow => FaultBackend::Engine,
             _ => FaultBackend::Proxy,
         }
     }
@@ -236,12 +282,26 @@ pub struct Fault {
     /// `throttle`: bytes per second allowed each way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_per_s: Option<u64>,
+    /// `slow`: how many times as long every engine step takes (above 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+    /// `gpu_hang`: whether the hung replica's health endpoints still pass (default) or
+    /// time out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HangHealth>,
     /// Start a replacement after a kill or drain (Q6, Q11).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<Restart>,
     /// `command` backend: the commands to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandSpec>,
+    /// `kubernetes` backend, domain `process` or `gpu`: the command exec'd in the
+    /// engine's container to kill the engine (one GPU's engine, or the whole TP
+    /// group), e.g. `[pkill, -KILL, -f, llama-server]`. A container's PID 1 ignores a
+    /// SIGKILL sent from inside its own PID namespace: kill a child of it, or share
+    /// the pod's process namespace (docs/kubernetes.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<Vec<String>>,
     /// Check that the fault took effect (default true). Unverified faults make
     /// Failure-Domain fail.
     #[serde(default = "yes")]
@@ -261,6 +321,10 @@ pub struct FaultTarget {
     /// Every replica declared on this node (domain `node`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Domain `gpu`: which GPU of the replica's tensor-parallel group (from 0, below
+    /// `target.engine.tensor_parallel_size`); its loss takes the whole replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -382,7 +446,8 @@ fn default_ready_timeout() -> Dur {
 
 /// `command` backend. Each runs with `sh -c` and these variables: `HAQ_FAULT`,
 /// `HAQ_DOMAIN`, `HAQ_REPLICA`, `HAQ_NODE`, `HAQ_PID`, `HAQ_UPSTREAM`, `HAQ_LISTEN`,
-/// `HAQ_PROBE_ID`, `HAQ_RUN_DIR`, `HAQ_SEED`, `HAQ_T_US` (trace time).
+/// `HAQ_PROBE_ID`, `HAQ_RUN_DIR`, `HAQ_SEED`, `HAQ_T_US` (trace time); for a kubernetes
+/// replica also `HAQ_POD`, `HAQ_NAMESPACE`, `HAQ_CONTAINER`, `HAQ_KUBE_CONTEXT`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandSpec {

@@ -1,4 +1,4 @@
-//! `target`: the system under test (the sim, or a URL).
+//! `target`: the system under test (the sim, a URL, or a Kubernetes deployment).
 //!
 //! The sim's knobs (`engine`, `gateway`, `tools`) and their defaults are documented with
 //! their sources in docs/sim.md.
@@ -17,6 +17,9 @@ pub enum TargetKind {
     Sim,
     /// Any OpenAI-compatible endpoint.
     Url,
+    /// Serving pods of a Kubernetes cluster, discovered by a label selector and
+    /// faulted through the API (`target.kubernetes`, docs/kubernetes.md).
+    Kubernetes,
 }
 
 /// The system under test.
@@ -27,6 +30,8 @@ pub struct Target {
     /// `sim`: the number of worker processes to start, or a list naming them (with
     /// their nodes). `url`: the replicas behind the gateway, each with its upstream
     /// and the address haq's proxy listens on for the gateway.
+    /// `kubernetes`: how many serving pods the selector must find (named `w1..wN` in
+    /// pod-name order), or a list of their pod names (a StatefulSet's).
     /// (Default for the sim: 3 workers.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<Replicas>,
@@ -58,6 +63,9 @@ pub struct Target {
     /// healthy). Default 60s.
     #[serde(default = "default_ready_timeout")]
     pub ready_timeout: Dur,
+    /// `kubernetes`: the cluster, namespace, selector and allow-lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<super::kubernetes::KubeTarget>,
 }
 
 fn default_ready_timeout() -> Dur {
@@ -102,7 +110,7 @@ impl Target {
         match (&self.replicas, self.kind) {
             (Some(r), _) => r.clone(),
             (None, TargetKind::Sim) => Replicas::Count(DEFAULT_SIM_REPLICAS),
-            (None, TargetKind::Url) => Replicas::List(Vec::new()),
+            (None, TargetKind::Url | TargetKind::Kubernetes) => Replicas::List(Vec::new()),
         }
     }
 

@@ -16,10 +16,50 @@ pub struct Workload {
     pub mix: MixRef,
     #[serde(default)]
     pub arrival: Arrival,
+    /// Cache truth (M6): plant identical prompts at temperature 0 among the requests —
+    /// spread over the run, so across replicas, phases and faults; answers to one
+    /// prompt that differ are a Request-Fate finding (`cache_divergence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_truth: Option<CacheTruth>,
 }
 
 fn default_seed() -> u64 {
     1
+}
+
+/// Planted identical prompts (`workload.cache_truth`, M6): request `every`·k − 1 of the
+/// schedule (k = 1, 2, …) is replaced by planted prompt k mod `prompts` — its arrival,
+/// class (API, priority, streaming) and every other draw unchanged, its text fixed, at
+/// temperature 0 with the workload's seed, no tools, no prefix, no session.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheTruth {
+    /// One request in this many is planted.
+    #[serde(default = "default_every")]
+    pub every: u32,
+    /// Distinct planted prompts.
+    #[serde(default = "default_prompts")]
+    pub prompts: u32,
+    /// Length of each planted prompt (longer than a KV block, so repeats hit the
+    /// prefix cache).
+    #[serde(default = "default_canary_prompt")]
+    pub prompt_tokens: u32,
+    /// Output tokens asked of each.
+    #[serde(default = "default_canary_output")]
+    pub output_tokens: u32,
+}
+
+fn default_every() -> u32 {
+    10
+}
+fn default_prompts() -> u32 {
+    2
+}
+fn default_canary_prompt() -> u32 {
+    96
+}
+fn default_canary_output() -> u32 {
+    24
 }
 
 /// A mix written inline or the path of a `workloads/*.yaml` file holding one.

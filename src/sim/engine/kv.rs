@@ -105,6 +105,14 @@ impl Kv {
         true
     }
 
+    /// Forgets every block (a restarted engine starts with an empty cache). Only with
+    /// no sequence holding blocks.
+    pub fn clear(&mut self) {
+        self.free = self.total;
+        self.cached.clear();
+        self.idle.clear();
+    }
+
     /// Drops one reference to a cached block.
     pub fn unref(&mut self, hash: u64) {
         self.tick += 1;

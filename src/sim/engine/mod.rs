@@ -59,6 +59,14 @@ impl StepModel {
 pub struct Controls {
     slow_bits: AtomicU64,
     pub hang: AtomicBool,
+    /// While hung: `/health` and `/ready` hang too (else they pass).
+    pub hang_timeout: AtomicBool,
+    /// The engine is dead (a lost GPU) while the process lives on.
+    pub dead: AtomicBool,
+    /// Which GPU of the tensor-parallel group was lost.
+    pub dead_gpu: std::sync::atomic::AtomicU32,
+    /// Wakes the loop at once when `dead` changes (a step in progress never completes).
+    pub kick: tokio::sync::Notify,
 }
 
 impl Default for Controls {
@@ -66,6 +74,10 @@ impl Default for Controls {
         Controls {
             slow_bits: AtomicU64::new(1.0f64.to_bits()),
             hang: AtomicBool::new(false),
+            hang_timeout: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            dead_gpu: std::sync::atomic::AtomicU32::new(0),
+            kick: tokio::sync::Notify::new(),
         }
     }
 }
@@ -97,6 +109,8 @@ pub trait Publisher: Send + 'static {
     fn finished(&mut self, _seq: Seq<Self::Job>) {}
     /// The sequence was dropped because it was no longer live.
     fn dropped(&mut self, _seq: Seq<Self::Job>) {}
+    /// The engine died (a lost GPU) with the sequence in it: it gets the engine's error.
+    fn engine_dead(&mut self, _seq: Seq<Self::Job>) {}
 }
 
 /// A request for the engine thread.
@@ -271,12 +285,29 @@ impl<P: Publisher> Engine<P> {
             tokio::select! {
                 biased;
                 _ = timer.sleep_until(deadline) => return true,
+                _ = self.controls.kick.notified() => return true,
                 s = rx.recv() => match s {
                     Some(s) => self.accept(s),
                     None => return false,
                 },
             }
         }
+    }
+
+    /// A dead engine: every sequence in it (and every one submitted while it is dead)
+    /// ends with the engine's error; the KV cache is gone (a restart starts cold).
+    fn fail_all(&mut self) {
+        let seqs = self.sched.drain_all();
+        if seqs.is_empty() {
+            return;
+        }
+        for seq in seqs {
+            self.arrivals.remove(&seq.id);
+            self.stats.c.finished_abort.fetch_add(1, Ordering::Relaxed);
+            self.publisher.engine_dead(seq);
+        }
+        self.sched.kv.clear();
+        self.publish_gauges();
     }
 
     /// The scheduler loop: take submissions, drop dead sequences, schedule a step, wait
@@ -289,17 +320,16 @@ impl<P: Publisher> Engine<P> {
                 self.accept(s);
             }
             self.drop_dead();
-            if self.controls.hang.load(Ordering::Relaxed) {
+            // Dead (a lost GPU: every sequence fails) or hung: no step; look again soon.
+            let dead = self.controls.dead.load(Ordering::Relaxed);
+            if dead || self.controls.hang.load(Ordering::Relaxed) {
+                if dead {
+                    self.fail_all();
+                }
                 self.publish_gauges();
                 next_start = None;
-                if !self
-                    .wait(
-                        &mut rx,
-                        &timer,
-                        Some(Instant::now() + Duration::from_millis(20)),
-                    )
-                    .await
-                {
+                let soon = Instant::now() + Duration::from_millis(20);
+                if !self.wait(&mut rx, &timer, Some(soon)).await {
                     return;
                 }
                 continue;
@@ -319,8 +349,14 @@ impl<P: Publisher> Engine<P> {
                 continue;
             }
             let deadline = self.step_deadline(&work, next_start);
-            if !self.wait(&mut rx, &timer, Some(deadline)).await {
-                return;
+            // Until the step's deadline (woken early by a death: its outputs never come).
+            while Instant::now() < deadline && !self.controls.dead.load(Ordering::Relaxed) {
+                if !self.wait(&mut rx, &timer, Some(deadline)).await {
+                    return;
+                }
+            }
+            if self.controls.dead.load(Ordering::Relaxed) {
+                continue;
             }
             next_start = Some(deadline);
             self.complete(deadline);

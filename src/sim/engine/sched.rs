@@ -192,6 +192,17 @@ impl<T> Sched<T> {
         gone
     }
 
+    /// Removes every sequence (running first, then the queue in order), freeing its
+    /// blocks: the engine died with them in it.
+    pub fn drain_all(&mut self) -> Vec<Seq<T>> {
+        let mut out: Vec<Seq<T>> = self.running.drain(..).collect();
+        out.extend(self.waiting.drain(..));
+        for s in &mut out {
+            Self::free(&mut self.kv, s);
+        }
+        out
+    }
+
     /// Plans the next step.
     pub fn schedule(&mut self, mut note: impl FnMut(Note<'_, T>)) -> Work {
         let bs = self.lim.block_size;

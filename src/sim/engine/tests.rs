@@ -17,6 +17,9 @@ type Tok = (u32, u32, Instant);
 
 struct Rec(Sender<Tok>);
 
+/// The token index a [`Rec`] sends for a sequence the engine's death ended.
+const DEAD: u32 = u32::MAX;
+
 struct TJob {
     id: u32,
     max: u32,
@@ -26,6 +29,9 @@ impl Publisher for Rec {
     type Job = TJob;
     fn live(&self, _: &TJob) -> bool {
         true
+    }
+    fn engine_dead(&mut self, seq: Seq<TJob>) {
+        let _ = self.0.send((seq.job.id, DEAD, Instant::now()));
     }
     fn token(&mut self, seq: &mut Seq<TJob>, i: u32, _now: Instant, due: Instant) -> Verdict {
         let _ = self.0.send((seq.job.id, i, due));
@@ -224,4 +230,34 @@ fn step_time_model_adds_its_terms() {
         (100.0..110.0).contains(&(prefill.as_secs_f64() * 1e3)),
         "{prefill:?}"
     );
+}
+
+/// A dead engine (a lost GPU) ends every sequence in it and each one submitted while
+/// it is dead, publishes nothing more, and starts again with an empty queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_engine_ends_every_sequence_and_publishes_nothing_more() {
+    let (h, mut rx) = start(&cfg(8, 5, 0));
+    for id in 0..3 {
+        submit(&h, id, 10_000);
+    }
+    collect(&mut rx, 6).await;
+    h.controls.dead.store(true, Ordering::SeqCst);
+    h.controls.kick.notify_one();
+    let mut dead = std::collections::BTreeSet::new();
+    while dead.len() < 3 {
+        let (id, i, _) = collect(&mut rx, 1).await[0];
+        if i == DEAD {
+            dead.insert(id);
+        }
+    }
+    submit(&h, 7, 5);
+    assert_eq!(collect(&mut rx, 1).await[0].1, DEAD, "refused while dead");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(rx.try_recv().is_err(), "nothing after the death");
+    assert_eq!(h.stats.c.running.load(Ordering::Relaxed), 0);
+    h.controls.dead.store(false, Ordering::SeqCst);
+    h.controls.kick.notify_one();
+    submit(&h, 9, 3);
+    let v = collect(&mut rx, 3).await;
+    assert!(v.iter().all(|t| t.0 == 9 && t.1 != DEAD), "{v:?}");
 }

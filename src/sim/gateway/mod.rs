@@ -12,6 +12,7 @@ mod admission;
 mod fence;
 mod health;
 mod lease;
+mod migrate;
 mod net;
 mod peek;
 mod query;
@@ -104,7 +105,7 @@ pub async fn serve(c: GatewayConfig) -> anyhow::Result<()> {
     for i in 0..gw.ups.len() {
         if !blind {
             // FLAW no-health-check: no active health checks at all.
-            tokio::spawn(health::health_loop(gw.clone(), i));
+            tokio::spawn(health::run(gw.clone(), i));
         }
         tokio::spawn(fence::renew_loop(gw.clone(), i));
     }
@@ -197,6 +198,7 @@ async fn forward(
             rid: rid.clone(),
             path: uri.path().to_string(),
             body,
+            resumed: None,
         },
     };
     let (head_tx, head_rx) = oneshot::channel();

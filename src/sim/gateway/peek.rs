@@ -15,6 +15,8 @@ use crate::wire::kinds::ChunkKind;
 pub struct Peek {
     pub delta: bool,
     pub finished: bool,
+    /// An in-band error event (`{"error": …}`: an engine that died mid-stream).
+    pub error: bool,
 }
 
 pub fn peek(data: &str) -> Peek {
@@ -23,6 +25,7 @@ pub fn peek(data: &str) -> Peek {
         return Peek {
             delta: false,
             finished: true,
+            error: false,
         };
     }
     let non_empty = |key: &str| {
@@ -36,6 +39,7 @@ pub fn peek(data: &str) -> Peek {
         return Peek {
             delta: info.kind.unwrap_or(ChunkKind::Other).is_delta(),
             finished: info.kind == Some(ChunkKind::Done) || info.finish.is_some(),
+            error: info.kind == Some(ChunkKind::Error),
         };
     }
     Peek {
@@ -44,6 +48,7 @@ pub fn peek(data: &str) -> Peek {
             || non_empty("\"reasoning_content\":\"")
             || d.contains("\"tool_calls\":["),
         finished: d.contains("\"finish_reason\":\""),
+        error: false,
     }
 }
 
@@ -79,6 +84,10 @@ mod tests {
             })
             .collect();
         payloads.push(r#"{"error": {"code": "upstream_decode_interrupted"}}"#.into());
+        for b in crate::sim::worker::api::engine_dead_events() {
+            let s = std::str::from_utf8(&b).expect("utf8").to_string();
+            payloads.push(s.trim_start_matches("data: ").trim_end().to_string());
+        }
         payloads.push(
             r#"{"choices": [{"delta": {"content": "spaced"}, "finish_reason": null}]}"#.into(),
         );
@@ -86,10 +95,11 @@ mod tests {
             let info = chunk::classify(&d);
             let p = peek(&d);
             assert_eq!(
-                (p.delta, p.finished),
+                (p.delta, p.finished, p.error),
                 (
                     info.kind.unwrap_or(ChunkKind::Other).is_delta(),
-                    info.kind == Some(ChunkKind::Done) || info.finish.is_some()
+                    info.kind == Some(ChunkKind::Done) || info.finish.is_some(),
+                    info.kind == Some(ChunkKind::Error)
                 ),
                 "{d}"
             );

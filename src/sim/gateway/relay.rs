@@ -39,6 +39,9 @@ pub struct Client {
     pub body: mpsc::Sender<Bytes>,
     /// Deltas delivered to the client so far.
     pub delivered: AtomicU32,
+    /// What the deltas said, kept under the `migrate` policies (the continuation
+    /// re-sends it): (text, where the last delta's text begins, a tool call seen).
+    pub said: std::sync::Mutex<(String, usize, bool)>,
 }
 
 impl Client {
@@ -47,6 +50,7 @@ impl Client {
             head: std::sync::Mutex::new(Some(head)),
             body,
             delivered: AtomicU32::new(0),
+            said: std::sync::Mutex::new((String::new(), 0, false)),
         })
     }
 
@@ -96,6 +100,9 @@ pub enum End {
     Stuck(String),
     /// Cut by the gateway (flawed `hard-drain`).
     Aborted(String),
+    /// The worker wrote an in-band error event (its engine died mid-stream): the
+    /// attempt failed, whatever clean end follows it.
+    UpstreamError(String),
 }
 
 impl End {
@@ -109,7 +116,8 @@ impl End {
             | End::Broken(w)
             | End::LeaseLost(w)
             | End::Stuck(w)
-            | End::Aborted(w) => ("failed", Some(w.clone())),
+            | End::Aborted(w)
+            | End::UpstreamError(w) => ("failed", Some(w.clone())),
         }
     }
 }
@@ -119,6 +127,10 @@ pub struct Forward {
     pub rid: String,
     pub path: String,
     pub body: Bytes,
+    /// A migrated stream's continuation (policy `migrate`): the original prompt's
+    /// tokens and the output tokens re-sent after it, to report the whole answer's
+    /// usage.
+    pub resumed: Option<(u32, u32)>,
 }
 
 /// A spare attempt the flawed `soft-timeout` policy wants started.
@@ -265,6 +277,15 @@ impl<'a> Attempt<'a> {
         &self.gw.ups[self.i]
     }
 
+    /// Why the gateway cut this attempt: its worker failed the deep health check (a
+    /// dead or hung engine: given up like a stuck upstream), or the flawed `hard-drain`.
+    fn cut(&self) -> End {
+        match self.up().stalled_why() {
+            Some(why) => End::Stuck(why),
+            None => End::Aborted(HARD_DRAIN.into()),
+        }
+    }
+
     /// The head that commits the request to this attempt.
     fn stream_head(&self) -> Head {
         Head::Stream {
@@ -284,7 +305,7 @@ impl<'a> Attempt<'a> {
             tokio::select! {
                 r = &mut send => break r,
                 _ = self.client.body.closed() => return Err(End::ClientGone),
-                _ = self.abort.cancelled() => return Err(End::Aborted(HARD_DRAIN.into())),
+                _ = self.abort.cancelled() => return Err(self.cut()),
                 _ = self.tick.tick() => {
                     let (gw, i, id, rid) = (self.gw, self.i, self.id, &self.f.rid);
                     if let Some(end) = self.watch.check(gw, i, id, rid, &mut self.spare) {
@@ -354,12 +375,13 @@ impl<'a> Attempt<'a> {
             held: Vec::new(),
             finished: false,
             revision,
+            error: None,
         };
         loop {
             let next = tokio::select! {
                 biased;
                 _ = self.client.body.closed() => return End::ClientGone,
-                _ = self.abort.cancelled() => return End::Aborted(HARD_DRAIN.into()),
+                _ = self.abort.cancelled() => return self.cut(),
                 c = resp.chunk() => c,
                 _ = self.tick.tick() => {
                     let (gw, i, id, rid) = (self.gw, self.i, self.id, &self.f.rid);
@@ -388,6 +410,9 @@ impl<'a> Attempt<'a> {
             if !out.is_empty() && self.client.body.send(out.freeze()).await.is_err() {
                 return End::ClientGone;
             }
+            if let Some(e) = commit.error.take() {
+                return End::UpstreamError(format!("upstream error event: {e}"));
+            }
             if eof {
                 break;
             }
@@ -406,6 +431,12 @@ impl<'a> Attempt<'a> {
                 continue;
             }
             let p = peek(&ev.data);
+            if p.error {
+                // The engine's error ends the attempt: not the client's stream (the
+                // policy decides what the client gets), nor anything after it.
+                commit.error = Some(ev.data.chars().take(200).collect());
+                break; // the drain drops the rest of this read
+            }
             commit.finished |= p.finished;
             if !self.client.committed() {
                 if !p.delta {
@@ -427,12 +458,32 @@ impl<'a> Attempt<'a> {
             }
             if p.delta {
                 self.client.delivered.fetch_add(1, Ordering::SeqCst);
+                if self.gw.cfg.policy.migrates() {
+                    self.keep_said(&ev.data);
+                }
             }
             out.extend_from_slice(b"data: ");
-            out.extend_from_slice(ev.data.as_bytes());
+            match self.f.resumed {
+                Some(r) if !p.delta && ev.data.contains("\"usage\"") => {
+                    out.extend_from_slice(super::migrate::whole_usage(&ev.data, r).as_bytes())
+                }
+                _ => out.extend_from_slice(ev.data.as_bytes()),
+            }
             out.extend_from_slice(b"\n\n");
         }
         out
+    }
+
+    /// Keeps a delivered delta's text for a continuation (a tool call is not continued).
+    fn keep_said(&self, data: &str) {
+        let info = crate::wire::chunk::classify(data);
+        let mut g = self.client.said.lock().unwrap_or_else(|p| p.into_inner());
+        g.1 = g.0.len();
+        match info.text {
+            Some(t) => g.0.push_str(&t),
+            None => g.2 = true,
+        }
+        g.2 |= !info.tools.is_empty();
     }
 
     /// The end of the worker's body: finished only after `[DONE]` or a finish_reason.
@@ -460,4 +511,6 @@ struct Commit {
     finished: bool,
     /// The weights revision the worker answered with (journaled with `first_delta`).
     revision: Option<String>,
+    /// The in-band error event the worker wrote (its first 200 characters).
+    error: Option<String>,
 }

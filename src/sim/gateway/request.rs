@@ -193,6 +193,8 @@ async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'s
     let mut n: u32 = 0;
     let mut tried: Vec<usize> = Vec::new();
     let mut spares = Vec::new();
+    // A migrated stream's continuation (policy `migrate`): the next attempt's request.
+    let mut cont: Option<Cont> = None;
     let outcome = loop {
         n += 1;
         let pinned = r.route.filter(|&i| {
@@ -204,6 +206,16 @@ async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'s
         tried.push(i);
         let attempt = format!("{rid}/a{n}");
         let worker = gw.ups[i].name.clone();
+        if let Some(c) = &cont {
+            gw.journal.write(GatewayEntry::Migrate {
+                req: rid.clone(),
+                after: c.after.clone(),
+                worker: worker.clone(),
+                delivered: client.delivered(),
+                resent: c.resent,
+                prompt_tokens: c.prompt_tokens,
+            });
+        }
         gw.journal.write(GatewayEntry::AttemptStart {
             req: rid.clone(),
             attempt: attempt.clone(),
@@ -214,7 +226,8 @@ async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'s
         // worker starts while this one keeps running, unfenced; both publish.
         let spare = (gw.cfg.policy == GatewayPolicy::SoftTimeout)
             .then(|| req.spare(tried.clone(), &mut spares));
-        let end = relay::run(gw, i, &attempt, &r.f, client, spare).await;
+        let f = cont.as_ref().map_or(&r.f, |c| &c.f);
+        let end = relay::run(gw, i, &attempt, f, client, spare).await;
         attempt_end(gw, rid, &attempt, &worker, &end, client.delivered());
         if let Some(outcome) = req.settled(i, &attempt, &end).await {
             break outcome;
@@ -222,12 +235,14 @@ async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'s
         let why = end.result().1.unwrap_or_default();
         fence::fence(gw, i, rid, &attempt, failure_of(&end)).await;
         let next = if client.committed() {
-            req.after_commit(n, &why).await
+            req.after_commit(n, &attempt, &why).await
         } else {
             req.retry(n, &attempt, why)
         };
-        if let ControlFlow::Break(outcome) = next {
-            break outcome;
+        match next {
+            ControlFlow::Break(outcome) => break outcome,
+            ControlFlow::Continue(Some(c)) => cont = Some(c),
+            ControlFlow::Continue(None) => {}
         }
     };
     for rx in spares {
@@ -235,6 +250,18 @@ async fn attempts(gw: &Arc<Gateway>, r: &Incoming, client: &Arc<Client>) -> (&'s
     }
     (outcome, n)
 }
+
+/// The next attempt of a migrated stream: its request, and what the journal says of it.
+struct Cont {
+    f: Forward,
+    after: String,
+    resent: u32,
+    prompt_tokens: u32,
+}
+
+/// What the policy does after a failed attempt: end the request, or go on (with a
+/// continuation's request for a migration).
+type Next = ControlFlow<&'static str, Option<Cont>>;
 
 /// One request's attempts: what settles it, what the policy does after a failure.
 struct Attempts<'a> {
@@ -276,6 +303,7 @@ impl Attempts<'_> {
             rid: f.rid.clone(),
             path: f.path.clone(),
             body: f.body.clone(),
+            resumed: None,
         };
         let (tx, rx) = oneshot::channel();
         spares.push(rx);
@@ -324,8 +352,17 @@ impl Attempts<'_> {
     }
 
     /// Attempt `n` failed after the first delta reached the client (`why`).
-    async fn after_commit(&self, n: u32, why: &str) -> ControlFlow<&'static str> {
+    async fn after_commit(&self, n: u32, attempt: &str, why: &str) -> Next {
         let (gw, client, rid) = (self.gw, self.client, &self.r.f.rid);
+        if gw.cfg.policy.migrates() {
+            return match self.migration(n, attempt) {
+                Ok(c) => ControlFlow::Continue(Some(c)),
+                Err(no) => {
+                    explicit_error(gw, client, rid, &format!("{why}; not migrated: {no}")).await;
+                    ControlFlow::Break("explicit_error")
+                }
+            };
+        }
         match gw.cfg.policy {
             // FLAW naive-retry: retries after the first delta and stitches the new
             // attempt's text onto what the client already has.
@@ -334,7 +371,7 @@ impl Attempts<'_> {
                     req: rid.clone(),
                     delivered: client.delivered(),
                 });
-                ControlFlow::Continue(())
+                ControlFlow::Continue(None)
             }
             // FLAW silent-truncate: a clean end for an interrupted stream.
             GatewayPolicy::SilentTruncate => {
@@ -351,9 +388,47 @@ impl Attempts<'_> {
         }
     }
 
+    /// The continuation of the stream after attempt `n` (`attempt`) failed: within the
+    /// retry budget and the re-prefill cost limit (M8: the prompt plus the delivered
+    /// output), the delivered output re-sent after the prompt.
+    fn migration(&self, n: u32, attempt: &str) -> Result<Cont, String> {
+        let (gw, client, r) = (self.gw, self.client, self.r);
+        let said = client
+            .said
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let lossy = gw.cfg.policy == GatewayPolicy::MigrateLossy;
+        let c = super::migrate::continuation(
+            &r.f.body,
+            r.prompt_tokens,
+            &said,
+            client.delivered(),
+            lossy,
+        )?;
+        if let Some((_, why)) = gw.retry_refused(n, c.prompt_tokens) {
+            gw.journal.write(GatewayEntry::RetryDenied {
+                req: r.f.rid.clone(),
+                why: why.clone(),
+            });
+            return Err(why);
+        }
+        Ok(Cont {
+            f: Forward {
+                rid: r.f.rid.clone(),
+                path: r.f.path.clone(),
+                body: c.body,
+                resumed: Some((r.prompt_tokens, c.resent)),
+            },
+            after: attempt.to_string(),
+            resent: c.resent,
+            prompt_tokens: c.prompt_tokens,
+        })
+    }
+
     /// Attempt `n` (`attempt`) failed and nothing reached the client: a retry costs
     /// only latency (M2), within budget (M8).
-    fn retry(&self, n: u32, attempt: &str, why: String) -> ControlFlow<&'static str> {
+    fn retry(&self, n: u32, attempt: &str, why: String) -> Next {
         let (gw, client, rid) = (self.gw, self.client, &self.r.f.rid);
         match gw.retry_refused(n, self.r.prompt_tokens) {
             None => {
@@ -363,7 +438,7 @@ impl Attempts<'_> {
                     delivered: client.delivered(),
                     why,
                 });
-                ControlFlow::Continue(())
+                ControlFlow::Continue(None)
             }
             Some((code, msg)) => {
                 gw.journal.write(GatewayEntry::RetryDenied {

@@ -56,15 +56,17 @@ impl Gateway {
     /// Moves worker `i` to `health`, journaling rotation changes.
     pub fn set_health(&self, i: usize, health: Health, cause: RemovalCause, why: &str) {
         let u = &self.ups[i];
+        let was = u.routable();
         let before = u.set_health(health);
         if before == health {
             return;
         }
         let (worker, why) = (u.name.clone(), why.to_string());
-        if health == Health::Ready {
+        let now = u.routable();
+        if now && !was {
             self.journal
                 .write(GatewayEntry::UpstreamReady { worker, why });
-        } else if before == Health::Ready {
+        } else if was && !now {
             self.journal
                 .write(GatewayEntry::UpstreamRemoved { worker, why, cause });
         }
@@ -78,6 +80,33 @@ impl Gateway {
             }
         }
         self.admission.set_capacity(self.capacity());
+    }
+
+    /// The deep health check of worker `i` failed (`Some(why)`: out of rotation, its
+    /// attempts given up — a dead or hung engine publishes nothing more) or passed again.
+    pub fn set_stalled(&self, i: usize, why: Option<String>) {
+        let u = &self.ups[i];
+        let stalled = why.is_some();
+        let (before, after) = u.set_stalled(why.clone());
+        let worker = u.name.clone();
+        if before && !after {
+            self.journal.write(GatewayEntry::UpstreamRemoved {
+                worker,
+                why: why.unwrap_or_default(),
+                cause: RemovalCause::EngineUnhealthy,
+            });
+        } else if !before && after {
+            self.journal.write(GatewayEntry::UpstreamReady {
+                worker,
+                why: "deep health check passed".into(),
+            });
+        }
+        if stalled {
+            u.leases.abort_all();
+        }
+        if before != after {
+            self.admission.set_capacity(self.capacity());
+        }
     }
 
     /// A request to worker `i` failed at the connection level: out of rotation now

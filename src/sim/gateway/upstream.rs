@@ -31,6 +31,8 @@ impl Health {
 struct State {
     health: Health,
     fails: u32,
+    /// Why the deep health check failed (a dead or hung engine), while it does.
+    stalled: Option<String>,
 }
 
 pub struct Upstream {
@@ -53,6 +55,7 @@ impl Upstream {
                     Health::Starting
                 },
                 fails: 0,
+                stalled: None,
             }),
             inflight: AtomicU32::new(0),
             leases: LeaseBook::default(),
@@ -67,8 +70,24 @@ impl Upstream {
         self.lock().health
     }
 
+    /// Ready by its readiness checks, and its engine steps (deep check).
     pub fn routable(&self) -> bool {
-        self.health() == Health::Ready
+        let st = self.lock();
+        st.health == Health::Ready && st.stalled.is_none()
+    }
+
+    /// Why the deep health check fails, while it does.
+    pub fn stalled_why(&self) -> Option<String> {
+        self.lock().stalled.clone()
+    }
+
+    /// Sets (or clears) the deep check's failure; returns whether the worker was
+    /// routable before and is after.
+    pub fn set_stalled(&self, why: Option<String>) -> (bool, bool) {
+        let mut st = self.lock();
+        let before = st.health == Health::Ready && st.stalled.is_none();
+        st.stalled = why;
+        (before, st.health == Health::Ready && st.stalled.is_none())
     }
 
     /// Moves to `health` (a ready worker starts again with no failed check); returns

@@ -40,11 +40,22 @@ pub async fn disarm(State(w): State<Arc<Worker>>) -> Response {
 }
 
 fn degraded(w: &Worker) {
+    let c = &w.engine.controls;
+    let hang = c.hang.load(Ordering::Relaxed);
     w.journal.write(WorkerEntry::Degraded {
         worker: w.name.clone(),
-        slow_factor: w.engine.controls.slow(),
-        hang: w.engine.controls.hang.load(Ordering::Relaxed),
+        slow_factor: c.slow(),
+        hang,
+        hang_health: hang.then(|| hang_health(w).to_string()),
     });
+}
+
+fn hang_health(w: &Worker) -> &'static str {
+    if w.engine.controls.hang_timeout.load(Ordering::Relaxed) {
+        "timeout"
+    } else {
+        "pass"
+    }
 }
 
 #[derive(Deserialize)]
@@ -75,18 +86,98 @@ pub async fn slow(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
 #[serde(deny_unknown_fields)]
 struct Hang {
     on: bool,
+    /// `pass` (default): `/health` and `/ready` answer as usual; `timeout`: they hang.
+    #[serde(default)]
+    health: Option<String>,
 }
 
-/// `POST /admin/hang {"on": bool}`: the engine stops stepping (no stream is written),
-/// sockets stay open, the HTTP server keeps answering.
+/// `POST /admin/hang {"on": bool, "health": "pass"|"timeout"}`: the engine stops
+/// stepping (no stream is written), sockets stay open, the admin and lease endpoints
+/// keep answering; `/health` and `/ready` too, unless `health` is `timeout`.
 pub async fn hang(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
     let h: Hang = match json_body(&body) {
         Ok(h) => h,
         Err(r) => return *r,
     };
-    w.engine.controls.hang.store(h.on, Ordering::Relaxed);
+    let timeout = match h.health.as_deref() {
+        None | Some("pass") => false,
+        Some("timeout") => true,
+        Some(other) => {
+            return ApiError::bad(
+                "health",
+                format!("health must be `pass` or `timeout`, got {other:?}"),
+            )
+            .into_response();
+        }
+    };
+    let c = &w.engine.controls;
+    c.hang_timeout.store(h.on && timeout, Ordering::Relaxed);
+    c.hang.store(h.on, Ordering::Relaxed);
     degraded(&w);
-    axum::Json(json!({"hang": h.on})).into_response()
+    axum::Json(json!({"hang": h.on, "health": hang_health(&w)})).into_response()
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct GpuLost {
+    #[serde(default)]
+    gpu: u32,
+}
+
+/// `POST /admin/gpu_lost {"gpu": k}`: GPU k of the tensor-parallel group is lost, the
+/// engine dies with every request in it (streams get vLLM's engine error and
+/// `[DONE]`), new requests get 500, `/health` and `/ready` 503, `/metrics` is served.
+pub async fn gpu_lost(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
+    let g: GpuLost = if body.is_empty() {
+        GpuLost::default()
+    } else {
+        match json_body(&body) {
+            Ok(g) => g,
+            Err(r) => return *r,
+        }
+    };
+    let tp = w.cfg.tensor_parallel_size.max(1);
+    if g.gpu >= tp {
+        return ApiError::bad(
+            "gpu",
+            format!(
+                "gpu must be below the tensor-parallel size {tp}, got {}",
+                g.gpu
+            ),
+        )
+        .into_response();
+    }
+    let c = &w.engine.controls;
+    let st = &w.engine.stats.c;
+    let failed = st.running.load(Ordering::Relaxed) + st.waiting.load(Ordering::Relaxed);
+    c.dead_gpu.store(g.gpu, Ordering::SeqCst);
+    if !c.dead.swap(true, Ordering::SeqCst) {
+        w.journal.write(WorkerEntry::EngineDead {
+            worker: w.name.clone(),
+            gpu: g.gpu,
+            tp,
+            failed,
+        });
+        eprintln!(
+            "haq sim worker {}: GPU {} of {tp} lost; the engine is dead, the process stays up",
+            w.name, g.gpu
+        );
+    }
+    c.kick.notify_one();
+    axum::Json(json!({"engine": "dead", "gpu": g.gpu, "tensor_parallel_size": tp})).into_response()
+}
+
+/// `DELETE /admin/gpu_lost`: the engine is started again in the same process, with an
+/// empty prefix cache.
+pub async fn gpu_restored(State(w): State<Arc<Worker>>) -> Response {
+    let c = &w.engine.controls;
+    if c.dead.swap(false, Ordering::SeqCst) {
+        w.journal.write(WorkerEntry::EngineRestarted {
+            worker: w.name.clone(),
+        });
+    }
+    c.kick.notify_one();
+    axum::Json(json!({"engine": "ok"})).into_response()
 }
 
 /// `GET /admin/state`.
@@ -102,6 +193,10 @@ pub async fn state(State(w): State<Arc<Worker>>) -> Response {
         "armed": w.faults.list(),
         "slow_factor": w.engine.controls.slow(),
         "hang": w.engine.controls.hang.load(Ordering::Relaxed),
+        "hang_health": hang_health(&w),
+        "engine": if w.engine.controls.dead.load(Ordering::SeqCst) { "dead" } else { "ok" },
+        "dead_gpu": w.engine.controls.dead_gpu.load(Ordering::SeqCst),
+        "tensor_parallel_size": w.cfg.tensor_parallel_size.max(1),
         "running": c.running.load(Ordering::Relaxed),
         "waiting": c.waiting.load(Ordering::Relaxed),
         "open_responses": w.open.load(Ordering::SeqCst),
@@ -310,7 +405,7 @@ fn engine_rows(s: &Stats) -> [Row; 9] {
 }
 
 /// The sim's own gauges and counters (`haq_sim_*`).
-fn sim_rows(w: &Worker) -> [Row; 4] {
+fn sim_rows(w: &Worker) -> [Row; 6] {
     let c = &w.engine.stats.c;
     let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
     let state = w.state_name();
@@ -338,6 +433,18 @@ fn sim_rows(w: &Worker) -> [Row; 4] {
             "counter",
             "Engine steps run.",
             ld(&c.steps),
+        ),
+        (
+            "haq_sim_engine_dead",
+            "gauge",
+            "1 while the engine is dead behind a live process (/admin/gpu_lost).",
+            u8::from(w.engine.controls.dead.load(Ordering::SeqCst)).to_string(),
+        ),
+        (
+            "haq_sim_engine_hung",
+            "gauge",
+            "1 while the engine does not step (/admin/hang).",
+            u8::from(w.engine.controls.hang.load(Ordering::Relaxed)).to_string(),
         ),
     ]
 }

@@ -60,6 +60,28 @@ pub fn openai_error(status: StatusCode, kind: &'static str, message: &str) -> Re
     ApiError::new(status, kind, message).into_response()
 }
 
+/// vLLM's `EngineDeadError` message: the engine core died, the API server lives on.
+pub const ENGINE_DEAD: &str =
+    "EngineCore encountered an issue. See stack trace (above) for the root cause.";
+
+/// The event vLLM's OpenAI server writes into a stream whose engine died: its streaming
+/// error helper's default shape (`BadRequestError`, code 400, whatever the cause), then
+/// `[DONE]` — a clean end after an error, which a gateway must not pass on as one.
+pub fn engine_dead_events() -> [Bytes; 2] {
+    let ev = json!({"error": {"object": "error", "message": ENGINE_DEAD,
+                              "type": "BadRequestError", "param": null, "code": 400}});
+    [sse(ev.to_string()), Bytes::from_static(DONE)]
+}
+
+/// A new request to a dead engine: HTTP 500.
+pub fn engine_dead_response() -> Response {
+    openai_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalServerError",
+        ENGINE_DEAD,
+    )
+}
+
 /// Appends `s` as a JSON string literal.
 fn push_json_str(out: &mut String, s: &str) {
     if s.bytes()

@@ -34,6 +34,8 @@ pub struct Job {
     pub text: String,
     /// Prompt tokens the prefix cache served at the last scheduling.
     pub cached_tokens: u32,
+    /// The worker's own deep health check (`/health_generate`): not journaled, no hooks.
+    pub quiet: bool,
 }
 
 impl Job {
@@ -51,10 +53,15 @@ pub struct WorkerPublisher {
     pub journal: Journal,
     pub stats: Arc<Stats>,
     pub tools: tokio::sync::mpsc::UnboundedSender<ToolWork>,
+    /// FLAW `engine.corrupt_prefix_cache` (M6): a prefix-cache hit changes the answer.
+    pub corrupt_cache: bool,
 }
 
 impl WorkerPublisher {
     fn record_finish(&self, j: &Job, reason: &str, why: Option<String>, generated: u32) {
+        if j.quiet {
+            return;
+        }
         let c = &self.stats.c;
         match reason {
             "length" => c.finished_length.fetch_add(1, Ordering::Relaxed),
@@ -135,16 +142,23 @@ impl Publisher for WorkerPublisher {
     }
 
     fn submitted(&mut self, seq: &Seq<Job>) {
+        if seq.job.quiet {
+            return;
+        }
         self.journal.write(WorkerEntry::Admitted {
             req: seq.job.rid().into(),
             attempt: seq.job.attempt().map(str::to_string),
             prompt_tokens: seq.prompt_tokens,
+            resumed: seq.job.req.resumed,
         });
     }
 
     fn scheduled(&mut self, seq: &mut Seq<Job>, cached: u32, recompute: bool) {
         seq.job.cached_tokens = cached;
         seq.job.fmt.cached_tokens = cached;
+        if seq.job.quiet {
+            return;
+        }
         if let Some(a) = (!recompute)
             .then(|| self.faults.take(Point::Prefill, 0, seq.job.rid()))
             .flatten()
@@ -160,6 +174,9 @@ impl Publisher for WorkerPublisher {
     }
 
     fn preempted(&mut self, seq: &Seq<Job>) {
+        if seq.job.quiet {
+            return;
+        }
         self.journal.write(WorkerEntry::Preempted {
             req: seq.job.rid().into(),
             attempt: seq.job.attempt().map(str::to_string),
@@ -169,7 +186,7 @@ impl Publisher for WorkerPublisher {
 
     fn token(&mut self, seq: &mut Seq<Job>, i: u32, _now: Instant, due: Instant) -> Verdict {
         let generated = i + 1;
-        if i == 0 {
+        if i == 0 && !seq.job.quiet {
             self.journal.write(WorkerEntry::FirstToken {
                 req: seq.job.rid().into(),
                 attempt: seq.job.attempt().map(str::to_string),
@@ -177,7 +194,13 @@ impl Publisher for WorkerPublisher {
             });
         }
         let j = &mut seq.job;
-        let tok = text::token(j.req.prompt_hash, j.req.seed, i);
+        // A continuation goes on from the answer's token `resumed` (Q9).
+        let hash = match self.corrupt_cache && j.cached_tokens > 0 {
+            // FLAW corrupt_prefix_cache: the cached KV is not the prompt's.
+            true => j.req.prompt_hash ^ 0x0bad_cac4_e000,
+            false => j.req.prompt_hash,
+        };
+        let tok = text::token(hash, j.req.seed, i + j.req.resumed);
         if j.req.tool.is_some() {
             j.text.push_str(&tok);
             if generated >= j.tool_tokens.min(j.req.max_tokens) {
@@ -230,7 +253,31 @@ impl Publisher for WorkerPublisher {
         Verdict::Continue
     }
 
+    fn engine_dead(&mut self, seq: Seq<Job>) {
+        let j = &seq.job;
+        let last = if j.req.stream {
+            super::api::engine_dead_events().to_vec()
+        } else {
+            Vec::new()
+        };
+        j.out.engine_dead(&last);
+        if j.quiet {
+            return;
+        }
+        self.journal.write(WorkerEntry::Finished {
+            req: j.rid().into(),
+            attempt: j.attempt().map(str::to_string),
+            reason: "aborted".into(),
+            why: Some(Ended::EngineDead.as_str().into()),
+            events: j.events,
+            generated: seq.generated,
+        });
+    }
+
     fn dropped(&mut self, seq: Seq<Job>) {
+        if seq.job.quiet {
+            return;
+        }
         let e = seq.job.out.ended().unwrap_or(Ended::ClientGone);
         self.lease_ended(&seq.job, e);
         self.journal.write(WorkerEntry::Finished {

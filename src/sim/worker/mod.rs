@@ -11,6 +11,7 @@ pub mod admin;
 pub mod api;
 pub mod emit;
 pub mod faults;
+mod health;
 pub mod out;
 mod publish;
 pub mod request;
@@ -41,7 +42,7 @@ pub use api::openai_error;
 use api::{ApiError, Fmt};
 use emit::{Job, WorkerPublisher};
 use faults::Faults;
-use out::{OpenGuard, Out, OutBody};
+use out::{Ended, OpenGuard, Out, OutBody};
 use state::{DRAINING, Leases, READY, STARTING, Worker};
 
 /// Request header: CLOCK_MONOTONIC deadline (ns) of the attempt's publication lease.
@@ -77,6 +78,7 @@ pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
         journal: journal.clone(),
         stats: stats.clone(),
         tools: tool_tx,
+        corrupt_cache: cfg.engine.corrupt_prefix_cache,
     };
     let engine = engine::spawn(&cfg.engine, publisher, stats)?;
     let http = reqwest::Client::builder()
@@ -124,8 +126,9 @@ pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
     }
     tokio::spawn(drain_on_sigterm(w.clone())?);
     let app = Router::new()
-        .route("/health", get(|| async { "ok" }))
-        .route("/ready", get(ready))
+        .route("/health", get(health::health))
+        .route("/ready", get(health::ready))
+        .route("/health_generate", get(health::generate))
         .route("/metrics", get(admin::metrics))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
@@ -133,6 +136,10 @@ pub async fn serve(cfg: WorkerConfig) -> anyhow::Result<()> {
         .route("/admin/faults", post(admin::arm).delete(admin::disarm))
         .route("/admin/slow", post(admin::slow))
         .route("/admin/hang", post(admin::hang))
+        .route(
+            "/admin/gpu_lost",
+            post(admin::gpu_lost).delete(admin::gpu_restored),
+        )
         .route("/admin/state", get(admin::state))
         .route("/admin/timing", get(admin::timing))
         .route("/admin/timing/reset", post(admin::timing_reset))
@@ -184,16 +191,6 @@ fn drain_on_sigterm(
     })
 }
 
-async fn ready(State(w): State<Arc<Worker>>) -> Response {
-    let s = w.state_name();
-    let body = axum::Json(serde_json::json!({"status": s, "worker": w.name}));
-    if s == "ready" {
-        body.into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
-    }
-}
-
 async fn models(State(w): State<Arc<Worker>>) -> Response {
     let body = serde_json::json!({"object": "list", "data": [{
         "id": w.model, "object": "model", "created": 0, "owned_by": "haq",
@@ -233,6 +230,9 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
     if let Some(refusal) = not_serving(&w) {
         return refusal;
     }
+    if w.engine.controls.dead.load(Ordering::SeqCst) {
+        return api::engine_dead_response();
+    }
     let req = match request::parse(&body, chat, &w.model, w.cfg.max_model_len) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -253,7 +253,14 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
     w.leases.register(&out);
     let guard = OpenGuard::new(w.open.clone());
     let stream = req.stream;
-    let submit = submission(&w, req, out.clone(), header(&headers, TOOL_KEY_HEADER), n);
+    let submit = submission(
+        &w,
+        req,
+        out.clone(),
+        header(&headers, TOOL_KEY_HEADER),
+        n,
+        false,
+    );
     if !w.engine.submit(submit) {
         return openai_error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -270,11 +277,15 @@ async fn generate(w: Arc<Worker>, headers: HeaderMap, body: Bytes, chat: bool) -
     } else {
         match whole_body(out, guard).await {
             Ok(buf) => ([("content-type", "application/json")], buf).into_response(),
+            Err(Some(Ended::EngineDead)) => return api::engine_dead_response(),
             Err(why) => {
                 return openai_error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "service_unavailable",
-                    &format!("the request was aborted: {why}"),
+                    &format!(
+                        "the request was aborted: {}",
+                        why.map(|e| e.as_str()).unwrap_or("no answer")
+                    ),
                 );
             }
         }
@@ -315,6 +326,7 @@ fn submission(
     out: Arc<Out>,
     tool_key: Option<String>,
     n: u64,
+    quiet: bool,
 ) -> Submit<Job> {
     let hashes = if w.cfg.prefix_caching {
         super::text::block_hashes(&req.prompt, w.cfg.block_size)
@@ -341,6 +353,7 @@ fn submission(
         events: 0,
         text: String::new(),
         cached_tokens: 0,
+        quiet,
     };
     Submit {
         job,
@@ -352,14 +365,14 @@ fn submission(
 
 /// A non-streaming answer's whole body once the engine has written it; why not when
 /// the request was aborted before any byte.
-async fn whole_body(out: Arc<Out>, guard: OpenGuard) -> Result<Vec<u8>, &'static str> {
+async fn whole_body(out: Arc<Out>, guard: OpenGuard) -> Result<Vec<u8>, Option<Ended>> {
     let mut body = OutBody::new(out.clone(), Some(guard));
     let mut buf = Vec::new();
     while let Some(Ok(b)) = body.next().await {
         buf.extend_from_slice(&b);
     }
     if buf.is_empty() {
-        return Err(out.ended().map(|e| e.as_str()).unwrap_or("no answer"));
+        return Err(out.ended());
     }
     Ok(buf)
 }

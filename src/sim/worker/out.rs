@@ -26,6 +26,8 @@ pub enum Ended {
     Revoked,
     /// The attempt's lease deadline passed.
     LeaseExpired,
+    /// The engine died (a lost GPU) while the request was in it.
+    EngineDead,
 }
 
 impl Ended {
@@ -34,6 +36,7 @@ impl Ended {
             Ended::ClientGone => "client gone",
             Ended::Revoked => "lease revoked",
             Ended::LeaseExpired => "lease expired",
+            Ended::EngineDead => "engine dead",
         }
     }
 }
@@ -148,6 +151,30 @@ impl Out {
     /// No more frames: the body ends after the queued ones.
     pub fn close(&self) {
         let mut g = self.lock();
+        g.closed = true;
+        if let Some(w) = g.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// The engine died: a stream gets `last` (the engine's error events) after what is
+    /// queued and ends; a whole answer ends with nothing ([`Ended::EngineDead`]).
+    pub fn engine_dead(&self, last: &[Bytes]) {
+        let mut g = self.lock();
+        if g.ended.is_some() || g.closed {
+            return;
+        }
+        if last.is_empty() {
+            g.ended = Some(Ended::EngineDead);
+        } else {
+            for b in last {
+                g.queue.push_back(Frame {
+                    bytes: b.clone(),
+                    after: None,
+                    due: None,
+                });
+            }
+        }
         g.closed = true;
         if let Some(w) = g.waker.take() {
             w.wake();

@@ -36,6 +36,9 @@ struct Wire {
     tool_choice: Option<serde_json::Value>,
     #[serde(default)]
     n: Option<i64>,
+    /// vLLM's: the last (assistant) message is the start of the answer, to be continued.
+    #[serde(default)]
+    continue_final_message: bool,
 }
 
 /// A validated generation request.
@@ -55,6 +58,9 @@ pub struct GenRequest {
     pub stop: Vec<String>,
     /// Function the answer calls (requests with `tools`, tool_choice not `none`).
     pub tool: Option<String>,
+    /// Tokens of the answer the prompt already ends with (a continuation: a completions
+    /// prompt, or a chat with `continue_final_message`): generation goes on from there.
+    pub resumed: u32,
 }
 
 fn content_text(v: &serde_json::Value, out: &mut String) {
@@ -152,11 +158,17 @@ pub fn parse(
         (Some(t), true) if !t.is_empty() => tool_name(t, w.tool_choice.as_ref()),
         _ => None,
     };
+    // A prompt that ends with the answer to the rest of it is continued (Q9).
+    let own = (!chat || w.continue_final_message)
+        .then(|| text::own_tail(&prompt, seed))
+        .flatten();
+    let (prompt_hash, resumed) = own.unwrap_or((text::fnv1a(prompt.trim().as_bytes()), 0));
     Ok(GenRequest {
         chat,
         stream,
         model,
-        prompt_hash: text::fnv1a(prompt.trim().as_bytes()),
+        resumed,
+        prompt_hash,
         prompt_tokens,
         prompt,
         max_tokens,
@@ -298,6 +310,29 @@ mod tests {
             e.message
         );
         assert!(parse(b"{", true, "m", 100).is_err());
+    }
+
+    #[test]
+    fn a_prompt_ending_with_its_own_answer_is_continued() {
+        let h = text::fnv1a(b"why migrate");
+        let said: String = (0..3).map(|i| text::token(h, 0, i)).collect();
+        let c = p(
+            json!({"prompt": format!("why migrate{said}"), "temperature": 0}),
+            false,
+        )
+        .expect("ok");
+        assert_eq!((c.prompt_hash, c.resumed, c.prompt_tokens), (h, 3, 5));
+        let msgs = json!([{"role": "user", "content": "why migrate"},
+                          {"role": "assistant", "content": said.trim()}]);
+        let c = p(
+            json!({"messages": msgs, "continue_final_message": true, "temperature": 0}),
+            true,
+        )
+        .expect("ok");
+        assert_eq!((c.prompt_hash, c.resumed), (h, 3));
+        // Without the flag, the assistant turn is history: a new answer.
+        let c = p(json!({"messages": msgs, "temperature": 0}), true).expect("ok");
+        assert_eq!(c.resumed, 0);
     }
 
     #[test]

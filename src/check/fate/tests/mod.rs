@@ -2,10 +2,12 @@
 //! the check tests' one builder (`crate::check::testkit::Tb`, from
 //! `Tb::history()` or `Tb::journaled()`) and judged against the quickstart.
 
+mod cache;
 mod compose;
 mod ending;
 mod output;
 mod policy;
+mod protocol;
 mod proxy;
 mod side_effects;
 mod sim_journal;

@@ -193,6 +193,77 @@ fn a_migration_must_be_token_continuous() {
     contains(&s.detail, "started after 2 delivered deltas");
 }
 
+/// The worker's engine says where a migration's continuation went on from (Q9): one
+/// token short of what the client had is a duplicated token the text alone cannot
+/// tell from a model repeating itself; one past it, a missing token. A whole
+/// migration is measured: interruption, ITL before and after, re-prefill.
+#[test]
+fn the_engines_resume_point_shows_a_duplicated_or_missing_token_at_a_migration() {
+    use crate::wire::journal::WorkerEntry as W;
+    let migrate = quickstart(&["policy.streaming=migrate"]);
+    let w = words("m", 9);
+    let judged = |second: &[&str], resumed: u32| {
+        let mut h = migrated(second, 4);
+        h.wk(
+            120 * MS,
+            "w1",
+            W::Admitted {
+                req: "r1".into(),
+                attempt: Some("r1/a2".into()),
+                prompt_tokens: 104,
+                resumed,
+            },
+        )
+        .wk(
+            290 * MS,
+            "w1",
+            W::FirstToken {
+                req: "r1".into(),
+                attempt: Some("r1/a2".into()),
+                cached_tokens: 0,
+            },
+        );
+        h.judge(&migrate)
+    };
+    let j = judged(&refs(&w[4..]), 4);
+    assert!(j.findings.is_empty(), "{:#?}", j.findings);
+    let m = j.fate_requests[0].migration.clone().expect("measured");
+    assert_eq!(
+        (m.delivered, m.resumed_at, m.reprefill_tokens),
+        (4, Some(4), Some(104))
+    );
+    assert_eq!((m.duplicated, m.missing), (0, 0));
+    assert!(
+        (m.reprefill_ms.unwrap_or(0.0) - 170.0).abs() < 1e-6,
+        "{m:?}"
+    );
+    assert!(
+        m.interruption_ms > 200.0 && m.itl_before_ms.is_some(),
+        "{m:?}"
+    );
+    let v = fate(&j);
+    assert!(
+        v.evidence
+            .iter()
+            .any(|e| e.contains("migration of r1") && e.contains("re-prefill of 104 tokens")),
+        "{v:?}"
+    );
+    // a2 re-sends delivered delta 3: one word again, no text finding — the engine's.
+    let j = judged(&refs(&w[3..]), 3);
+    let s = finding(&j, FindingKind::StitchedOutput);
+    contains(&s.detail, "went on from token 3");
+    contains(&s.detail, "1 delivered token(s) sent again");
+    assert_eq!(
+        j.fate_requests[0].migration.as_ref().map(|m| m.duplicated),
+        Some(1)
+    );
+    let j = judged(&refs(&w[5..]), 5);
+    contains(
+        &finding(&j, FindingKind::StitchedOutput).detail,
+        "1 token(s) never sent",
+    );
+}
+
 #[test]
 fn missing_or_reordered_chunks_are_gaps() {
     let mut h = Tb::history();

@@ -13,6 +13,7 @@ fn admitted(h: &mut Tb, t: u64, w: &str, attempt: &str) {
             req: "r1".into(),
             attempt: Some(attempt.into()),
             prompt_tokens: 100,
+            resumed: 0,
         },
     );
 }

@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Start sglang-router (PyPI sglang-router 0.3.2) on 127.0.0.1:ROUTER_PORT in front of UPSTREAMS: see
+# start-rs-router.sh for the flags and the environment.
+exec "$(dirname "$0")/start-rs-router.sh" sglang-router

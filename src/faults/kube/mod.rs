@@ -1,0 +1,56 @@
+//! Kubernetes backend (`backend: kubernetes`, docs/kubernetes.md): each fault acts on
+//! a replica's pod through the API and is verified from it. By domain: `worker` kill
+//! deletes the pod with grace 0 and `drain` evicts it ([`pods`]); `node` cordons its
+//! node, then evicts or deletes it ([`node`]); `network` isolates it with a
+//! NetworkPolicy ([`net`]); `process` / `gpu` exec the fault's kill command in the
+//! engine's container ([`pods::exec_kill`]). Reversible faults (a cordon, a policy)
+//! are in the heal ledger before they are applied.
+
+mod net;
+mod node;
+mod pods;
+mod undo;
+
+#[cfg(test)]
+mod tests;
+
+use std::time::Instant;
+
+use futures_util::future::BoxFuture;
+
+use super::backend::{Context, Injected, Injector};
+use super::{Replica, Undo};
+use crate::plan::FaultPlan;
+use crate::scenario::{FailureDomain as D, FaultAction as A};
+
+pub struct KubeInjector;
+
+impl Injector for KubeInjector {
+    fn inject<'a>(
+        &'a self,
+        f: &'a FaultPlan,
+        r: &'a Replica,
+        cx: &'a Context,
+    ) -> BoxFuture<'a, (Injected, Option<Box<dyn Undo>>)> {
+        Box::pin(async move {
+            let Some(p) = r.pod() else {
+                let why = format!("replica {} has no pod", r.name);
+                return (Injected::failed(Instant::now(), None, why), None);
+            };
+            match (f.domain, f.action) {
+                (D::Worker, A::Kill) => (pods::kill(&p).await, None),
+                (D::Drain, A::Drain) => (pods::evict(&p).await, None),
+                (D::Node, a) => node::node(&p, a, &f.name, &r.name, cx).await,
+                (D::Network, A::Blackhole) => net::isolate(&p, &f.name, &r.name, cx).await,
+                (D::Process | D::Gpu, A::Kill) => {
+                    let cmd = f.exec.clone().unwrap_or_default();
+                    (pods::exec_kill(&p, &cmd).await, None)
+                }
+                (d, a) => {
+                    let why = format!("the kubernetes backend cannot {a} in domain {d}");
+                    (Injected::failed(Instant::now(), None, why), None)
+                }
+            }
+        })
+    }
+}

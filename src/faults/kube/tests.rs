@@ -1,0 +1,413 @@
+//! Each kubernetes fault and its heal against kube-rs's mock API server: the exact
+//! requests (method, path and query, body), the answers, and what is recorded.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::super::ledger::{Ledger, Remedy, open_entries};
+use super::super::tests::{context, scratch};
+use super::super::{Context, Injected, Undo, injector};
+use crate::scenario::FaultBackend;
+use crate::target::kube::mock::{self, ApiServer, pod};
+use crate::target::kube::tests::plan;
+use crate::target::kube::{PodInfo, replica};
+use crate::target::registry::Replica;
+
+const POD: &str = "/api/v1/namespaces/llm/pods/llama-b";
+
+/// Replica `w2` on pod `llama-b` (node-a), reached through the mock, and the
+/// context of a run whose ledger is in a scratch directory.
+fn setup(tag: &str) -> (Arc<Replica>, ApiServer, Context, std::path::PathBuf) {
+    let p = plan(&[]);
+    let k = p.scenario.target.kubernetes.clone().expect("k");
+    let (cluster, server) = mock::cluster(&k);
+    let info = PodInfo {
+        replica: "w2".into(),
+        name: "llama-b".into(),
+        uid: "u-b".into(),
+        node: "node-a".into(),
+        ip: "10.0.0.2".into(),
+        container: "llama".into(),
+        port: 8080,
+        gpus: 0,
+        restarts: 0,
+    };
+    let dir = scratch(tag);
+    let mut cx = context(&dir);
+    cx.ledger = Arc::new(Ledger::open(&dir).expect("ledger"));
+    (replica(&cluster, info, "/health"), server, cx, dir)
+}
+
+/// Fires fault 0 of the test scenario with `sets` on `w2`.
+async fn fire(sets: &[&str], r: &Replica, cx: &Context) -> (Injected, Option<Box<dyn Undo>>) {
+    let p = plan(sets);
+    injector(FaultBackend::Kubernetes)
+        .inject(&p.faults[0], r, cx)
+        .await
+}
+
+/// Runs a heal as the guard does (off the async threads).
+async fn heal(mut u: Box<dyn Undo>) -> super::super::Healed {
+    tokio::task::spawn_blocking(move || u.undo())
+        .await
+        .expect("heal")
+}
+
+/// The API server saw exactly the requests it expected, and no more.
+async fn done(server: tokio::task::JoinHandle<ApiServer>) {
+    let api = server.await.expect("exact requests");
+    api.no_more(std::time::Duration::from_millis(100)).await;
+}
+
+/// Answers the delete (grace 0) of pod `llama-b`: terminating.
+async fn deleted(api: &mut ApiServer) {
+    let grace0 = Some(json!({"gracePeriodSeconds": 0}));
+    let uri = format!("{POD}?");
+    api.expect("DELETE", &uri, grace0, 200, terminating(b()))
+        .await;
+}
+
+fn terminating(mut p: Value) -> Value {
+    p["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
+    p
+}
+
+fn b() -> Value {
+    pod("llama-b", "u-b", "node-a", "10.0.0.2", true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_kill_deletes_the_pod_with_grace_0_verified_by_its_absence() {
+    let (r, mut api, cx, _) = setup("kill");
+    let server = tokio::spawn(async move {
+        let grace0 = Some(json!({"gracePeriodSeconds": 0}));
+        deleted(&mut api).await;
+        api.expect("GET", POD, None, 200, terminating(b())).await;
+        api.refuse(
+            "GET",
+            POD,
+            None,
+            404,
+            "NotFound",
+            "pods \"llama-b\" not found",
+        )
+        .await;
+        // Killed again: a StatefulSet's pod comes back under a new uid.
+        deleted(&mut api).await;
+        api.expect(
+            "GET",
+            POD,
+            None,
+            200,
+            pod("llama-b", "u-b2", "node-a", "10.0.0.7", false),
+        )
+        .await;
+        // Already gone: not applied.
+        api.refuse(
+            "DELETE",
+            &format!("{POD}?"),
+            grace0,
+            404,
+            "NotFound",
+            "gone",
+        )
+        .await;
+        api
+    });
+    let (inj, undo) = fire(&[], &r, &cx).await;
+    assert!(inj.verified, "{}", inj.detail);
+    assert!(undo.is_none(), "a kill is not undone");
+    assert!(
+        inj.detail.starts_with(
+            "deleted pod llama-b (uid u-b) with grace 0; pod llama-b gone from the API"
+        ),
+        "{}",
+        inj.detail
+    );
+    let (inj, _) = fire(&[], &r, &cx).await;
+    assert!(
+        inj.verified && inj.detail.contains("recreated under a new uid u-b2"),
+        "{}",
+        inj.detail
+    );
+    let (inj, _) = fire(&[], &r, &cx).await;
+    assert!(!inj.verified);
+    assert_eq!(inj.detail, "pod llama-b was already gone before the delete");
+    done(server).await;
+}
+
+const EVICT: &str = "/api/v1/namespaces/llm/pods/llama-b/eviction?";
+
+fn eviction_body() -> Option<Value> {
+    Some(json!({"delete_options": null, "metadata": {"name": "llama-b"}}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_evicts_and_a_disruption_budget_blocks_it() {
+    let (r, mut api, cx, _) = setup("drain");
+    let server = tokio::spawn(async move {
+        let ok = json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201});
+        api.expect("POST", EVICT, eviction_body(), 201, ok).await;
+        api.expect("GET", POD, None, 200, b()).await;
+        api.expect("GET", POD, None, 200, terminating(b())).await;
+        let pdb = "Cannot evict pod as it would violate the pod's disruption budget.";
+        api.refuse("POST", EVICT, eviction_body(), 429, "TooManyRequests", pdb)
+            .await;
+        api
+    });
+    let drain = ["faults[0].domain=drain"];
+    let (inj, _) = fire(&drain, &r, &cx).await;
+    assert!(inj.verified, "{}", inj.detail);
+    assert!(inj.detail.contains("evicted pod llama-b (Eviction API); pod llama-b terminating (deletion timestamp 2026-12-01T00:00:00Z"), "{}", inj.detail);
+    let (inj, _) = fire(&drain, &r, &cx).await;
+    assert!(!inj.verified, "a blocked eviction is no success");
+    assert!(inj.detail.starts_with("blocked: the eviction of pod llama-b was refused by a PodDisruptionBudget (429 TooManyRequests: Cannot evict"), "{}", inj.detail);
+    done(server).await;
+}
+
+fn node(unschedulable: bool) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}, "spec": {"unschedulable": unschedulable}})
+}
+
+const NODE: &str = "/api/v1/nodes/node-a";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_fault_cordons_evicts_and_uncordons_on_heal() {
+    let (r, mut api, cx, dir) = setup("node");
+    let server = tokio::spawn(async move {
+        api.expect("GET", NODE, None, 200, node(false)).await;
+        let cordon = Some(json!({"spec": {"unschedulable": true}}));
+        api.expect("PATCH", &format!("{NODE}?"), cordon, 200, node(true))
+            .await;
+        let ok = json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201});
+        api.expect("POST", EVICT, eviction_body(), 201, ok).await;
+        api.refuse("GET", POD, None, 404, "NotFound", "gone").await;
+        // The heal.
+        let uncordon = Some(json!({"spec": {"unschedulable": false}}));
+        api.expect("PATCH", &format!("{NODE}?"), uncordon, 200, node(false))
+            .await;
+        // A node someone else cordoned is left so: no patch, no heal.
+        api.expect("GET", NODE, None, 200, node(true)).await;
+        api.refuse(
+            "DELETE",
+            &format!("{POD}?"),
+            Some(json!({"gracePeriodSeconds": 0})),
+            404,
+            "NotFound",
+            "gone",
+        )
+        .await;
+        api
+    });
+    let (inj, undo) = fire(
+        &["faults[0].domain=node", "faults[0].action=drain"],
+        &r,
+        &cx,
+    )
+    .await;
+    assert!(inj.verified, "{}", inj.detail);
+    assert!(
+        inj.detail
+            .starts_with("node node-a cordoned; evicted pod llama-b"),
+        "{}",
+        inj.detail
+    );
+    let open = open_entries(&dir).expect("ledger").0;
+    assert_eq!(open.len(), 1);
+    assert_eq!(
+        open[0].remedy,
+        Remedy::KubeUncordon {
+            context: "kind-haq".into(),
+            node: "node-a".into()
+        }
+    );
+    let h = heal(undo.expect("a cordon is undone")).await;
+    assert!(h.verified, "{}", h.detail);
+    assert_eq!(h.detail, "node node-a uncordoned (schedulable again)");
+    assert!(
+        open_entries(&dir).expect("ledger").0.is_empty(),
+        "the heal is recorded"
+    );
+    let (inj, undo) = fire(&["faults[0].domain=node"], &r, &cx).await;
+    assert!(undo.is_none());
+    assert!(
+        inj.detail.starts_with(
+            "node node-a was already cordoned (left so on heal); pod llama-b was already gone"
+        ),
+        "{}",
+        inj.detail
+    );
+    done(server).await;
+}
+
+const POLICIES: &str = "/apis/networking.k8s.io/v1/namespaces/llm/networkpolicies";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_fault_isolates_the_pod_with_a_labelled_network_policy_removed_on_heal() {
+    let (r, mut api, cx, dir) = setup("net");
+    let policy = "haq-t0k3n-blackhole-w2-w2";
+    let server = tokio::spawn(async move {
+        let label = Some(json!({"metadata": {"labels": {"haq.dev/isolate": "t0k3n-w2"}}}));
+        let mut labelled = b();
+        labelled["metadata"]["labels"]["haq.dev/isolate"] = json!("t0k3n-w2");
+        api.expect(
+            "PATCH",
+            &format!("{POD}?&fieldManager=haq"),
+            label,
+            200,
+            labelled,
+        )
+        .await;
+        let np = json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": policy, "labels": {"haq.dev/run": "t0k3n", "haq.dev/fault": "blackhole-w2"}},
+            "spec": {"podSelector": {"matchLabels": {"haq.dev/isolate": "t0k3n-w2"}}, "policyTypes": ["Ingress"], "ingress": []}
+        });
+        api.expect(
+            "POST",
+            &format!("{POLICIES}?"),
+            Some(np.clone()),
+            201,
+            np.clone(),
+        )
+        .await;
+        api.expect("GET", &format!("{POLICIES}/{policy}"), None, 200, np)
+            .await;
+        // The heal: the policy deleted, the label removed, the policy gone.
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
+        api.expect(
+            "DELETE",
+            &format!("{POLICIES}/{policy}?"),
+            Some(json!({})),
+            200,
+            status,
+        )
+        .await;
+        let unlabel = Some(json!({"metadata": {"labels": {"haq.dev/isolate": null}}}));
+        api.expect(
+            "PATCH",
+            &format!("{POD}?&fieldManager=haq"),
+            unlabel,
+            200,
+            b(),
+        )
+        .await;
+        api.refuse(
+            "GET",
+            &format!("{POLICIES}/{policy}"),
+            None,
+            404,
+            "NotFound",
+            "gone",
+        )
+        .await;
+        api
+    });
+    let (inj, undo) = fire(&["faults[0].domain=network"], &r, &cx).await;
+    assert!(inj.verified, "{}", inj.detail);
+    assert!(
+        inj.detail.starts_with(&format!(
+            "NetworkPolicy {policy} admits no ingress to pod llama-b"
+        )),
+        "{}",
+        inj.detail
+    );
+    let open = open_entries(&dir).expect("ledger").0;
+    assert!(
+        matches!(&open[0].remedy, Remedy::KubeIsolation { policy: p, pod, .. } if p == policy && pod == "llama-b"),
+        "{open:?}"
+    );
+    let h = heal(undo.expect("an isolation is undone")).await;
+    assert!(h.verified, "{}", h.detail);
+    assert_eq!(
+        h.detail,
+        format!("NetworkPolicy {policy} deleted; label haq.dev/isolate removed from pod llama-b")
+    );
+    assert!(open_entries(&dir).expect("ledger").0.is_empty());
+    done(server).await;
+}
+
+fn restarted(n: i32) -> Value {
+    let mut p = b();
+    p["status"]["containerStatuses"][0]["restartCount"] = json!(n);
+    p["status"]["containerStatuses"][0]["lastState"] =
+        json!({"terminated": {"exitCode": 137, "reason": "Error"}});
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_kill_execs_in_the_container_verified_by_its_restart() {
+    let (r, mut api, cx, _) = setup("exec");
+    let exec = format!(
+        "{POD}/exec?&stdout=true&stderr=true&container=llama&command=pkill&command=-KILL&command=llama-server"
+    );
+    let server = tokio::spawn(async move {
+        api.expect("GET", POD, None, 200, b()).await;
+        // No websocket upgrade here: the exec's own outcome is unknown, the API decides.
+        api.expect("GET", &exec, None, 200, json!({})).await;
+        api.expect("GET", POD, None, 200, b()).await;
+        api.expect("GET", POD, None, 200, restarted(1)).await;
+        // Refused by RBAC: not applied, nothing verified.
+        api.expect("GET", POD, None, 200, restarted(1)).await;
+        api.refuse(
+            "GET",
+            &exec,
+            None,
+            403,
+            "Forbidden",
+            "cannot create resource \"pods/exec\"",
+        )
+        .await;
+        api
+    });
+    let gpu = [
+        "faults[0].domain=gpu",
+        "faults[0].exec=[pkill, -KILL, llama-server]",
+    ];
+    let (inj, _) = fire(&gpu, &r, &cx).await;
+    assert!(inj.verified, "{}", inj.detail);
+    assert!(
+        inj.detail.starts_with(
+            "exec `pkill -KILL llama-server` in llama-b/llama: the exec stream failed"
+        ),
+        "{}",
+        inj.detail
+    );
+    assert!(
+        inj.detail.contains(
+            "container llama restarted (0 → 1 restarts; last terminated with exit code 137 (Error))"
+        ),
+        "{}",
+        inj.detail
+    );
+    let (inj, _) = fire(&gpu, &r, &cx).await;
+    assert!(!inj.verified);
+    assert!(
+        inj.detail
+            .starts_with("exec in pod llama-b refused: 403 Forbidden"),
+        "{}",
+        inj.detail
+    );
+    done(server).await;
+}
+
+/// A command fault on a kubernetes replica (a DCGM recipe, a kubectl command) gets
+/// the pod, namespace, container and context in its environment.
+#[tokio::test]
+async fn a_command_fault_sees_the_replicas_pod() {
+    let (r, _api, cx, _) = setup("env");
+    let f = &plan(&[
+        "faults[0].backend=command",
+        "faults[0].action=command",
+        "faults[0].command={inject: 'true', verify: 'true'}",
+    ])
+    .faults[0];
+    let env = super::super::command::env(f, &r, &cx);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("HAQ_POD"), Some("llama-b"));
+    assert_eq!(get("HAQ_NAMESPACE"), Some("llm"));
+    assert_eq!(get("HAQ_CONTAINER"), Some("llama"));
+    assert_eq!(get("HAQ_NODE"), Some("node-a"));
+    assert_eq!(get("HAQ_KUBE_CONTEXT"), Some("kind-haq"));
+}

@@ -1,0 +1,88 @@
+//! `target.kubernetes`: where the serving pods of a `kind: kubernetes` target are, what
+//! haq may touch there (the allow-lists: nothing happens in a context or namespace
+//! outside them), the gateway the load goes to and the Service whose EndpointSlices
+//! route traffic to the pods. docs/kubernetes.md explains each field.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The context name of the in-cluster configuration (haq running in a pod with a
+/// service account and no kubeconfig).
+pub const IN_CLUSTER: &str = "in-cluster";
+
+/// A Kubernetes deployment of the serving engine.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KubeTarget {
+    /// The kubeconfig context haq acts in. Default: the kubeconfig's current context
+    /// (`in-cluster` when haq runs in a pod with no kubeconfig).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// The contexts haq may act in (required): a context outside it — a kubeconfig
+    /// switched to production — is refused by `haq validate` and `haq run` (exit 2).
+    pub allowed_contexts: Vec<String>,
+    /// The namespace of the serving pods; every object haq reads or changes is in it
+    /// (the nodes it cordons aside).
+    pub namespace: String,
+    /// The namespaces haq may act in (required): a `namespace` outside it — switched
+    /// with `--set` — is refused (exit 2).
+    pub allowed_namespaces: Vec<String>,
+    /// Label selector of the serving pods (`app=llama` or `app=llama,tier!=canary`):
+    /// they are the replicas, discovered at the start; faults touch no other pod.
+    pub selector: String,
+    /// The engine's container in each pod. Default: the pod's first container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The port the engine serves on. Default: the container's first declared port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The engine's readiness path on each pod (after a restart). Default `/health`.
+    #[serde(default = "default_ready_path")]
+    pub ready_path: String,
+    /// Where the load goes: the gateway's Service (in-cluster DNS) or its URL.
+    pub gateway: KubeGateway,
+    /// The Service whose EndpointSlices route traffic to the serving pods: watched
+    /// during the run for detection and traffic removal (ready / serving /
+    /// terminating transitions with their times).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_service: Option<String>,
+}
+
+/// The gateway: exactly one of `url` or `service`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KubeGateway {
+    /// The OpenAI base URL, e.g. `http://127.0.0.1:8080/v1` through a port-forward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The gateway's Service in `namespace`: haq (running in the cluster) reaches it
+    /// as `http://SERVICE.NAMESPACE.svc:PORT/v1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The Service's port (with `service`). Default 80.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The API's base path (with `service`). Default `/v1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+impl KubeTarget {
+    /// The OpenAI base URL of the gateway (`…/v1`).
+    pub fn gateway_url(&self) -> String {
+        match (&self.gateway.url, &self.gateway.service) {
+            (Some(u), _) => u.trim_end_matches('/').to_string(),
+            (None, Some(s)) => format!(
+                "http://{s}.{}.svc:{}{}",
+                self.namespace,
+                self.gateway.port.unwrap_or(80),
+                self.gateway.path.as_deref().unwrap_or("/v1")
+            ),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+fn default_ready_path() -> String {
+    "/health".into()
+}

@@ -1,0 +1,148 @@
+//! `haq run --dry-run` for a kubernetes target: every API call the run would make —
+//! method, path and query, body — in order, built by the same functions the run sends
+//! ([`super::calls`]), and none made (no client is even built). Pods and nodes are
+//! discovered at the start, so the calls name them `POD_OF_w2` / `NODE_OF_w2` (a
+//! listed replica names its pod); a `_` never appears in a real pod or node name.
+
+use super::calls::ISOLATE_LABEL;
+use super::calls::{self, Call};
+use crate::plan::{FaultPlan, Plan};
+use crate::scenario::{FailureDomain as D, FaultAction as A, FaultBackend, KubeTarget, Replicas};
+
+/// One call and when the run makes it.
+pub struct Step {
+    pub when: String,
+    pub call: Call,
+}
+
+fn step(when: &str, call: Call) -> Step {
+    Step {
+        when: when.to_string(),
+        call,
+    }
+}
+
+/// The pod a replica's calls name in the dry run.
+fn pod_name(plan: &Plan, replica: &str) -> String {
+    match &plan.scenario.target.replicas {
+        Some(Replicas::List(_)) => replica.to_string(),
+        _ => format!("POD_OF_{replica}"),
+    }
+}
+
+/// Every call of the run, in order: the start, then each fault and its heal.
+pub fn steps(plan: &Plan, k: &KubeTarget, token: &str) -> Vec<Step> {
+    let ns = &k.namespace;
+    let mut out = vec![step("start", calls::list_pods(ns, &k.selector))];
+    if let Some(s) = &k.serving_service {
+        out.push(step("start", calls::list_slices(ns, s)));
+        out.push(step("start", calls::watch_slices(ns, s, "LIST_VERSION")));
+    }
+    let mut faults: Vec<&FaultPlan> = plan.faults.iter().collect();
+    faults.sort_by_key(|f| f.at);
+    for f in faults {
+        let when = format!("+{:.1}s {}", f.at.as_secs_f64(), f.name);
+        if f.backend != FaultBackend::Kubernetes {
+            continue;
+        }
+        for r in &f.replicas {
+            let pod = pod_name(plan, r);
+            fault_steps(f, k, token, r, &pod, &when, &mut out);
+        }
+    }
+    out
+}
+
+fn fault_steps(
+    f: &FaultPlan,
+    k: &KubeTarget,
+    token: &str,
+    replica: &str,
+    pod: &str,
+    when: &str,
+    out: &mut Vec<Step>,
+) {
+    let ns = &k.namespace;
+    let heal = match f.duration {
+        Some(d) => format!("{when} heal (after {:.1}s)", d.as_secs_f64()),
+        None => format!("{when} heal (end of load)"),
+    };
+    let read = || step(when, calls::get_pod(ns, pod));
+    match (f.domain, f.action) {
+        (D::Worker, A::Kill) => {
+            out.push(step(when, calls::delete_pod(ns, pod, 0)));
+            out.push(read());
+        }
+        (D::Drain, A::Drain) => {
+            out.push(step(when, calls::evict_pod(ns, pod)));
+            out.push(read());
+        }
+        (D::Node, a) => {
+            let node = format!("NODE_OF_{replica}");
+            out.push(step(when, calls::get_node(&node)));
+            out.push(step(when, calls::cordon(&node, true)));
+            let each = format!("{when} (each selected pod on {node})");
+            out.push(match a {
+                A::Drain => step(&each, calls::evict_pod(ns, "POD_ON_NODE")),
+                _ => step(&each, calls::delete_pod(ns, "POD_ON_NODE", 0)),
+            });
+            out.push(step(&each, calls::get_pod(ns, "POD_ON_NODE")));
+            out.push(step(&heal, calls::cordon(&node, false)));
+        }
+        (D::Network, _) => {
+            let (policy, label) = calls::isolation_names(token, &f.name, replica);
+            let np = calls::isolating_policy(&policy, token, &calls::dns_name(&f.name), &label);
+            out.push(step(
+                when,
+                calls::label_pod(ns, pod, ISOLATE_LABEL, Some(&label)),
+            ));
+            out.push(step(when, calls::create_policy(ns, &np)));
+            out.push(step(when, calls::get_policy(ns, &policy)));
+            out.push(step(&heal, calls::delete_policy(ns, &policy)));
+            out.push(step(&heal, calls::label_pod(ns, pod, ISOLATE_LABEL, None)));
+            out.push(step(&heal, calls::get_policy(ns, &policy)));
+        }
+        (_, _) => {
+            let container = k
+                .container
+                .clone()
+                .unwrap_or_else(|| "FIRST_CONTAINER".into());
+            let cmd = f.exec.clone().unwrap_or_default();
+            out.push(read());
+            out.push(step(when, calls::exec(ns, pod, &container, &cmd)));
+            out.push(read());
+        }
+    }
+}
+
+/// The dry run as people read it.
+pub fn render(plan: &Plan, context: &str) -> String {
+    let Some(k) = plan.scenario.target.kubernetes.as_ref() else {
+        return String::new();
+    };
+    let token = "RUNTOKEN";
+    let mut s = format!(
+        "dry run of {}: context {context}, namespace {}, pods `{}`, gateway {} — no call is made\n",
+        plan.scenario.name,
+        k.namespace,
+        k.selector,
+        k.gateway_url()
+    );
+    for st in steps(plan, k, token) {
+        s.push_str(&format!("{:<28} {}\n", st.when, st.call.describe()));
+    }
+    for f in plan
+        .faults
+        .iter()
+        .filter(|f| f.backend != FaultBackend::Kubernetes)
+    {
+        s.push_str(&format!(
+            "+{:.1}s {}: the {} backend (no API call by haq)\n",
+            f.at.as_secs_f64(),
+            f.name,
+            f.backend
+        ));
+    }
+    s.push_str("GET pod calls repeat until the fault is verified; a node fault hits each selected pod on the node.\n");
+    s
+}

@@ -1,0 +1,140 @@
+//! Undoing what a kubernetes fault left: uncordon a node haq cordoned, delete the
+//! NetworkPolicy haq created and take its label off the pod. The run's heals and
+//! `haq heal RUN_DIR` (from the heal ledger, after a killed run) call the same
+//! functions; each is verified by what the API answers.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+
+use super::calls;
+use super::cluster::api_error;
+
+/// Longest a heal outside the run (`haq heal`) may take.
+const HEAL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Uncordons `node`, verified by the patched node being schedulable.
+pub async fn uncordon(client: &kube::Client, node: &str) -> Result<String, String> {
+    let n: Node = client
+        .request(calls::cordon(node, false).req)
+        .await
+        .map_err(|e| format!("uncordoning node {node}: {}", api_error(&e).1))?;
+    match n.spec.and_then(|s| s.unschedulable) {
+        Some(true) => Err(format!(
+            "node {node} is still unschedulable after the uncordon"
+        )),
+        _ => Ok(format!("node {node} uncordoned (schedulable again)")),
+    }
+}
+
+/// Deletes NetworkPolicy `policy` and removes `label` from `pod`, verified by the
+/// policy being gone; a pod gone meanwhile needs no label removed.
+pub async fn unisolate(
+    client: &kube::Client,
+    ns: &str,
+    policy: &str,
+    pod: &str,
+    label: &str,
+) -> Result<String, String> {
+    match client
+        .request::<serde_json::Value>(calls::delete_policy(ns, policy).req)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if api_error(&e).0 == 404 => {}
+        Err(e) => {
+            return Err(format!(
+                "deleting NetworkPolicy {policy}: {}",
+                api_error(&e).1
+            ));
+        }
+    }
+    let pod_said = match client
+        .request::<Pod>(calls::label_pod(ns, pod, label, None).req)
+        .await
+    {
+        Ok(_) => format!("label {label} removed from pod {pod}"),
+        Err(e) if api_error(&e).0 == 404 => format!("pod {pod} is gone"),
+        Err(e) => {
+            return Err(format!(
+                "removing label {label} of pod {pod}: {}",
+                api_error(&e).1
+            ));
+        }
+    };
+    match client
+        .request::<NetworkPolicy>(calls::get_policy(ns, policy).req)
+        .await
+    {
+        Err(e) if api_error(&e).0 == 404 => {
+            Ok(format!("NetworkPolicy {policy} deleted; {pod_said}"))
+        }
+        Ok(_) => Err(format!(
+            "NetworkPolicy {policy} is still there after its delete"
+        )),
+        Err(e) => Err(format!(
+            "reading NetworkPolicy {policy}: {}",
+            api_error(&e).1
+        )),
+    }
+}
+
+/// What `haq heal` undoes in a cluster.
+pub enum Leftover {
+    Cordon {
+        node: String,
+    },
+    Isolation {
+        namespace: String,
+        policy: String,
+        pod: String,
+        label: String,
+    },
+}
+
+/// Undoes a leftover in kubeconfig context `context`, from synchronous code (on a
+/// thread and runtime of its own, bounded): whether nothing is left, and how.
+pub fn heal_blocking(context: &str, what: Leftover) -> (bool, String) {
+    let context = context.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = tx.send(Err(format!("a runtime for the heal: {e}")));
+                return;
+            }
+        };
+        let got = rt.block_on(async {
+            let client = client_of(&context).await?;
+            match &what {
+                Leftover::Cordon { node } => uncordon(&client, node).await,
+                Leftover::Isolation {
+                    namespace,
+                    policy,
+                    pod,
+                    label,
+                } => unisolate(&client, namespace, policy, pod, label).await,
+            }
+        });
+        let _ = tx.send(got);
+    });
+    match rx.recv_timeout(HEAL_LIMIT) {
+        Ok(Ok(d)) => (true, d),
+        Ok(Err(e)) => (false, e),
+        Err(_) => (
+            false,
+            format!("the heal did not finish within {HEAL_LIMIT:?}"),
+        ),
+    }
+}
+
+async fn client_of(context: &str) -> Result<kube::Client, String> {
+    super::cluster::client_for(context)
+        .await
+        .map_err(|e| format!("{e:#}"))
+}

@@ -1,0 +1,58 @@
+//! A replica's pod: what discovery found of it, and the cluster it is in (the
+//! process reference of a kubernetes replica).
+
+use std::sync::Arc;
+
+use super::cluster::Cluster;
+
+/// The resource a pod requests GPUs by.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// One serving pod, as haq faults it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodInfo {
+    /// The replica's name (`w2`, or the pod's own name).
+    pub replica: String,
+    pub name: String,
+    pub uid: String,
+    pub node: String,
+    pub ip: String,
+    pub container: String,
+    pub port: u16,
+    pub gpus: u32,
+    /// The engine container's restart count when it was read.
+    pub restarts: i32,
+}
+
+impl PodInfo {
+    /// `http://IP:PORT`.
+    pub fn url(&self) -> String {
+        if self.ip.contains(':') {
+            format!("http://[{}]:{}", self.ip, self.port)
+        } else {
+            format!("http://{}:{}", self.ip, self.port)
+        }
+    }
+
+    /// What discovery found, for the trace.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} = pod {} (uid {}) on node {}, {}:{} container {}, {} GPU ({GPU_RESOURCE})",
+            self.replica,
+            self.name,
+            self.uid,
+            self.node,
+            self.ip,
+            self.port,
+            self.container,
+            self.gpus
+        )
+    }
+}
+
+/// A replica's pod and the cluster it is in (the process reference of a kubernetes
+/// replica).
+pub struct PodRef {
+    pub cluster: Arc<Cluster>,
+    pub pod: PodInfo,
+}

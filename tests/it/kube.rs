@@ -1,0 +1,374 @@
+//! The kubernetes target as a user runs it, with no cluster: `haq validate` reads the
+//! kubeconfig's current context (a file; no network) and refuses one outside the
+//! scenario's allow-list. The API calls themselves are tested against kube-rs's mock
+//! API server in `src/target/kube` and `src/faults/kube`.
+
+use crate::cli::haq_env;
+use crate::support::scratch;
+
+/// A kubeconfig whose current context is `current` (nothing listens at its server).
+fn kubeconfig(dir: &std::path::Path, current: &str) -> std::path::PathBuf {
+    let p = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: {current}\ncontexts:\n- name: {current}\n  context: {{cluster: c, user: u}}\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:9\"}}\nusers:\n- name: u\n  user: {{token: t}}\n"
+    );
+    std::fs::write(&p, text).expect("kubeconfig");
+    p
+}
+
+fn haq_with(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let kc = kubeconfig.to_str().expect("utf-8 path");
+    haq_env(args, &[("KUBECONFIG", kc)], &["KUBERNETES_SERVICE_HOST"])
+}
+
+#[test]
+fn validate_refuses_a_current_context_outside_the_allow_list() {
+    let dir = scratch("kube-validate");
+    let scenario = "examples/kubernetes/kill-pod.yaml";
+    let (code, out, err) = haq_with(&kubeconfig(&dir, "kind-haq"), &["validate", scenario]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("valid"), "{out}");
+    let (code, _, err) = haq_with(&kubeconfig(&dir, "prod-eu"), &["validate", scenario]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("kill-pod.yaml:20:23: `target.kubernetes.allowed_contexts`"),
+        "{err}"
+    );
+    assert!(err.contains("current context `prod-eu`"), "{err}");
+    // A namespace switched on the command line is refused the same way.
+    let (code, _, err) = haq_with(
+        &kubeconfig(&dir, "kind-haq"),
+        &[
+            "validate",
+            scenario,
+            "--set",
+            "target.kubernetes.namespace=prod",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("`target.kubernetes.namespace`: is not in allowed_namespaces"),
+        "{err}"
+    );
+}
+
+/// Every example scenario validates, and `haq run --dry-run` prints its API calls,
+/// makes none (the kubeconfig's server is never reached, no run directory is made)
+/// and exits 0; a target of another kind is refused.
+#[test]
+fn dry_run_prints_the_api_calls_of_every_example_and_makes_none() {
+    let dir = scratch("kube-dry-run");
+    let kc = kubeconfig(&dir, "kind-haq");
+    let reports = dir.join("reports");
+    let reports = reports.to_str().expect("utf-8");
+    let mut seen = 0;
+    for e in
+        std::fs::read_dir(crate::support::root().join("examples/kubernetes")).expect("examples")
+    {
+        let p = e.expect("entry").path();
+        if p.extension().is_none_or(|x| x != "yaml") {
+            continue;
+        }
+        let Some(text) = std::fs::read_to_string(&p)
+            .ok()
+            .filter(|t| t.contains("kind: kubernetes"))
+        else {
+            continue;
+        };
+        seen += 1;
+        let path = p.to_str().expect("utf-8");
+        let (code, out, err) = haq_with(&kc, &["run", "--dry-run", path, "--reports-dir", reports]);
+        assert_eq!(code, 0, "{path}: {err}");
+        let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(out.contains("no call is made"), "{path}: {out}");
+        assert!(
+            out.contains("GET /api/v1/namespaces/haq-demo/pods?&labelSelector=app%3Dllama"),
+            "{path}: {out}"
+        );
+        let want = if text.contains("domain: network") {
+            "POST /apis/networking.k8s.io/v1/namespaces/haq-demo/networkpolicies?"
+        } else if text.contains("domain: node") {
+            "PATCH /api/v1/nodes/NODE_OF_w1? {\"spec\":{\"unschedulable\":true}}"
+        } else if text.contains("domain: drain") {
+            "POST /api/v1/namespaces/haq-demo/pods/POD_OF_w2/eviction?"
+        } else if text.contains("domain: gpu") {
+            "/exec?&stdout=true&stderr=true&container=llama&command=pkill"
+        } else {
+            "DELETE /api/v1/namespaces/haq-demo/pods/POD_OF_w2? {\"gracePeriodSeconds\":0}"
+        };
+        assert!(out.contains(want), "{path}: wanted {want}\n{out}");
+    }
+    assert!(seen >= 5, "{seen} kubernetes examples");
+    assert!(
+        !dir.join("reports").exists(),
+        "a dry run writes no run directory"
+    );
+    // A sim target's dry run prints its plan and no API call.
+    let (code, out, err) = haq_with(&kc, &["run", "--dry-run", "scenarios/quickstart.yaml"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("nothing was started"), "{out}");
+    assert!(!out.contains("no call is made"), "{out}");
+}
+
+/// A recorded EndpointSlice stream around a pod kill (tests/data/kube), replayed
+/// through haq's EndpointSlice watch into a stored run, gives the failure timeline
+/// (Q11): detection and the replacement's stages, each from the watch.
+#[tokio::test]
+async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
+    use haq::target::kube::slices::{Applied, Replicas, SOURCE, SliceState};
+    use haq::target::kube::{Cluster, PodInfo, replica};
+    use haq::target::registry::{Registry, Respawn};
+    use haq::trace::Event;
+    use kube::core::WatchEvent;
+
+    // The stored run: w2 is killed at `kill` (µs); its gateway journal is left out, so
+    // only the EndpointSlice watch can see it go and come back.
+    let src = crate::support::root().join("tests/data/report-run");
+    let dir = scratch("kube-q11");
+    for f in [
+        "scenario.json",
+        "scenario.yaml",
+        "trace.jsonl",
+        "tools.jsonl",
+        "worker-w1.jsonl",
+        "worker-w2.jsonl",
+        "worker-w3.jsonl",
+    ] {
+        std::fs::copy(src.join(f), dir.join(f)).expect("copy");
+    }
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    let kill = trace
+        .lines()
+        .find(|l| l.contains("\"ev\":\"fault\""))
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|v| v["t"].as_u64())
+        .expect("the kill");
+
+    // The watch's replicas: w1..w3 on the stream's three pods.
+    let k = haq::plan::load(
+        &crate::support::root().join("examples/kubernetes/kill-pod.yaml"),
+        &["target.kubernetes.context=kind-haq".to_string()],
+        None,
+    )
+    .expect("plan")
+    .scenario
+    .target
+    .kubernetes
+    .expect("k");
+    let (svc, _api) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let cluster = std::sync::Arc::new(
+        Cluster::new(
+            kube::Client::new(svc, "default"),
+            "kind-haq".into(),
+            &k,
+            "t".into(),
+        )
+        .expect("cluster"),
+    );
+    let pod = |replica: &str, name: &str, node: &str| PodInfo {
+        replica: replica.into(),
+        name: name.into(),
+        uid: format!("u-{}", &name[name.len() - 1..]),
+        node: node.into(),
+        ip: "10.244.0.1".into(),
+        container: "llama".into(),
+        port: 8080,
+        gpus: 0,
+        restarts: 0,
+    };
+    let registry = std::sync::Arc::new(Registry {
+        replicas: vec![
+            replica(&cluster, pod("w1", "llama-5d9f-a", "haq-worker"), "/health"),
+            replica(
+                &cluster,
+                pod("w2", "llama-5d9f-b", "haq-worker2"),
+                "/health",
+            ),
+            replica(&cluster, pod("w3", "llama-5d9f-c", "haq-worker"), "/health"),
+        ],
+        respawn: Respawn::Kube,
+    });
+    let mut state = SliceState::default();
+    let mut replicas = Replicas::new(registry);
+    let mut lines = Vec::new();
+    let stream = std::fs::read_to_string(
+        crate::support::root().join("tests/data/kube/endpointslices.jsonl"),
+    )
+    .expect("stream");
+    for l in stream.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).expect("json");
+        if let Some(list) = v.get("list") {
+            let items = serde_json::from_value(list.clone()).expect("slices");
+            assert!(
+                state.apply(Applied::Reset(items)).len() == 3,
+                "the baseline"
+            );
+            continue;
+        }
+        let t = kill + v["after_ms"].as_u64().expect("after_ms") * 1000;
+        let applied = match serde_json::from_value::<
+            WatchEvent<k8s_openapi::api::discovery::v1::EndpointSlice>,
+        >(v["event"].clone())
+        .expect("event")
+        {
+            WatchEvent::Added(s) | WatchEvent::Modified(s) => Applied::Upsert(s),
+            WatchEvent::Deleted(s) => Applied::Delete(s),
+            _ => continue,
+        };
+        for (replica, what, detail) in replicas.observe(state.apply(applied)) {
+            let ev = Event::Observation {
+                t,
+                source: SOURCE.into(),
+                replica,
+                what: what.into(),
+                detail: Some(detail),
+            };
+            lines.push(serde_json::to_string(&ev).expect("line"));
+        }
+    }
+    // Into the trace, before its last line (run_end).
+    let mut all: Vec<&str> = trace.lines().collect();
+    let end = all.pop().expect("run_end");
+    all.extend(lines.iter().map(String::as_str));
+    all.push(end);
+    std::fs::write(dir.join("trace.jsonl"), all.join("\n") + "\n").expect("write");
+
+    let (_, j) = haq::check::judge_dir(&dir).expect("judged");
+    let f = j.timeline.fault("kill-w2").expect("the kill's timeline");
+    let d = f.detected.as_ref().expect("detected");
+    assert_eq!((d.t, d.source.as_str()), (kill + 15_000, SOURCE), "{d:?}");
+    assert!(
+        d.detail
+            .contains("ready=false serving=true terminating=true"),
+        "{d:?}"
+    );
+    let started = f.replacement.started.as_ref().expect("started");
+    assert_eq!(
+        (started.t, started.source.as_str()),
+        (kill + 910_000, SOURCE)
+    );
+    assert!(
+        started.detail.contains(
+            "pod llama-5d9f-d (uid u-d) on node haq-worker2 takes the place of pod llama-5d9f-b"
+        ),
+        "{started:?}"
+    );
+    let ready = f.replacement.ready.as_ref().expect("ready");
+    assert_eq!((ready.t, ready.source.as_str()), (kill + 7_400_000, SOURCE));
+    let rows: Vec<(&str, &str)> = j
+        .timeline
+        .entries
+        .iter()
+        .filter(|e| e.source == SOURCE)
+        .map(|e| (e.event.as_str(), e.source.as_str()))
+        .collect();
+    assert!(rows.contains(&("w2 detected", SOURCE)), "{rows:?}");
+    assert!(
+        rows.contains(&("w2 replacement started", SOURCE)),
+        "{rows:?}"
+    );
+    assert!(rows.contains(&("w2 replacement ready", SOURCE)), "{rows:?}");
+}
+
+/// Against a real cluster: each example scenario runs end to end and its fault is
+/// recorded verified. Set up (docs/kubernetes.md, "Running the examples"):
+///
+/// ```sh
+/// kind create cluster --name haq --config examples/kubernetes/kind.yaml   # or: k3d cluster create haq --agents 2
+/// kubectl apply -f examples/kubernetes/namespace.yaml -f examples/kubernetes/llama.yaml \
+///   -f examples/kubernetes/gateway.yaml
+/// kubectl -n haq-demo rollout status deploy/llama deploy/gateway --timeout=10m
+/// kubectl -n haq-demo port-forward svc/gateway 8080:8080 &
+/// HAQ_GATEWAY=http://127.0.0.1:8080/v1 cargo test --test it kube::real_cluster -- --ignored --test-threads 1
+/// ```
+fn real_cluster(example: &str) {
+    let gateway =
+        std::env::var("HAQ_GATEWAY").unwrap_or_else(|_| "http://127.0.0.1:8080/v1".into());
+    let dir = scratch(&format!("kube-real-{example}"));
+    let out = dir.join("run");
+    let (code, stdout, err) = crate::cli::haq_env(
+        &[
+            "run",
+            &format!("examples/kubernetes/{example}.yaml"),
+            "--out",
+            out.to_str().expect("utf-8"),
+            "--set",
+            &format!("target.kubernetes.gateway={{url: {gateway}}}"),
+        ],
+        &[],
+        &[],
+    );
+    assert!(
+        code == 0 || code == 1,
+        "{example}: exit {code}\n{stdout}\n{err}"
+    );
+    let trace = std::fs::read_to_string(out.join("trace.jsonl")).expect("trace");
+    let fault = trace
+        .lines()
+        .find(|l| l.contains("\"ev\":\"fault\""))
+        .unwrap_or_else(|| panic!("{example}: no fault line\n{stdout}"));
+    assert!(fault.contains("\"verified\":true"), "{example}: {fault}");
+    assert!(
+        trace.contains(haq::target::kube::slices::SOURCE),
+        "{example}: no EndpointSlice observation"
+    );
+    let (code, heal, _) = crate::cli::haq_env(&["heal", out.to_str().expect("utf-8")], &[], &[]);
+    assert_eq!(code, 0, "{example}: something is left applied: {heal}");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster with examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_kill_pod() {
+    real_cluster("kill-pod");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster with examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_drain_pod() {
+    real_cluster("drain-pod");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster with two workers and examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_node_drain() {
+    real_cluster("node-drain");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster whose CNI enforces NetworkPolicies (see real_cluster)"]
+fn real_cluster_network_partition() {
+    real_cluster("network-partition");
+}
+
+#[test]
+#[ignore = "needs a kind/k3d cluster with examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_gpu_engine_kill() {
+    real_cluster("gpu-engine-kill");
+}
+
+/// `haq heal` reads a killed run's kubernetes entries (a cordon) and, when it cannot
+/// reach the context, says NOT healed, exits 1 and leaves the entry open — no call is
+/// made to a context the kubeconfig does not have.
+#[test]
+fn heal_reports_a_cordon_it_could_not_undo_and_keeps_it_open() {
+    let dir = scratch("kube-heal");
+    let kc = kubeconfig(&dir, "kind-haq");
+    let lines = [
+        serde_json::json!({"ev": "run", "pid": 0}),
+        serde_json::json!({"ev": "open", "id": 1, "fault": "node-of-w1", "replica": "w1", "undo": "kube_uncordon", "context": "gone-ctx", "node": "node-a"}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("heals.jsonl"), &text).expect("ledger");
+    let run_dir = dir.to_str().expect("utf-8");
+    let (code, out, err) = haq_with(&kc, &["heal", run_dir]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("NOT healed node-of-w1 on w1: kubeconfig context gone-ctx"),
+        "{out}"
+    );
+    let after = std::fs::read_to_string(dir.join("heals.jsonl")).expect("ledger");
+    assert_eq!(after, text, "still open for the next try");
+}
