@@ -307,42 +307,48 @@ fn backend_action(plan: &Plan, f: &FaultPlan) -> String {
             }
             None => "runs its command".into(),
         },
-        FaultBackend::Kubernetes => {
-            let what = match (f.domain, f.action) {
-                (FailureDomain::Node, FaultAction::Drain) => {
-                    "cordons the replica's node and evicts every selected pod on it (a PodDisruptionBudget's refusal is reported as blocked); uncordons on heal".to_string()
-                }
-                (FailureDomain::Node, _) => {
-                    "cordons the replica's node and deletes every selected pod on it (grace 0); uncordons on heal".to_string()
-                }
-                (FailureDomain::Drain, _) => {
-                    "evicts the replica's pod through the Eviction API (a PodDisruptionBudget's refusal is reported as blocked)".to_string()
-                }
-                (FailureDomain::Network, _) => {
-                    "labels the replica's pod and creates a NetworkPolicy that admits no ingress to it (the pod stays alive); deletes both on heal".to_string()
-                }
-                (FailureDomain::Worker, FaultAction::Kill) => {
-                    "deletes the replica's pod (grace 0), verified from the API".to_string()
-                }
-                _ => format!(
-                    "execs `{}` in the replica's container, verified by its restart count",
-                    f.exec.clone().unwrap_or_default().join(" ")
-                ),
-            };
-            format!("the Kubernetes API {what}")
-        }
-        FaultBackend::Engine => {
-            let what = match f.action {
-                FaultAction::GpuLost => {
-                    "loses its GPU: the engine dies, the process stays up (requests answer 500, /health fails)"
-                }
-                FaultAction::GpuHang => "hangs: every stream stalls, sockets still accepted",
-                FaultAction::Slow => "slows its decode steps (slow is not dead)",
-                _ => "fails as the action says",
-            };
-            format!("the sim worker's engine {what}; healed at the end of the fault")
-        }
+        FaultBackend::Kubernetes => kube_action(f),
+        FaultBackend::Engine => engine_action(f),
     }
+}
+
+/// What a `kubernetes` fault asks of the API.
+fn kube_action(f: &FaultPlan) -> String {
+    let what = match (f.domain, f.action) {
+        (FailureDomain::Node, FaultAction::Drain) => {
+            "cordons the replica's node and evicts every selected pod on it (a PodDisruptionBudget's refusal is reported as blocked); uncordons on heal".to_string()
+        }
+        (FailureDomain::Node, _) => {
+            "cordons the replica's node and deletes every selected pod on it (grace 0); uncordons on heal".to_string()
+        }
+        (FailureDomain::Drain, _) => {
+            "evicts the replica's pod through the Eviction API (a PodDisruptionBudget's refusal is reported as blocked)".to_string()
+        }
+        (FailureDomain::Network, _) => {
+            "labels the replica's pod and creates a NetworkPolicy that admits no ingress to it (the pod stays alive); deletes both on heal".to_string()
+        }
+        (FailureDomain::Worker, FaultAction::Kill) => {
+            "deletes the replica's pod (grace 0), verified from the API".to_string()
+        }
+        _ => format!(
+            "execs `{}` in the replica's container, verified by its restart count",
+            f.exec.clone().unwrap_or_default().join(" ")
+        ),
+    };
+    format!("the Kubernetes API {what}")
+}
+
+/// What an `engine` fault does to the sim worker's engine.
+fn engine_action(f: &FaultPlan) -> String {
+    let what = match f.action {
+        FaultAction::GpuLost => {
+            "loses its GPU: the engine dies, the process stays up (requests answer 500, /health fails)"
+        }
+        FaultAction::GpuHang => "hangs: every stream stalls, sockets still accepted",
+        FaultAction::Slow => "slows its decode steps (slow is not dead)",
+        _ => "fails as the action says",
+    };
+    format!("the sim worker's engine {what}; healed at the end of the fault")
 }
 
 fn verdicts(plan: &Plan) -> Vec<String> {
