@@ -328,7 +328,7 @@ async fn stopping_ends_every_open_exchange_as_stopped_before_it_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blackhole_forwards_nothing_keeps_sockets_open_and_heals() {
     let up = upstream(40, Duration::from_millis(10)).await;
-    let fx = Fixture::new(Some(up.addr.to_string())).await;
+    let mut fx = Fixture::new(Some(up.addr.to_string())).await;
     let p = fx.p().clone();
     let mut s = client(&p, "r1").await;
     let (before, _) = read_for(&mut s, LONG, "<3>").await;
@@ -343,10 +343,20 @@ async fn blackhole_forwards_nothing_keeps_sockets_open_and_heals() {
     assert!(end.is_none(), "the socket must stay open: {end:?}");
     // The replica kept working (its writes went into the path's buffers).
     assert!(up.written.load(Ordering::SeqCst) >= written);
-    // A new connection is accepted and held too.
+    // A new connection is accepted and held too: its request is recorded when it
+    // came (the gateway routed it then), and the replica does not see it.
     let mut s2 = client(&p, "r2").await;
     let (d2, e2) = read_for(&mut s2, Duration::from_millis(200), "").await;
     assert_eq!((d2.as_str(), e2.is_none()), ("", true));
+    // A request on the connection already open is read and recorded too.
+    s.write_all(request("r3").as_bytes()).await.expect("send");
+    let _ = read_for(&mut s, Duration::from_millis(200), "").await;
+    assert!(
+        !lock(&up.received).iter().any(|r| r == "r2" || r == "r3"),
+        "a request crossed the blackhole: {:?}",
+        lock(&up.received)
+    );
+    let heal_t = p.clock.now_us();
     assert!(p.remove_rule(id).is_some());
     let (after, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
     assert!(
@@ -355,6 +365,29 @@ async fn blackhole_forwards_nothing_keeps_sockets_open_and_heals() {
     );
     let (after2, _) = read_for(&mut s2, LONG, "0\r\n\r\n").await;
     assert!(after2.contains("[DONE]"));
+    let (after3, _) = read_for(&mut s, LONG, "0\r\n\r\n").await;
+    assert!(
+        after3.contains("[DONE]"),
+        "r3 is served after the heal: {after3}"
+    );
+    for r in ["r2", "r3"] {
+        assert!(lock(&up.received).iter().any(|x| x == r), "{r} after heal");
+    }
+    let stamped: Vec<(String, u64)> = fx
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::ProxyRequest {
+                id: Some(id), t, ..
+            } if id != "r1" => Some((id, t)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stamped.len(), 2, "{stamped:?}");
+    assert!(
+        stamped.iter().all(|(_, t)| *t < heal_t),
+        "requests sent into a blackhole are stamped when they came, not at the heal ({heal_t}): {stamped:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,13 +150,11 @@ async fn m9_3_passes_on_every_seed() {
     over_ten_seeds("m9-3-kill-after-first-delta", &sets, LIGHT).await;
 }
 
-/// Ignored: on some seeds a request the gateway sent to the replica just as the path
-/// was cut is held by the blackhole and forwarded at the heal, and haq's proxy stamps
-/// it then (`proxy_request.t` is when it read the head): Routing counts it as traffic
-/// routed to the cut replica until the heal and FAILs. A bug of the proxy's evidence
-/// (src/proxy), not of the scenario; `cargo test --test it -- --ignored m9_4` runs it.
+/// A request the gateway sends to the replica just as the path is cut is read by haq's
+/// proxy and recorded when it came (the gateway routed it then), and forwarded only at
+/// the heal; stamped at the heal, it once made Routing count traffic to the cut replica
+/// until the end of the load on every seed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "Routing miscounts requests held by a blackhole until the heal (haq's proxy stamps them at the heal)"]
 async fn m9_4_passes_on_every_seed() {
     let mut sets = M9.to_vec();
     sets.push("faults[0].at.offset=1s");

@@ -71,24 +71,39 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
             }
         }
     }
+    // Under a blackhole the gateway's requests are still read as they come (up to the
+    // queue's cap, as a socket buffer would take them) and recorded then — the gateway
+    // routed them at that time — but go nowhere until the heal.
     let raw = loop {
         if let Some(cut) = c.rules.cut {
+            c.end_all(ProxyEndKind::Cut);
             return close_one(&down, cut);
         }
-        match http::parse_request(&c.dbuf) {
-            Ok(Some(_)) => break false,
-            Err(_) => break true,
-            Ok(None) => {}
+        if !c.rules.blackhole {
+            if !c.xs.is_empty() || !c.to_up.q.is_empty() {
+                break false;
+            }
+            match http::parse_request(&c.dbuf) {
+                Ok(Some(_)) => break false,
+                Err(_) => break true,
+                Ok(None) => {}
+            }
         }
         let up_open = up.is_some() && !c.rules.blackhole;
+        let room = c.to_up.bytes < QUEUE_CAP && c.dbuf.len() < QUEUE_CAP;
         tokio::select! {
             _ = stop.cancelled() => return,
             r = rules_rx.changed() => {
                 if r.is_err() { return; }
                 c.apply(rules_rx.borrow_and_update().clone());
             }
-            r = down.read_buf(&mut c.dbuf), if !c.rules.blackhole => match r {
-                Ok(0) | Err(_) => return,
+            r = down.read_buf(&mut c.dbuf), if room => match r {
+                Ok(0) | Err(_) => {
+                    // The gateway gave up on a connection the cut path never carried.
+                    c.end_all(ProxyEndKind::DownstreamClosed);
+                    return;
+                }
+                Ok(_) if c.rules.blackhole => c.on_down(Instant::now()),
                 Ok(_) => {}
             },
             // The replica spoke first (not HTTP: relayed as is) or ended the idle
@@ -198,6 +213,9 @@ impl Conn {
                 if let Some(close) = self.cut_by_rule() {
                     break close;
                 }
+                if let Some(close) = self.end_after_blackhole(&mut uw).await {
+                    break close;
+                }
                 let now = Instant::now();
                 // First: bytes an automatic release lets through join the queues
                 // before the writes are budgeted (else nothing may wake the loop to
@@ -252,12 +270,14 @@ impl Conn {
                     r = dr.read_buf(&mut self.dbuf), if can_read_down => match r {
                         Ok(0) => {
                             down_eof = true;
-                            self.up_hold = None;
-                            self.marker_wait = false;
-                            self.end_all(ProxyEndKind::DownstreamClosed);
-                            let _ = uw.shutdown().await;
+                            self.downstream_eof(&mut uw).await;
                         }
                         Ok(_) => self.on_down(Instant::now()),
+                        Err(_) if self.rules.blackhole => {
+                            down_eof = true;
+                            self.end_all(ProxyEndKind::DownstreamReset);
+                            self.ended_in_blackhole = Some(Close::Rst);
+                        }
                         Err(_) => break self.reset_all(ProxyEndKind::DownstreamReset),
                     },
                     _ = sleep_until(wake), if wake.is_some() => {}
@@ -298,7 +318,13 @@ impl Conn {
                 self.end_upstream(ProxyEndKind::UpstreamClosed)
             });
         }
-        if down_eof && self.to_up.q.is_empty() && self.up_hold.is_none() && self.xs.is_empty() {
+        if down_eof
+            && !self.rules.blackhole
+            && self.ended_in_blackhole.is_none()
+            && self.to_up.q.is_empty()
+            && self.up_hold.is_none()
+            && self.xs.is_empty()
+        {
             return Some(Close::Fin);
         }
         if let Some(d) = self.cut_deadline
@@ -354,11 +380,12 @@ impl Conn {
         .min()
     }
 
-    /// Whether to read the gateway's side: not under a blackhole, not once it ended,
-    /// not while the bytes queued for the replica are at the cap.
+    /// Whether to read the gateway's side: not once it ended, not while the bytes
+    /// queued for the replica are at the cap. Also under a blackhole: what the gateway
+    /// sends is recorded when it comes and queued until the heal.
     #[inline]
     fn can_read_down(&self, down_eof: bool) -> bool {
-        !self.rules.blackhole && !down_eof && self.to_up.bytes < QUEUE_CAP
+        !down_eof && self.to_up.bytes < QUEUE_CAP
     }
 
     /// Whether to read the replica's side: as [`Conn::can_read_down`], and not while
@@ -372,6 +399,37 @@ impl Conn {
                 .down_hold
                 .as_ref()
                 .is_none_or(|h| h.held.len() < QUEUE_CAP)
+    }
+
+    /// The gateway's side ended (FIN): its exchanges end; the replica's side is shut
+    /// too, or at the heal under a blackhole.
+    async fn downstream_eof(&mut self, uw: &mut tokio::net::tcp::WriteHalf<'_>) {
+        self.up_hold = None;
+        self.marker_wait = false;
+        self.end_all(ProxyEndKind::DownstreamClosed);
+        if self.rules.blackhole {
+            self.ended_in_blackhole = Some(Close::Fin);
+        } else {
+            let _ = uw.shutdown().await;
+        }
+    }
+
+    /// The gateway ended its side under a blackhole: the replica learns it once the
+    /// path carries again, after what was queued before it (a reset ends the loop).
+    async fn end_after_blackhole(
+        &mut self,
+        uw: &mut tokio::net::tcp::WriteHalf<'_>,
+    ) -> Option<Close> {
+        let end = self.ended_in_blackhole?;
+        if self.rules.blackhole || !self.to_up.q.is_empty() {
+            return None;
+        }
+        self.ended_in_blackhole = None;
+        if end == Close::Rst {
+            return Some(Close::Rst);
+        }
+        let _ = uw.shutdown().await;
+        None
     }
 
     /// The replica's side ended (FIN).

@@ -98,6 +98,8 @@ pub(super) struct Conn {
     /// `up_hold` holds a request head until its body's marker says whether it is a
     /// probe to stop at the `Queued` point.
     pub(super) marker_wait: bool,
+    /// The gateway ended its side (FIN or RST) under a blackhole: passed on at the heal.
+    pub(super) ended_in_blackhole: Option<Close>,
 }
 
 /// The epoch a connection acknowledges on applying `rules`: under a cut rule it
@@ -135,6 +137,7 @@ impl Conn {
             wbuf: Vec::new(),
             pending: BytesMut::new(),
             marker_wait: false,
+            ended_in_blackhole: None,
         }
     }
 
