@@ -412,6 +412,7 @@ impl EvidenceAcc {
             Event::ProxyRequest { .. }
             | Event::ProxyEnd { .. }
             | Event::ProxyRefused { .. }
+            | Event::ProxyLocal { .. }
             | Event::ProxyWatch { .. }
             | Event::ProxyListener { .. } => self.see_proxy(e),
             Event::Observation {

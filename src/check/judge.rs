@@ -328,6 +328,7 @@ fn fold_event(
     ev: Event,
 ) {
     acc.run.see(&ev);
+    acc.local.observe(&ev);
     acc.series.observe(&ev, intervals);
     acc.slip.observe(&ev);
     folder.push(ev, acc)

@@ -61,6 +61,8 @@ impl Rule {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LocalAcc {
     by: BTreeMap<Option<LocalErrno>, (u64, Option<FdLimit>, String)>,
+    /// haq's proxy's own failures (`proxy_local`): (replica, errno, during) → count.
+    proxy: BTreeMap<(String, String, String), u64>,
 }
 
 impl LocalAcc {
@@ -80,13 +82,72 @@ impl LocalAcc {
         }
     }
 
+    /// A `proxy_local` line: haq's proxy ran out of a local resource.
+    pub fn observe(&mut self, ev: &crate::trace::Event) {
+        if let crate::trace::Event::ProxyLocal {
+            replica,
+            errno,
+            during,
+            ..
+        } = ev
+        {
+            *self
+                .proxy
+                .entry((replica.clone(), errno.clone(), during.clone()))
+                .or_default() += 1;
+        }
+    }
+
     /// Requests in all.
     pub fn count(&self) -> u64 {
         self.by.values().map(|v| v.0).sum()
     }
 
-    /// One breach per errno, naming the limit to raise.
+    /// One breach per errno, naming the limit to raise; one per resource haq's proxy
+    /// ran out of.
     fn breaches(&self) -> impl Iterator<Item = Breach> + '_ {
+        let proxy = self.proxy.iter().map(|((replica, errno, during), n)| {
+            let (what, remedy) = match LocalErrno::from_name(errno) {
+                Some(LocalErrno::Emfile) => ("file descriptors (EMFILE)", "raise `ulimit -n`"),
+                Some(LocalErrno::Enfile) => (
+                    "the system's open-file table (ENFILE)",
+                    "raise `fs.file-max`",
+                ),
+                Some(LocalErrno::Enobufs) => (
+                    "socket buffer space (ENOBUFS)",
+                    "give haq's host more memory",
+                ),
+                Some(LocalErrno::Enomem) => ("memory (ENOMEM)", "give haq's host more memory"),
+                Some(LocalErrno::Eaddrnotavail) => (
+                    "local ports (EADDRNOTAVAIL)",
+                    "widen net.ipv4.ip_local_port_range",
+                ),
+                None => ("a local resource", "see the trace's proxy_local lines"),
+            };
+            let (during, n) = if during == "accept" {
+                (
+                    "accepting the gateway's connections",
+                    format!("in {}", crate::scenario::words::plural(*n, "second")),
+                )
+            } else {
+                (
+                    "connecting to the replica",
+                    crate::scenario::words::plural(*n, "time"),
+                )
+            };
+            Breach {
+                rule: Rule::Local,
+                phase: None,
+                message: format!(
+                    "haq's proxy for {replica} ran out of {what} {during} ({n}): a failure of haq's host, not of the target — what the gateway sent through it failed for haq's reason; {remedy}"
+                ),
+            }
+        });
+        self.requests_breaches().chain(proxy)
+    }
+
+    /// One breach per errno of the requests that ended `local`.
+    fn requests_breaches(&self) -> impl Iterator<Item = Breach> + '_ {
         self.by.iter().map(|(errno, (n, limit, first))| {
             let limit = |what: &str| match limit {
                 Some(l) => format!("{what} (now {})", l.soft),

@@ -269,6 +269,7 @@ async fn accept_loop(
     let mut parked: Option<std::net::TcpListener> = None;
     // Since the death: when, and whether the replica's address has refused once.
     let (mut down_since, mut refused_seen) = (Instant::now(), false);
+    let mut last_local = None;
     loop {
         let Some(active) = listener.as_ref() else {
             // Dead: wait for the replica (a replacement) to listen again.
@@ -316,8 +317,19 @@ async fn accept_loop(
                 let _ = sock.set_nodelay(true);
                 tasks.spawn(conn::serve(p.clone(), sock, stop.clone()));
             }
-            // Out of descriptors or similar: back off instead of spinning.
-            Err(_) => tokio::time::sleep(REVIVE_POLL).await,
+            // Out of descriptors or similar: haq's failure, recorded (at most once a
+            // second: the loop retries every REVIVE_POLL); back off instead of spinning.
+            Err(e) => {
+                if let Some(l) = e
+                    .raw_os_error()
+                    .and_then(crate::wire::io::LocalErrno::from_raw)
+                    && last_local.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1))
+                {
+                    p.local_failure(l, "accept");
+                    last_local = Some(Instant::now());
+                }
+                tokio::time::sleep(REVIVE_POLL).await
+            }
         }
     }
 }

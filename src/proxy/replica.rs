@@ -73,6 +73,17 @@ impl ReplicaProxy {
         }
     }
 
+    /// haq's own host ran out of `errno`'s resource `during` an accept or a connect:
+    /// recorded as haq's failure (`proxy_local`), never as the replica's.
+    pub(super) fn local_failure(&self, errno: crate::wire::io::LocalErrno, during: &str) {
+        self.trace.emit(crate::trace::Event::ProxyLocal {
+            t: self.clock.now_us(),
+            replica: self.name.clone(),
+            errno: errno.name().into(),
+            during: during.into(),
+        });
+    }
+
     /// The `host:port` it forwards to.
     pub fn upstream(&self) -> Option<String> {
         self.upstream

@@ -244,6 +244,17 @@ pub enum Event {
         peer: String,
         how: RefusedHow,
     },
+    /// haq's proxy ran out of a local resource (file descriptors, memory, socket
+    /// buffers, local ports) accepting the gateway's connection or connecting to the
+    /// replica: haq's failure, not the target's (the run is INVALID).
+    ProxyLocal {
+        t: u64,
+        replica: String,
+        /// The errno's C name (`EMFILE`).
+        errno: String,
+        /// `accept` or `connect`.
+        during: String,
+    },
     /// Whether haq's proxy sees the connect attempts its closed listeners refuse:
     /// written when the proxies start, and again if the watch stops.
     ProxyWatch {
@@ -334,6 +345,7 @@ impl Event {
             | Event::ProxyRequest { t, .. }
             | Event::ProxyEnd { t, .. }
             | Event::ProxyRefused { t, .. }
+            | Event::ProxyLocal { t, .. }
             | Event::ProxyWatch { t, .. }
             | Event::ProxyListener { t, .. }
             | Event::Observation { t, .. }
@@ -500,6 +512,9 @@ pub enum ProxyEndKind {
     HeldDropped,
     /// The proxy was stopped (end of run).
     Stopped,
+    /// haq's proxy could not connect to the replica for want of a local resource
+    /// (`proxy_local`): haq's failure, not the replica's.
+    Local,
 }
 
 /// How a connect attempt to a dead replica's path was turned away.

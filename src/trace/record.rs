@@ -170,7 +170,7 @@ impl ProxyLeg {
         let result = self.end.map(|(_, k)| match k {
             ProxyEndKind::Completed => "finished",
             ProxyEndKind::DownstreamClosed | ProxyEndKind::DownstreamReset => "client_gone",
-            ProxyEndKind::Stopped => "stopped",
+            ProxyEndKind::Stopped | ProxyEndKind::Local => "stopped",
             _ => "failed",
         });
         AttemptRec {

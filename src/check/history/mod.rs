@@ -287,6 +287,7 @@ impl Folder {
             | Event::Exited { .. }
             | Event::ProxyEnd { .. }
             | Event::ProxyRefused { .. }
+            | Event::ProxyLocal { .. }
             | Event::ProxyWatch { .. }
             | Event::ProxyListener { .. }
             | Event::Warmed { .. }
