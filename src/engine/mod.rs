@@ -159,13 +159,17 @@ pub async fn run(
     let (tw, th) = TraceWriter::create(&dir.join(trace::TRACE_FILE))
         .context("creating the trace")
         .map_err(env)?;
+    // The run stops as soon as its trace cannot be written (a full disk): what it
+    // measured after could not be kept. A stop of haq's own, not an interrupt.
+    let run_cancel = cancel.child_token();
+    let _trace_watch = watch_trace(tw.clone(), run_cancel.clone());
     let mut r = Run {
         plan: &plan,
         dir,
         clock,
         tw,
         progress: Progress::new(opts.quiet, plan.phases.len()),
-        cancel: &cancel,
+        cancel: &run_cancel,
         marker: crate::workload::BodyMarker {
             field: plan.scenario.client.marker,
             token: crate::wire::marker::RunToken::fresh(),
@@ -200,13 +204,41 @@ pub async fn run(
         },
     });
     let run_dir = r.dir.clone();
+    let trace_failed = r.tw.failed().map(str::to_string);
     drop(r);
-    th.finish().context("writing the trace")?;
+    let finished = th.finish();
+    if let Some(e) = trace_failed {
+        return Err(env(anyhow::anyhow!(
+            "the trace {} could not be written ({e}): a failure of haq's host, not of the target; the run was stopped then and its faults healed, and it has no report (free space and run it again)",
+            run_dir.join(trace::TRACE_FILE).display()
+        )));
+    }
+    finished.context("writing the trace")?;
     driven?;
     Ok(Recorded {
         run_dir,
         interrupted,
     })
+}
+
+/// Cancels `stop` once the trace writer has failed; ends with the returned guard.
+fn watch_trace(tw: TraceWriter, stop: CancellationToken) -> tokio_util::sync::DropGuard {
+    let done = CancellationToken::new();
+    let guard = done.clone().drop_guard();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = done.cancelled() => return,
+            }
+            if tw.failed().is_some() {
+                stop.cancel();
+                return;
+            }
+        }
+    });
+    guard
 }
 
 /// The run's first lines, then the target started (sim) or reached (url) and

@@ -62,6 +62,8 @@ struct Shared {
     /// The writer thread, woken early when the buffer is full.
     thread: OnceLock<Thread>,
     cap: usize,
+    /// Why the writer stopped writing (a full disk, an I/O error), once it did.
+    failed: OnceLock<String>,
 }
 
 struct Buf {
@@ -128,7 +130,14 @@ impl TraceWriter {
             room: Condvar::new(),
             thread: OnceLock::new(),
             cap,
+            failed: OnceLock::new(),
         })
+    }
+
+    /// Why the trace stopped being written (the disk is full, an I/O error), once it
+    /// has: the run stops then — nothing it measured after could be kept.
+    pub fn failed(&self) -> Option<&str> {
+        self.shared.failed.get().map(String::as_str)
     }
 
     /// Appends one event. Waits only when the buffer is full (counted); after the
@@ -278,6 +287,7 @@ fn write_loop(mut file: std::fs::File, sh: &Shared) -> std::io::Result<()> {
         if !out.is_empty() {
             if let Err(e) = file.write_all(&out) {
                 // Nothing more can be written: stop accepting (waiters wake), report.
+                let _ = sh.failed.set(e.to_string());
                 lock(&sh.buf).closed = true;
                 sh.room.notify_all();
                 return Err(e);
@@ -298,6 +308,37 @@ fn write_loop(mut file: std::fs::File, sh: &Shared) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::trace::{ChunkKind, Edge, read};
+
+    /// A device that is always full: the writer says why it stopped, emits are dropped
+    /// (never a wait for room that will not come), `finish` reports the error.
+    #[test]
+    fn a_full_disk_is_reported_and_emits_do_not_wait() {
+        let Ok((tw, th)) = TraceWriter::create(Path::new("/dev/full")) else {
+            return;
+        };
+        for i in 0..10_000u64 {
+            tw.emit(Event::Phase {
+                t: i,
+                name: "p".repeat(64),
+                edge: Edge::Start,
+            });
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while tw.failed().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let why = tw.failed().map(str::to_string);
+        assert!(
+            why.as_deref().is_some_and(|w| w.contains("No space left")),
+            "{why:?}"
+        );
+        tw.emit(Event::Phase {
+            t: 0,
+            name: "after".into(),
+            edge: Edge::End,
+        });
+        assert!(th.finish().is_err());
+    }
 
     fn temp(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("haq-trace-{}-{name}", std::process::id()));

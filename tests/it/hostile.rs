@@ -614,3 +614,59 @@ async fn both_clients_bound_a_huge_line_name_an_encoding_and_refuse_an_endless_h
         assert_eq!(o, Outcome::Completed, "{tr:?}: {d}");
     }
 }
+
+/// A disk that fills during the run (a 256 KiB tmpfs in a mount namespace of the
+/// test's own): the run stops soon after its trace cannot be written — not at the
+/// end of its two planned minutes — heals, and says it was haq's host (exit 2).
+#[test]
+fn a_full_disk_stops_the_run_and_says_it_was_haqs_host() {
+    let dir = scratch("enospc");
+    let mnt = dir.join("small");
+    std::fs::create_dir_all(&mnt).expect("mnt");
+    let can = std::process::Command::new("unshare")
+        .args(["-rm", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs -o size=256k tmpfs '{}'",
+            mnt.display()
+        ))
+        .status()
+        .is_ok_and(|s| s.success());
+    if !can {
+        crate::support::skipped(
+            "hostile::a_full_disk_stops_the_run_and_says_it_was_haqs_host",
+            "no user and mount namespace here (unshare -rm): cannot make a small disk",
+        );
+        return;
+    }
+    let scenario = std::fs::canonicalize("scenarios/quickstart.yaml").expect("quickstart");
+    let script = format!(
+        "mount -t tmpfs -o size=256k tmpfs '{m}' && exec '{haq}' run -q --out '{m}/run' '{s}' --set phases[0].duration=60s --set phases[1].duration=30s --set phases[2].duration=30s",
+        m = mnt.display(),
+        haq = haq_bin().display(),
+        s = scenario.display()
+    );
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new("unshare")
+        .args(["-rm", "sh", "-c", &script])
+        .env("HAQ_NICE", "off")
+        .output()
+        .expect("runs");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("could not be written (No space left on device")
+            && stderr.contains("a failure of haq's host, not of the target"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "one clear error: {stderr}"
+    );
+    // Planned: two minutes of load. Stopped when the trace filled (seconds in).
+    assert!(
+        took < Duration::from_secs(90),
+        "the run went on {took:?} with no trace"
+    );
+}
