@@ -128,6 +128,11 @@ mod tests {
         for i in 80..84u64 {
             recs.push(record(i, Outcome::Rejected, true, 5000, 5000));
         }
+        // Ends of haq's own (its host ran out, its interrupt): not the target's failures.
+        for i in 84..87u64 {
+            recs.push(record(i, Outcome::Local, true, 10, 10));
+        }
+        recs.push(record(87, Outcome::Interrupted, true, 10, 10));
         let mut table = PhaseAcc::new("fault", PhaseKind::Fault);
         let mut live = LivePhase::default();
         for r in &recs {
@@ -147,5 +152,6 @@ mod tests {
             (t.requests, t.completed, t.failed, t.rejected)
         );
         assert_eq!((t.completed, t.failed, t.rejected), (75, 5, 4));
+        assert_eq!((table.local, table.interrupted), (3, 1));
     }
 }
