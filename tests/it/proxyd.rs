@@ -23,6 +23,25 @@ fn read(trace: &std::path::Path) -> Vec<Event> {
         .collect()
 }
 
+/// `haq run` of scenario `f` into `run_dir`, borrowing from the daemon at `ctl`.
+async fn haq_run(
+    f: &std::path::Path,
+    run_dir: &std::path::Path,
+    ctl: &std::path::Path,
+) -> std::process::Output {
+    let done = tokio::process::Command::new(haq_bin())
+        .args(["run", "--quiet", "--out"])
+        .arg(run_dir)
+        .arg(f)
+        .env("HAQ_PROXY_DIR", ctl)
+        .current_dir(root())
+        .output();
+    tokio::time::timeout(Duration::from_secs(120), done)
+        .await
+        .expect("the run ends")
+        .expect("haq run")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_borrow_the_listen_addresses_haq_proxy_keeps_up() {
     let dir = scratch("proxyd");
@@ -103,17 +122,7 @@ faults: []
     assert!(health(listens[0]).await, "the daemon relays before any run");
     for round in 1..=2 {
         let run_dir = dir.join(format!("run{round}"));
-        let done = tokio::process::Command::new(haq_bin())
-            .args(["run", "--quiet", "--out"])
-            .arg(&run_dir)
-            .arg(&f)
-            .env("HAQ_PROXY_DIR", &ctl)
-            .current_dir(root())
-            .output();
-        let done = tokio::time::timeout(Duration::from_secs(120), done)
-            .await
-            .expect("the run ends")
-            .expect("haq run");
+        let done = haq_run(&f, &run_dir, &ctl).await;
         assert_eq!(
             done.status.code(),
             Some(0),
@@ -151,6 +160,46 @@ faults: []
         )
         .await;
     }
+    // A replica dead across a lend and its return: b is killed while the daemon
+    // serves; the daemon refuses its address (as b does); a run borrows it, finds b
+    // down, stops with one error and gives the address back; the daemon still refuses
+    // — and relays again once b listens again on its port.
+    let b_addr = host_port(b.url()).to_string();
+    let mut b = b;
+    b.p.kill_and_reap().await;
+    let refused = async |port: u16| {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+    };
+    // The gateway's health checks let the daemon find b dead and close its listener.
+    eventually(
+        "the daemon refuses the dead replica's address",
+        Duration::from_secs(20),
+        async || refused(listens[1]).await,
+    )
+    .await;
+    let done = haq_run(&f, &dir.join("run-dead"), &ctl).await;
+    let said = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("replica b: upstream") && said.contains("not reachable"),
+        "{said}"
+    );
+    eventually(
+        "the returned address still refuses while b is down",
+        Duration::from_secs(20),
+        async || refused(listens[1]).await,
+    )
+    .await;
+    let _b2 = worker_in(&dir, "b", json!({}), None, &b_addr).await;
+    eventually(
+        "the daemon relays to b again",
+        Duration::from_secs(30),
+        async || health(listens[1]).await,
+    )
+    .await;
+    assert!(health(listens[0]).await, "a was served throughout");
     let _ = daemon.start_kill();
     let err = daemon.wait_with_output().await.expect("daemon output");
     let said = String::from_utf8_lossy(&err.stderr);
