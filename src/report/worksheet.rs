@@ -397,9 +397,14 @@ fn response_rows(o: &mut Section, c: &Criteria, f: &FaultTimeline) {
             .unwrap_or_default(),
     );
     let req = f.in_flight.settled.map(|s| {
+        let left = if f.in_flight.left > 0 {
+            format!(", {} left by the client or haq", f.in_flight.left)
+        } else {
+            String::new()
+        };
         (
             format!(
-                "+{:.0} ms ({} caught: {} recovered, {} terminated)",
+                "+{:.0} ms ({} caught: {} recovered, {} terminated{left})",
                 ms(f.injected, s),
                 f.in_flight.caught,
                 f.in_flight.recovered,

@@ -77,9 +77,11 @@ pub fn upstream_cancel(ctx: &Ctx, v: &View, _: &[FaultRec], out: &mut Out) {
             a.result.as_deref().unwrap_or("?"),
             ms(grace)
         )),
-        // Still alive by the evidence, which goes on past the grace: never cancelled.
+        // Still alive by the evidence, which goes on past the grace: never cancelled
+        // within it. How long it ran on after is not known (the request's record is
+        // closed once the evidence has passed the grace): "at least".
         None if v.r.journal_until >= left + grace => Some(format!(
-            "still running {} after the client went away ({seen})",
+            "still running at least {} after the client went away ({seen} by then)",
             ms(v.r.journal_until - left)
         )),
         // The evidence stops first (the run ended): nothing to say.
