@@ -245,6 +245,7 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
         reports_dir: dir.clone(),
         quiet: true,
         haq_bin: Some(bin),
+        agents: None,
     };
     let cpu0 = cpu_seconds();
     // The whole `haq run` path: record, judge, write.
