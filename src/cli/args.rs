@@ -291,6 +291,10 @@ pub enum BenchCommand {
         /// The HTTP client haq's run uses (`client.transport`).
         #[arg(long, value_enum, default_value = "auto")]
         transport: crate::scenario::Transport,
+        /// Send the load from N local agent processes (`haq run --agents N`); their
+        /// CPU is counted with haq's.
+        #[arg(long, default_value_t = 1)]
+        agents: u64,
     },
     /// The stamping SSE server (started by `bench client`).
     #[command(hide = true)]

@@ -353,10 +353,12 @@ async fn bench(cmd: BenchCommand) -> Exit {
             json,
             bare,
             transport,
+            agents,
         } => {
             let cfg = crate::bench::BenchConfig {
                 bare,
                 transport,
+                agents,
                 streams,
                 shape,
                 duration,

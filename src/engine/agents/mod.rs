@@ -269,3 +269,81 @@ pub fn merge_traces(run_dir: &Path, count: u64) -> anyhow::Result<merge::Merged>
         .collect();
     merge::merge(&run_dir.join(crate::trace::TRACE_FILE), &parts).map_err(anyhow::Error::msg)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    fn note() -> AgentNote {
+        AgentNote {
+            agent: "agent-1".into(),
+            share: 1,
+            of: 3,
+            deadline_us: Some(2_000_000),
+            ..Default::default()
+        }
+    }
+
+    fn result(late: bool, ready_us: u64) -> AgentResult {
+        AgentResult {
+            index: 1,
+            count: 3,
+            ready_us,
+            late,
+            sent: if late { 0 } else { 17 },
+            left_us: 0,
+            offset_us: 4,
+        }
+    }
+
+    #[test]
+    fn how_an_agent_ended_is_read_from_its_exit_and_its_result() {
+        let (s, n) = ended(
+            note(),
+            Ok(ExitStatus::from_raw(0)),
+            Some(result(false, 900_000)),
+        );
+        assert_eq!(
+            (s, n.sent, n.offset_us),
+            (AgentState::Done, Some(17), Some(4))
+        );
+        // Late: its result says so, whatever its exit code.
+        let (s, n) = ended(
+            note(),
+            Ok(ExitStatus::from_raw(2 << 8)),
+            Some(result(true, 2_300_000)),
+        );
+        assert_eq!(s, AgentState::Late);
+        assert_eq!(
+            n.reason.as_deref(),
+            Some("ready 0.300 s after the start deadline, so it sent nothing")
+        );
+        // Killed (SIGKILL, no result), exited non-zero, or exited 0 without a result.
+        let (s, n) = ended(note(), Ok(ExitStatus::from_raw(9)), None);
+        assert_eq!(s, AgentState::Lost);
+        assert!(
+            n.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("killed by signal 9")),
+            "{n:?}"
+        );
+        let (s, n) = ended(
+            note(),
+            Ok(ExitStatus::from_raw(2 << 8)),
+            Some(result(false, 1)),
+        );
+        assert_eq!(s, AgentState::Lost);
+        assert!(
+            n.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("exited with code 2")),
+            "{n:?}"
+        );
+        let (s, n) = ended(note(), Ok(ExitStatus::from_raw(0)), None);
+        assert_eq!(s, AgentState::Lost);
+        assert_eq!(n.reason.as_deref(), Some("exited without its result.json"));
+    }
+}
