@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     // may (haq::priority); before the runtime so that every thread inherits it. The
     // bench server is part of the instrument (it stamps the truth the client's lag is
     // measured against), so it is favoured like the client it measures.
-    if matches!(&cli.command, Command::Run(_))
+    if matches!(&cli.command, Command::Run(_) | Command::Agent(_))
         || matches!(&cli.command, Command::Bench(b) if matches!(b.command, BenchCommand::Client { .. } | BenchCommand::Server { .. }))
     {
         haq::priority::raise_for_measurement();

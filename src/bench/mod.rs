@@ -33,12 +33,16 @@ pub struct BenchConfig {
     pub bare: bool,
     /// The HTTP client of the run (`client.transport`).
     pub transport: crate::scenario::Transport,
+    /// Local agent processes sending the load (`haq run --agents`; 1: this process).
+    pub agents: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     /// The bare floor (`--bare`): reads counted, nothing else measured.
     pub bare: bool,
+    /// Processes that sent the load (`--agents`); their CPU is counted with haq's.
+    pub agents: u64,
     pub streams: u32,
     pub tokens: u32,
     pub itl_ms: f64,
@@ -87,9 +91,15 @@ pub struct BenchReport {
 }
 
 fn cpu_seconds() -> f64 {
+    cpu_seconds_of(libc::RUSAGE_SELF)
+}
+
+/// CPU time of `who` (`RUSAGE_SELF`, or `RUSAGE_CHILDREN`: the children reaped so far —
+/// the agents of a run, reaped when it ends).
+fn cpu_seconds_of(who: libc::c_int) -> f64 {
     // SAFETY: getrusage fills the struct we own.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    unsafe { libc::getrusage(who, &mut u) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(u.ru_utime) + tv(u.ru_stime)
 }
@@ -217,6 +227,29 @@ fn analyse(trace: &std::path::Path) -> anyhow::Result<Analysis> {
     Ok(a)
 }
 
+/// The benchmark's run: in a fresh directory under `dir`, by this process or by
+/// `cfg.agents` agents (which re-read the scenario `text` from a file).
+fn run_options(
+    cfg: &BenchConfig,
+    dir: &std::path::Path,
+    text: &str,
+    bin: PathBuf,
+) -> anyhow::Result<crate::engine::RunOptions> {
+    let scenario_file = dir.join("bench.yaml");
+    std::fs::write(&scenario_file, text)?;
+    Ok(crate::engine::RunOptions {
+        out: Some(dir.join(format!("run-{}", crate::wire::mono_ns()))),
+        reports_dir: dir.to_path_buf(),
+        quiet: true,
+        haq_bin: Some(bin),
+        agents: (cfg.agents > 1).then(|| crate::engine::agents::Agents {
+            count: cfg.agents,
+            scenario: scenario_file,
+            sets: Vec::new(),
+        }),
+    })
+}
+
 pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
     crate::wire::fds::raise_fd_limit();
     let dir = match &cfg.out {
@@ -239,24 +272,21 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
     let text = scenario(&cfg, &format!("{}/v1", server.url), rate);
     let plan = crate::plan::load_str(&text, "bench.yaml", &dir, &[], None)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let run_dir = dir.join(format!("run-{}", crate::wire::mono_ns()));
-    let opts = crate::engine::RunOptions {
-        out: Some(run_dir.clone()),
-        reports_dir: dir.clone(),
-        quiet: true,
-        haq_bin: Some(bin),
-    };
+    let opts = run_options(&cfg, &dir, &text, bin)?;
     let cpu0 = cpu_seconds();
+    let children0 = cpu_seconds_of(libc::RUSAGE_CHILDREN);
     // The whole `haq run` path: record, judge, write.
     let r = crate::engine::run(plan, opts, CancellationToken::new()).await?;
     crate::report::judge_and_write(&r.run_dir)?;
+    // The agents' CPU (reaped by now; the server is not yet).
+    let agents_cpu = cpu_seconds_of(libc::RUSAGE_CHILDREN) - children0;
     let cpu1 = cpu_seconds();
     drop(server);
     // The run judged its trace at the end; judging again (with its interval log, as
     // the run does) measures that part alone.
     let (_, j) = crate::report::judge_writing_hlog(&r.run_dir)?;
     let cpu_judge = cpu_seconds() - cpu1;
-    let cpu_load = (cpu1 - cpu0 - cpu_judge).max(0.0);
+    let cpu_load = (cpu1 - cpu0 - cpu_judge).max(0.0) + agents_cpu;
     let a = analyse(&r.run_dir.join(crate::trace::TRACE_FILE))?;
     let per100k = |cpu: f64| {
         if a.events > 0 {
@@ -275,6 +305,7 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
     let phase = j.phases.first();
     Ok(BenchReport {
         bare: false,
+        agents: cfg.agents,
         streams: cfg.streams,
         tokens: cfg.shape.tokens,
         itl_ms: cfg.shape.itl.as_secs_f64() * 1e3,
@@ -347,6 +378,7 @@ async fn bare(cfg: &BenchConfig, url: &str, rate: f64) -> anyhow::Result<BenchRe
     let per100k = (cpu / events.max(1) as f64 * 1e5 * 1000.0).round() / 1000.0;
     Ok(BenchReport {
         bare: true,
+        agents: 1,
         streams: cfg.streams,
         tokens: cfg.shape.tokens,
         itl_ms: cfg.shape.itl.as_secs_f64() * 1e3,
@@ -400,10 +432,15 @@ impl std::fmt::Display for BenchReport {
         }
         writeln!(
             f,
-            "haq bench client ({}) · {} streams × {} tokens, ITL {} ms{} · {:.1} req/s",
+            "haq bench client ({}{}) · {} streams × {} tokens, ITL {} ms{} · {:.1} req/s",
             match self.transport {
                 crate::scenario::Transport::Auto => "own HTTP/1.1 client",
                 crate::scenario::Transport::Reqwest => "reqwest",
+            },
+            if self.agents > 1 {
+                format!(", {} agents", self.agents)
+            } else {
+                String::new()
             },
             self.streams,
             self.tokens,

@@ -23,6 +23,7 @@ struct Acc {
     series: crate::metrics::SeriesAcc,
     slip: crate::metrics::SlipAcc,
     local: super::validity::LocalAcc,
+    agents: super::agents::AgentAcc,
 }
 
 impl RequestSink for Acc {
@@ -38,6 +39,7 @@ impl RequestSink for Acc {
             self.slip.add(r, &m);
         }
         self.local.add(r);
+        self.agents.add(r);
         self.fate.add(r, faults);
         self.run.request(r, &m, faults);
     }
@@ -202,6 +204,7 @@ impl Acc {
             series: crate::metrics::SeriesAcc::default(),
             slip: crate::metrics::SlipAcc::new(plan),
             local: Default::default(),
+            agents: Default::default(),
         }
     }
 }
@@ -293,7 +296,8 @@ fn judgement(
     });
     let gates = super::gates::judge(plan, &verdicts);
     let unfinished = folder.unfinished();
-    let client = super::validity::judge(plan, &acc.slip.finish(), &phases, &acc.local);
+    let client =
+        super::validity::judge(plan, &acc.slip.finish(), &phases, (&acc.local, &acc.agents));
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     Judgement {
@@ -331,6 +335,7 @@ fn fold_event(
     acc.local.observe(&ev);
     acc.series.observe(&ev, intervals);
     acc.slip.observe(&ev);
+    acc.agents.observe(&ev);
     folder.push(ev, acc)
 }
 

@@ -6,6 +6,7 @@
 //! PASS; a verdict this version does not judge is NOT_EVALUATED with the reason. The
 //! eight are judged in one place, [`verdicts`].
 
+pub mod agents;
 pub mod cache_effects;
 pub mod capacity;
 #[cfg(test)]

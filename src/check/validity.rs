@@ -16,6 +16,9 @@
 //! buffer, stalling the client's reads. A single scheduler hiccup of tens of ms moves
 //! none of these.
 //!
+//! Or when **agent**: an agent of `haq run --agents N` was late, lost, or reported
+//! other sends than the trace holds of its share (`check::agents`), named.
+//!
 //! Or when **local**: a request failed on haq's own host — out of file descriptors,
 //! memory or socket buffers, or local ports (the `local` outcome, issue 15 item 1).
 //! Those requests say nothing about the target, and the load it was offered was not
@@ -42,6 +45,7 @@ pub enum Rule {
     Load,
     TraceWriter,
     Local,
+    Agent,
 }
 
 impl Rule {
@@ -52,6 +56,7 @@ impl Rule {
             Rule::Load => "load",
             Rule::TraceWriter => "trace_writer",
             Rule::Local => "local",
+            Rule::Agent => "agent",
         }
     }
 }
@@ -252,6 +257,9 @@ pub struct ClientHealth {
     pub trace_wait_max_ms: f64,
     /// Requests that failed on haq's own host (`local`): zero in a valid run.
     pub local_failures: u64,
+    /// The agents that sent the load (`haq run --agents N`); absent for one process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents: Option<super::agents::AgentsHealth>,
     /// False when haq's own lateness could have changed a verdict: the run is INVALID.
     pub valid: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -274,9 +282,19 @@ fn ms(us: u64) -> f64 {
 
 /// Judges haq's sends against the scenario's `client` bounds, and haq's own host by the
 /// requests it failed (`local`).
-pub fn judge(plan: &Plan, s: &Sends, phases: &[PhaseStats], local: &LocalAcc) -> ClientHealth {
+pub fn judge(
+    plan: &Plan,
+    s: &Sends,
+    phases: &[PhaseStats],
+    (local, agents): (&LocalAcc, &super::agents::AgentAcc),
+) -> ClientHealth {
     let c = &plan.scenario.client;
     let mut breaches: Vec<Breach> = local.breaches().collect();
+    breaches.extend(agents.breaches().into_iter().map(|message| Breach {
+        rule: Rule::Agent,
+        phase: None,
+        message,
+    }));
     let health: Vec<PhaseHealth> = s
         .phases
         .iter()
@@ -313,6 +331,7 @@ pub fn judge(plan: &Plan, s: &Sends, phases: &[PhaseStats], local: &LocalAcc) ->
         trace_waits: s.trace_waits,
         trace_wait_max_ms: ms(s.trace_worst_us),
         local_failures: local.count(),
+        agents: agents.health(),
         valid: breaches.is_empty(),
         breaches,
     }

@@ -65,6 +65,20 @@ pub enum Command {
     Sim(SimArgs),
     /// Benchmarks of haq itself.
     Bench(BenchArgs),
+    /// One agent of `haq run --agents N` (started by the run, not by hand).
+    #[command(hide = true)]
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The scenario file the coordinator runs.
+    pub scenario: PathBuf,
+    /// The agent's assignment (its share, the clock epoch, the start deadline).
+    #[arg(long)]
+    pub assignment: PathBuf,
+    #[command(flatten)]
+    pub overrides: Overrides,
 }
 
 #[derive(Debug, Args)]
@@ -96,6 +110,11 @@ pub struct RunArgs {
     /// call with method, path and body), the verdicts it exercises — and start nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Send the load from N local haq processes (agents), each its share of the
+    /// schedule (request i: agent i mod N); this process keeps the phase clock and
+    /// the faults, and merges their traces (docs/agents.md). 1: this process alone.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub agents: u64,
     #[command(flatten)]
     pub overrides: Overrides,
 }
@@ -272,6 +291,10 @@ pub enum BenchCommand {
         /// The HTTP client haq's run uses (`client.transport`).
         #[arg(long, value_enum, default_value = "auto")]
         transport: crate::scenario::Transport,
+        /// Send the load from N local agent processes (`haq run --agents N`); their
+        /// CPU is counted with haq's.
+        #[arg(long, default_value_t = 1)]
+        agents: u64,
     },
     /// The stamping SSE server (started by `bench client`).
     #[command(hide = true)]

@@ -97,6 +97,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
         Command::Proxy(a) => proxy_daemon(a, cancel).await,
         Command::Sim(s) => sim::sim(s.command, cancel).await,
         Command::Bench(b) => bench(b.command).await,
+        Command::Agent(a) => agent(a, cancel).await,
     }
 }
 
@@ -176,6 +177,11 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         return dry_run(&plan);
     }
     let opts = RunOptions {
+        agents: (a.agents > 1).then(|| crate::engine::agents::Agents {
+            count: a.agents,
+            scenario: a.scenario.clone(),
+            sets: a.overrides.set.clone(),
+        }),
         out: a.out,
         reports_dir: a.reports_dir,
         quiet: a.quiet,
@@ -202,6 +208,24 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         }
         Err(e) => {
             eprintln!("error: the run failed: {e:#}");
+            Exit::Unusable
+        }
+    }
+}
+
+/// `haq agent`: one share of a `haq run --agents N` (exit 0 when it was sent).
+async fn agent(a: AgentArgs, cancel: CancellationToken) -> Exit {
+    let plan = match crate::plan::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Unusable;
+        }
+    };
+    match crate::engine::agents::agent(plan, &a.assignment, cancel).await {
+        Ok(()) => Exit::Pass,
+        Err(e) => {
+            eprintln!("haq agent: {e:#}");
             Exit::Unusable
         }
     }
@@ -329,10 +353,12 @@ async fn bench(cmd: BenchCommand) -> Exit {
             json,
             bare,
             transport,
+            agents,
         } => {
             let cfg = crate::bench::BenchConfig {
                 bare,
                 transport,
+                agents,
                 streams,
                 shape,
                 duration,

@@ -22,9 +22,38 @@ use tokio_util::task::TaskTracker;
 use super::progress::Progress;
 use crate::client::{self, Call, Timeouts};
 use crate::plan::Plan;
-use crate::target::Running;
 use crate::trace::{Clock, Edge, Event, Outcome, ReplicaInfo, TraceWriter};
-use crate::workload::{self, Planned, Schedule};
+use crate::workload::{self, Planned, Schedule, Share};
+
+/// Which part of the load this process offers (`haq run --agents`, docs/agents.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    /// Phase edges and every request: one process, as without agents.
+    Whole,
+    /// Phase edges only: the coordinator, whose agents send the requests.
+    Edges,
+    /// One share of the requests and no edges: an agent.
+    Share(Share),
+}
+
+impl Part {
+    fn sends(self, idx: u64) -> bool {
+        match self {
+            Part::Whole => true,
+            Part::Edges => false,
+            Part::Share(s) => s.holds(idx),
+        }
+    }
+
+    /// The warm connections this part opens: an agent its share of them.
+    fn warm(self, wanted: u32) -> u32 {
+        match self {
+            Part::Whole => wanted,
+            Part::Edges => 0,
+            Part::Share(s) => wanted.div_ceil(s.count.max(1) as u32),
+        }
+    }
+}
 
 /// What the dispatcher thread owns.
 struct Dispatcher {
@@ -47,6 +76,7 @@ struct Dispatcher {
     left: Arc<AtomicU64>,
     /// Where each body carries its marker, and the run's token.
     marker: workload::BodyMarker,
+    part: Part,
 }
 
 /// A request ready to go: body built, event filled but for the dispatch stamp.
@@ -60,6 +90,13 @@ struct Ready {
     stream: bool,
 }
 
+/// Where the load goes: the target's API and replicas (for attribution).
+#[derive(Clone, Copy)]
+pub(super) struct Aim<'a> {
+    pub api_url: &'a str,
+    pub replicas: &'a [ReplicaInfo],
+}
+
 /// What the load shares with the rest of the run.
 pub(super) struct Ctx<'a> {
     pub clock: &'a Clock,
@@ -69,13 +106,16 @@ pub(super) struct Ctx<'a> {
     /// Set to the last time a client went away before its answer ended: its workload
     /// abandonment, or haq's own stop at the drain timeout.
     pub left: Arc<AtomicU64>,
+    pub part: Part,
+    /// The start of load, when another process set it (agents); else 50 ms from now.
+    pub load_start: Option<Instant>,
 }
 
 /// Offers the schedule and fires phase edges on time from the start of load (told to
 /// `started`, whose clock the fault schedule shares), then drains.
 pub(super) async fn drive(
     plan: &Plan,
-    target: &Running,
+    target: Aim<'_>,
     marker: workload::BodyMarker,
     started: tokio::sync::oneshot::Sender<Instant>,
     ctx: Ctx<'_>,
@@ -86,6 +126,8 @@ pub(super) async fn drive(
         cancel,
         progress,
         left,
+        part,
+        load_start,
     } = ctx;
     let c = &plan.scenario.client;
     let http = client::Http::new(
@@ -96,8 +138,10 @@ pub(super) async fn drive(
     .with_limits(&c.limits);
     // Fail before any load if the schedule cannot be built (input data missing).
     Schedule::new(plan).map_err(anyhow::Error::msg)?;
-    if c.warm_connections > 0 {
-        warm(plan, &http, &target.api_url, clock, tw, cancel, progress).await;
+    let warm_n = part.warm(c.warm_connections);
+    if warm_n > 0 {
+        let to = (&http, target.api_url);
+        warm(plan, to, warm_n, clock, tw, cancel, progress).await;
     }
     // Stops in-flight requests: at the drain timeout they record `cancelled`, at an
     // interrupt `interrupted`.
@@ -111,11 +155,11 @@ pub(super) async fn drive(
         }))
     };
     let tracker = TaskTracker::new();
-    let load_start = Instant::now() + Duration::from_millis(50);
+    let load_start = load_start.unwrap_or_else(|| Instant::now() + Duration::from_millis(50));
     let _ = started.send(load_start);
     let d = Dispatcher {
         plan: plan.clone(),
-        api_url: target.api_url.clone(),
+        api_url: target.api_url.to_string(),
         http,
         timeouts: Timeouts {
             first_token: c.first_token_timeout.0,
@@ -135,9 +179,10 @@ pub(super) async fn drive(
             .max_concurrency
             .map(|n| Arc::new(Semaphore::new(n as usize))),
         load_start,
-        attribution: attribution(plan, &target.replicas),
+        attribution: attribution(plan, target.replicas),
         left,
         marker,
+        part,
     };
     let dispatched = dispatch(d, cancel).await;
     drain(plan, &tracker, cancel, progress).await;
@@ -145,6 +190,21 @@ pub(super) async fn drive(
     tracker.wait().await;
     progress.finish();
     dispatched.map_err(anyhow::Error::msg)
+}
+
+/// Records how the trace writer kept up (issue #4 item 5): any wait for room in its
+/// bounded buffer makes the run INVALID when judged.
+pub(super) fn emit_trace_stats(tw: &TraceWriter, clock: &Clock) {
+    let b = tw.backpressure();
+    tw.emit(Event::TraceStats {
+        t: clock.now_us(),
+        waits: b.waits,
+        waited_us: b.waited_us,
+        worst_us: b.worst_us,
+        peak_bytes: b.peak_bytes,
+        cap_bytes: b.cap_bytes,
+        lines: b.lines,
+    });
 }
 
 /// The response headers that name the serving replica and attempt, when the scenario
@@ -181,8 +241,8 @@ pub(super) fn attribution(
 /// Opens `client.warm_connections` connections before load and records them.
 async fn warm(
     plan: &Plan,
-    http: &client::Http,
-    api_url: &str,
+    (http, api_url): (&client::Http, &str),
+    wanted: u32,
     clock: &Clock,
     tw: &TraceWriter,
     cancel: &CancellationToken,
@@ -190,12 +250,12 @@ async fn warm(
 ) {
     let c = &plan.scenario.client;
     let w = http
-        .warm(api_url, c.warm_connections, c.connect_timeout.0, cancel)
+        .warm(api_url, wanted, c.connect_timeout.0, cancel)
         .await;
     progress.line(&format!(
         "warmed {} of {} connections to the target{}",
         w.conns.len(),
-        c.warm_connections,
+        wanted,
         if w.failed > 0 {
             format!(" ({} failed)", w.failed)
         } else {
@@ -204,7 +264,7 @@ async fn warm(
     ));
     tw.emit(Event::Warmed {
         t: clock.now_us(),
-        wanted: c.warm_connections,
+        wanted,
         conns: w.conns,
         failed: w.failed,
     });
@@ -329,6 +389,16 @@ impl Dispatcher {
         }
     }
 
+    /// The next request of the schedule this part sends, ready.
+    fn next_mine(&self, schedule: &mut Schedule) -> Option<Ready> {
+        if self.part == Part::Edges {
+            return None;
+        }
+        schedule
+            .find(|p| self.part.sends(p.idx))
+            .map(|p| self.prepare(p))
+    }
+
     fn edge(&self, (i, edge): (usize, Edge)) {
         let p = &self.plan.phases[i];
         self.tw.emit(Event::Phase {
@@ -347,12 +417,14 @@ impl Dispatcher {
         tight_timer_slack();
         let mut schedule = Schedule::new(&self.plan)?;
         let mut edges: Vec<(Duration, (usize, Edge))> = Vec::new();
-        for (i, p) in self.plan.phases.iter().enumerate() {
+        // An agent's phase edges are the coordinator's.
+        let edged = !matches!(self.part, Part::Share(_));
+        for (i, p) in self.plan.phases.iter().enumerate().filter(|_| edged) {
             edges.push((p.start, (i, Edge::Start)));
             edges.push((p.end(), (i, Edge::End)));
         }
         let mut edges = edges.into_iter().peekable();
-        let mut next = schedule.next().map(|p| self.prepare(p));
+        let mut next = self.next_mine(&mut schedule);
         // When the dispatcher last came out of a wait for a slot (trace µs).
         let mut released: Option<u64> = None;
         loop {
@@ -383,7 +455,7 @@ impl Dispatcher {
             };
             self.spawn(r, permit, admitted);
             // Build the next request while waiting for its deadline.
-            next = schedule.next().map(|p| self.prepare(p));
+            next = self.next_mine(&mut schedule);
         }
     }
 

@@ -3,6 +3,7 @@
 //! stop and clean up whatever happens — and stop there: judging the trace is the next
 //! stage's job (`crate::run` goes on to `check` and `report`).
 
+pub mod agents;
 mod calibrate;
 mod dir;
 mod evidence;
@@ -34,6 +35,9 @@ pub struct RunOptions {
     pub quiet: bool,
     /// The haq executable for sim processes (default: `$HAQ_BIN` or this executable).
     pub haq_bin: Option<PathBuf>,
+    /// The load sent by this many agent processes (`--agents N`, N ≥ 2; `None`: by
+    /// this process, as always).
+    pub agents: Option<agents::Agents>,
 }
 
 /// A run recorded: its directory holds the trace and the evidence files, to be judged.
@@ -128,21 +132,6 @@ async fn finish_faults(
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
 }
 
-/// Records how the trace writer kept up (issue #4 item 5): any wait for room in its
-/// bounded buffer makes the run INVALID when judged.
-fn emit_trace_stats(tw: &TraceWriter, clock: &Clock) {
-    let b = tw.backpressure();
-    tw.emit(Event::TraceStats {
-        t: clock.now_us(),
-        waits: b.waits,
-        waited_us: b.waited_us,
-        worst_us: b.worst_us,
-        peak_bytes: b.peak_bytes,
-        cap_bytes: b.cap_bytes,
-        lines: b.lines,
-    });
-}
-
 /// Runs a validated plan end to end. Setup failures are [`EnvironmentError`]s.
 pub async fn run(
     plan: Plan,
@@ -152,6 +141,7 @@ pub async fn run(
     let env = |e: anyhow::Error| anyhow::Error::new(EnvironmentError(e));
     crate::plan::budget::fit(&plan, crate::wire::fds::raise_fd_limit())
         .map_err(|e| env(anyhow::anyhow!(e)))?;
+    check_agents(&plan, &opts).map_err(env)?;
     heal_leftovers(&opts);
     let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;
@@ -191,9 +181,9 @@ pub async fn run(
             return Err(env(e));
         }
     };
-    let driven = drive(&r, target).await?;
+    let driven = drive(&r, target, &opts).await?;
     let interrupted = cancel.is_cancelled();
-    emit_trace_stats(&r.tw, &r.clock);
+    load::emit_trace_stats(&r.tw, &r.clock);
     r.tw.emit(Event::RunEnd {
         t: r.clock.now_us(),
         interrupted,
@@ -214,6 +204,9 @@ pub async fn run(
         )));
     }
     finished.context("writing the trace")?;
+    if let Some(a) = &opts.agents {
+        agents::merge_traces(&run_dir, a.count).context("merging the agents' traces")?;
+    }
     driven?;
     Ok(Recorded {
         run_dir,
@@ -286,7 +279,11 @@ async fn start_target(
 /// The load through every phase with the faults on its clock; then every fault
 /// healed, the evidence collected and the target stopped. The outer error is a setup
 /// failure of the faults' environment; the inner one is the load's.
-async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Result<()>> {
+async fn drive(
+    r: &Run<'_>,
+    mut target: Running,
+    opts: &RunOptions,
+) -> anyhow::Result<anyhow::Result<()>> {
     let plan = r.plan;
     // Faults fire in their own task on the load's clock; the guard heals whatever is
     // still applied if this function unwinds or returns early.
@@ -315,20 +312,36 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
         }
     });
     let left = Arc::new(AtomicU64::new(0));
-    let driven = load::drive(
-        plan,
-        &target,
-        r.marker,
-        started,
-        load::Ctx {
-            clock: &r.clock,
-            tw: &r.tw,
-            cancel: r.cancel,
-            progress: &r.progress,
-            left: left.clone(),
-        },
-    )
-    .await;
+    let aim = load::Aim {
+        api_url: &target.api_url,
+        replicas: &target.replicas,
+    };
+    let ctx = load::Ctx {
+        clock: &r.clock,
+        tw: &r.tw,
+        cancel: r.cancel,
+        progress: &r.progress,
+        left: left.clone(),
+        part: load::Part::Whole,
+        load_start: None,
+    };
+    let driven = match &opts.agents {
+        None => load::drive(plan, aim, r.marker, started, ctx).await,
+        Some(a) => {
+            let bin = match &opts.haq_bin {
+                Some(b) => b.clone(),
+                None => target::sim::haq_binary().context("locating the haq executable")?,
+            };
+            let c = agents::Coordinator {
+                plan,
+                aim,
+                marker: r.marker,
+                run_dir: &r.dir,
+                bin: &bin,
+            };
+            agents::coordinate(c, a, started, ctx).await
+        }
+    };
     load_done.cancel();
     if let Some(w) = watch {
         let _ = w.await;
@@ -343,6 +356,27 @@ async fn drive(r: &Run<'_>, mut target: Running) -> anyhow::Result<anyhow::Resul
     target.stop().await;
     drop(guard);
     Ok(driven)
+}
+
+/// What agents cannot do: a closed loop (`workload.arrival.max_concurrency`) caps the
+/// sends of one process, not of N.
+fn check_agents(plan: &Plan, opts: &RunOptions) -> anyhow::Result<()> {
+    let Some(a) = &opts.agents else {
+        return Ok(());
+    };
+    if a.count < 2 {
+        anyhow::bail!(
+            "--agents {}: agents are 2 or more (1 is this process alone)",
+            a.count
+        );
+    }
+    if plan.scenario.workload.arrival.max_concurrency.is_some() {
+        anyhow::bail!(
+            "--agents {}: workload.arrival.max_concurrency is a closed loop over all sends, which N processes cannot share; run it with one",
+            a.count
+        );
+    }
+    Ok(())
 }
 
 /// How much longer than the cancel grace the proxies observe: an upstream still

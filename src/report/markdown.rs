@@ -119,7 +119,13 @@ fn summary(out: &mut String, plan: &Plan, j: &Judgement) {
                     }
                 ),
             ],
-        ],
+        ]
+        .into_iter()
+        .chain(
+            c.agents
+                .as_ref()
+                .map(|a| vec!["agents".into(), a.describe()]),
+        ),
     );
     if !j.run.complete || j.run.interrupted {
         let _ = writeln!(

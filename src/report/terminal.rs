@@ -171,6 +171,9 @@ fn client(out: &mut String, j: &Judgement) {
         c.slip_max_ms,
         crate::scenario::words::plural(c.requests, "request")
     ));
+    if let Some(a) = &c.agents {
+        out.push_str(&format!("client: {}\n", a.describe()));
+    }
     if j.invalid() {
         for r in c.reasons() {
             out.push_str(&format!("INVALID {r}\n"));

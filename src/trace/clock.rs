@@ -17,6 +17,19 @@ impl Clock {
         }
     }
 
+    /// The clock another process of this host started at CLOCK_MONOTONIC `base_mono_ns`
+    /// ([`Clock::base_mono_ns`]): an agent of `haq run --agents` stamps its events in
+    /// the coordinator's trace time with it. `None` when that instant is in this
+    /// process's future (another host's clock).
+    pub fn resumed(base_mono_ns: u64) -> Option<Self> {
+        let now_ns = mono_ns();
+        let since = Duration::from_nanos(now_ns.checked_sub(base_mono_ns)?);
+        Some(Clock {
+            base: Instant::now().checked_sub(since)?,
+            base_mono_ns,
+        })
+    }
+
     /// Microseconds since the clock started.
     #[inline]
     pub fn now_us(&self) -> u64 {

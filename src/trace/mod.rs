@@ -20,6 +20,7 @@ pub use writer::{Backpressure, QUEUE_CAP_BYTES, TraceHandle, TraceWriter};
 use std::path::Path;
 
 pub mod files;
+pub mod merge;
 pub mod record;
 
 pub use files::TRACE_FILE;

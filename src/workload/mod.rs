@@ -322,6 +322,35 @@ impl Iterator for Schedule<'_> {
     }
 }
 
+/// One agent's part of the schedule (`haq run --agents N`): request `idx` belongs to
+/// share `idx mod count`, so the shares of `0..count` together are exactly the
+/// single-process schedule, each request in one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl Share {
+    /// The whole schedule (one process).
+    pub const WHOLE: Share = Share { index: 0, count: 1 };
+
+    /// Whether request `idx` is this share's.
+    pub fn holds(self, idx: u64) -> bool {
+        idx % self.count.max(1) == self.index
+    }
+
+    /// The share of the request with id `id` among `count` (`None`: not a schedule id).
+    pub fn of_id(id: &str, count: u64) -> Option<u64> {
+        index_of(id).map(|i| i % count.max(1))
+    }
+}
+
+/// How agent `index` of `haq run --agents` is named in the trace and the reports.
+pub fn agent_name(index: u64) -> String {
+    format!("agent-{index}")
+}
+
 /// Which planted prompt of `workload.cache_truth` request `idx` carries (M6): request
 /// `every`·k − 1 carries prompt k mod `prompts` — from the index alone, so the checker
 /// finds the planted requests from their ids.

@@ -388,3 +388,26 @@ fn a_planting_period_below_two_is_refused() {
     let e = load_str(&text, "w.yaml", Path::new("."), &sets, None).expect_err("refused");
     assert_eq!(e.field, "workload.cache_truth.every", "{e}");
 }
+
+#[test]
+fn shares_partition_the_schedule_by_index() {
+    let p = plan_with(BASIC, &[]);
+    let whole = all(&p);
+    assert!(whole.len() > 10);
+    let n = 3;
+    let mut union: Vec<Planned> = (0..n)
+        .flat_map(|k| {
+            let share = Share { index: k, count: n };
+            let mine: Vec<Planned> = all(&p).into_iter().filter(|r| share.holds(r.idx)).collect();
+            assert!(mine.iter().all(|r| Share::of_id(&r.id, n) == Some(k)));
+            mine
+        })
+        .collect();
+    union.sort_by_key(|r| r.idx);
+    assert_eq!(
+        union, whole,
+        "the shares together are the schedule, each request once"
+    );
+    assert!(whole.iter().all(|r| Share::WHOLE.holds(r.idx)));
+    assert!(!Share { index: 1, count: 2 }.holds(4));
+}

@@ -1,5 +1,6 @@
 //! The one integration-test binary (STYLE.md habit 8): a module per area.
 
+mod agents;
 mod bench;
 mod cli;
 mod client;

@@ -50,6 +50,7 @@ pub async fn run(plan: Plan, name: &str) -> RunResult {
         reports_dir: dir,
         quiet: true,
         haq_bin: Some(haq_bin()),
+        agents: None,
     };
     haq::run(plan, opts, CancellationToken::new())
         .await
