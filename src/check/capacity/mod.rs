@@ -14,6 +14,7 @@
 //! even so): the degraded topology was never offered the load it must carry (Q12).
 
 pub mod search;
+pub mod steps;
 
 use serde::Serialize;
 

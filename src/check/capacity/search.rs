@@ -52,7 +52,16 @@ pub struct Search {
 /// Fewer requests in a step and it says nothing.
 pub const MIN_STEP_REQUESTS: u64 = 5;
 
-fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
+/// Judges one step from its phase's measurements, every rejection counted.
+pub fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
+    judge_step_shed(plan, p, rate, None)
+}
+
+/// Judges one step; `shed`: the rejections that count against
+/// `slo.rejection_rate_max` and the requests they are a share of (the adaptive search
+/// counts protected traffic only: shedding best-effort requests is allowed), `None`:
+/// every rejection of the phase.
+pub fn judge_step_shed(plan: &Plan, p: &PhaseStats, rate: f64, shed: Option<(u64, u64)>) -> Step {
     let slo = &plan.scenario.slo;
     // Requests haq's interrupt stopped are neither served nor failed.
     let stopped = p
@@ -61,7 +70,11 @@ fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
         .copied()
         .unwrap_or(0);
     let n = p.requests.saturating_sub(stopped).max(1) as f64;
-    let (err, rej) = ((p.failed + p.cancelled) as f64 / n, p.rejected as f64 / n);
+    let rej = match shed {
+        Some((k, of)) => k as f64 / of.max(1) as f64,
+        None => p.rejected as f64 / n,
+    };
+    let err = (p.failed + p.cancelled) as f64 / n;
     let mut why = Vec::new();
     if p.requests < MIN_STEP_REQUESTS || p.completed < MIN_STEP_REQUESTS {
         why.push(format!(
@@ -82,7 +95,10 @@ fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
         why.push(format!("{:.1}% failed", err * 100.0));
     }
     if rej > slo.rejection_rate_max.0 {
-        why.push(format!("{:.1}% rejected", rej * 100.0));
+        why.push(match shed {
+            Some(_) => format!("{:.1}% of protected requests rejected", rej * 100.0),
+            None => format!("{:.1}% rejected", rej * 100.0),
+        });
     }
     Step {
         phase: p.name.clone(),
