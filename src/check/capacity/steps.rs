@@ -148,7 +148,14 @@ pub fn judge(
         .sum::<u64>();
     let n = stats.requests.saturating_sub(left_out);
     let k = (stats.slo_attainment * n as f64).round() as u64;
-    let load_generator = client.reasons();
+    // Breaches of the warm-up say nothing of the step; run-wide ones (trace writer,
+    // local resources) do.
+    let load_generator: Vec<String> = client
+        .breaches
+        .iter()
+        .filter(|b| b.phase.as_deref().is_none_or(|p| p == stats.name))
+        .map(|b| b.message.clone())
+        .collect();
     let outcome = if !load_generator.is_empty() {
         StepOutcome::LoadGenerator
     } else if step.pass {
