@@ -196,6 +196,10 @@ pub enum SimCommand {
     /// Measure the sim's timing error under load: replicas × streams concurrent
     /// streams, token events' lateness against the engine model (docs/performance.md).
     Bench(SimBenchArgs),
+    /// The engine model's sustainable rate for the scenario's mix, computed from its
+    /// parameters (batch limit, step times, KV blocks): the truth `haq capacity` is
+    /// measured against on the sim (docs/capacity.md).
+    Capacity(ValidateArgs),
     /// One simulated engine replica (started by haq).
     #[command(hide = true)]
     Worker {

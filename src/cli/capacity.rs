@@ -135,37 +135,20 @@ async fn topology(
     }
 }
 
-/// `degraded 12.40/s: sustained — 74 requests, p95 TTFT 40 ms [38, 45] …`.
+/// `degraded 12.40/s: sustained — 74 requests, achieved …, p95 TTFT 40 ms [38, 45] …`.
 pub fn line(topo: Topology, s: &RanStep) -> String {
+    use crate::check::capacity::steps::P95;
     let j = &s.judged;
-    let ci = |p: &Option<crate::check::capacity::steps::P95>| match p {
-        Some(p) => format!(
-            "{:.0} ms [{:.0}, {}]",
-            p.p95_ms,
-            p.lo_ms,
-            p.hi_ms.map_or("—".into(), |h| format!("{h:.0}"))
-        ),
-        None => "—".into(),
-    };
-    let what = match j.outcome {
-        crate::plan::capacity::Outcome::Sustained => "sustained".to_string(),
-        crate::plan::capacity::Outcome::Broken => format!("not sustained: {}", j.step.why),
-        crate::plan::capacity::Outcome::LoadGenerator => format!(
-            "limit is the load generator: {}",
-            j.load_generator.join("; ")
-        ),
-    };
     format!(
-        "{} {:.2}/s: {what} — {}, achieved {:.2}/s, in SLO {:.1}% [{:.1}, {:.1}], p95 TTFT {}, E2E {}{} ({})",
+        "{} {:.2}/s: {} — {}, achieved {:.2}/s, in SLO {}, p95 TTFT {}, E2E {}{} ({})",
         topo.as_str(),
         j.step.rate,
+        j.outcome_text(),
         crate::scenario::words::plural(j.step.requests, "request"),
         j.step.achieved_rps,
-        j.attainment * 100.0,
-        j.attainment_ci.0 * 100.0,
-        j.attainment_ci.1 * 100.0,
-        ci(&j.ttft_p95),
-        ci(&j.e2e_p95),
+        j.attainment_text(),
+        P95::describe(&j.ttft_p95),
+        P95::describe(&j.e2e_p95),
         if j.confident { "" } else { ", marginal" },
         s.dir
     )
@@ -174,6 +157,11 @@ pub fn line(topo: Topology, s: &RanStep) -> String {
 /// The sim model's sustainable rate per replica for the scenario's mix, when the
 /// target is the sim and every class has a known typical length.
 pub fn model_rate(plan: &Plan) -> Option<f64> {
+    model(plan).map(|m| m.per_replica)
+}
+
+/// The sim engine model's saturation for the scenario's mix (`sim::engine::capacity`).
+pub fn model(plan: &Plan) -> Option<crate::sim::engine::capacity::Sustainable> {
     let s = &plan.scenario;
     if s.target.kind != crate::scenario::TargetKind::Sim {
         return None;
@@ -187,7 +175,31 @@ pub fn model_rate(plan: &Plan) -> Option<f64> {
     });
     let mix: Option<Vec<_>> = mix.collect();
     let g = Some(s.target.gateway.max_inflight_per_worker);
-    crate::sim::engine::capacity::sustainable(&s.target.engine, g, &mix?).map(|m| m.per_replica)
+    crate::sim::engine::capacity::sustainable(&s.target.engine, g, &mix?)
+}
+
+/// `haq sim capacity SCENARIO`: the engine model's sustainable rate for the mix.
+pub fn sim_model(a: &super::ValidateArgs) -> anyhow::Result<super::Exit> {
+    let plan = crate::plan::load(&a.scenario, &a.overrides.set, a.overrides.seed)?;
+    let m = model(&plan).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: the model needs a `kind: sim` target and every class's lengths known before the run (no empirical lengths)",
+            a.scenario.display()
+        )
+    })?;
+    let n = plan.replicas.len() as u32;
+    println!(
+        "{}: the sim engine model sustains {:.2}/s per replica ({} slots, bound by {}, step {:.1} ms at saturation): {:.2}/s with {n} replicas, {:.2}/s with {}",
+        plan.scenario.name,
+        m.per_replica,
+        m.slots,
+        m.bound,
+        m.step_ms,
+        m.total(n),
+        m.total(n.saturating_sub(1)),
+        n.saturating_sub(1)
+    );
+    Ok(super::Exit::Pass)
 }
 
 /// The whole search: every topology asked for, concluded.
@@ -217,7 +229,7 @@ pub async fn search(
     let lost: usize = plan.faults.iter().map(|f| f.replicas.len().max(1)).sum();
     let c = Context {
         protected_load: plan.scenario.protected_load.0,
-        normal_peak: normal_peak(plan),
+        normal_peak: crate::plan::capacity::normal_peak(plan),
         replicas: plan.replicas.len(),
         lost,
     };
@@ -245,20 +257,6 @@ pub async fn search(
         },
         interrupted,
     ))
-}
-
-/// The highest rate the scenario's own phases offer, overload phases apart.
-pub fn normal_peak(plan: &Plan) -> f64 {
-    plan.phases
-        .iter()
-        .filter(|p| {
-            !matches!(
-                p.kind,
-                PhaseKind::Overload | PhaseKind::Capacity | PhaseKind::Settle
-            )
-        })
-        .map(|p| p.rate)
-        .fold(0.0, f64::max)
 }
 
 /// capacity.json and capacity.md in the search's directory.

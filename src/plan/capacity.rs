@@ -7,7 +7,12 @@
 //! same ladder after them (the topology the scenario's faults left). Each step is
 //! judged from its phase's measurements (`check::capacity::search`). The run stays one
 //! open-loop schedule with one trace, so `haq check` re-judges the search like any
-//! other run.
+//! other run; its precision is the ladder's spacing, reported as such.
+//!
+//! The adaptive search (`haq capacity`, docs/capacity.md) picks each rate from the
+//! steps before it ([`Bracket`]: geometric bracketing until the SLO breaks, then
+//! geometric bisection to the precision asked or the step budget), so each of its
+//! steps is a run of its own.
 
 use crate::scenario::{CapacitySearch, Phase, PhaseKind};
 use crate::wire::units::{Dur, Rate};
@@ -29,6 +34,21 @@ pub fn ladder(s: &CapacitySearch, protected: f64) -> Vec<f64> {
     r.sort_by(f64::total_cmp);
     r.dedup();
     r
+}
+
+/// The highest rate the scenario's own phases offer, overload phases (and the
+/// search's own steps) apart: the normal peak headroom is measured from (Q5).
+pub fn normal_peak(plan: &crate::plan::Plan) -> f64 {
+    plan.phases
+        .iter()
+        .filter(|p| {
+            !matches!(
+                p.kind,
+                PhaseKind::Overload | PhaseKind::Capacity | PhaseKind::Settle
+            )
+        })
+        .map(|p| p.rate)
+        .fold(0.0, f64::max)
 }
 
 fn step_phase(prefix: &str, i: usize, rate: f64, d: Dur) -> Phase {
@@ -172,7 +192,11 @@ impl Bracket {
             (None, Some(h)) => {
                 let r = h / b.factor;
                 if r < b.floor {
-                    return Err(Stop::Floor);
+                    return Err(if self.client_limited {
+                        Stop::LoadGenerator
+                    } else {
+                        Stop::Floor
+                    });
                 }
                 r
             }

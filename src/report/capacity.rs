@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::check::capacity::adaptive::{CapacityReport, TopologyResult};
+use crate::check::capacity::steps::P95;
 
 fn rate(x: Option<f64>) -> String {
     x.map_or("—".into(), |v| format!("{v:.2}/s"))
@@ -32,35 +33,19 @@ fn steps(out: &mut String, t: &TopologyResult) {
     out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
     for (i, s) in t.steps.iter().enumerate() {
         let j = &s.judged;
-        let ci = |p: &Option<crate::check::capacity::steps::P95>| {
-            p.map_or("—".into(), |p| {
-                format!(
-                    "{:.0} ms [{:.0}, {}] (SLO {:.0})",
-                    p.p95_ms,
-                    p.lo_ms,
-                    p.hi_ms.map_or("—".into(), |h| format!("{h:.0}")),
-                    p.limit_ms
-                )
-            })
-        };
-        let outcome = match j.outcome {
-            crate::plan::capacity::Outcome::Sustained => "sustained".to_string(),
-            crate::plan::capacity::Outcome::Broken => format!("broken: {}", j.step.why),
-            crate::plan::capacity::Outcome::LoadGenerator => format!(
-                "limit is the load generator: {}",
-                j.load_generator.join("; ")
-            ),
+        let ci = |p: &Option<P95>| match p {
+            Some(x) => format!("{} (SLO {:.0})", P95::describe(p), x.limit_ms),
+            None => "—".into(),
         };
         let _ = writeln!(
             out,
-            "| {} | {:.2}/s | {outcome} | {} | {:.2}/s | {:.1}% [{:.1}, {:.1}] | {} | {} | {} | `{}` |",
+            "| {} | {:.2}/s | {} | {} | {:.2}/s | {} | {} | {} | {} | `{}` |",
             i + 1,
             j.step.rate,
+            j.outcome_text(),
             j.step.requests,
             j.step.achieved_rps,
-            j.attainment * 100.0,
-            j.attainment_ci.0 * 100.0,
-            j.attainment_ci.1 * 100.0,
+            j.attainment_text(),
             ci(&j.ttft_p95),
             ci(&j.e2e_p95),
             if j.confident { "yes" } else { "marginal" },

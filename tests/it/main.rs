@@ -1,6 +1,7 @@
 //! The one integration-test binary (STYLE.md habit 8): a module per area.
 
 mod bench;
+mod capacity;
 mod cli;
 mod client;
 mod dist;

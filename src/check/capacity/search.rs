@@ -34,6 +34,11 @@ pub struct Ladder {
     pub capacity: Option<f64>,
     /// The ladder ran to its end (an interrupted run leaves steps unmeasured).
     pub complete: bool,
+    /// The first rate above the capacity that did not hold: the capacity lies in
+    /// [capacity, next); the ladder's spacing is its precision.
+    pub next: Option<f64>,
+    /// (next − capacity) / capacity: how well the ladder knows the capacity.
+    pub precision: Option<f64>,
 }
 
 /// The search's result (report.json `capacity`).
@@ -47,6 +52,12 @@ pub struct Search {
     pub hypothesis: Option<f64>,
     /// C_degraded ≥ L_protected, measured.
     pub gate: bool,
+    /// The highest rate of the scenario's own phases, overload phases apart.
+    pub normal_peak: f64,
+    /// C_healthy − normal peak (Q5: headroom is not failover reserve).
+    pub headroom: Option<f64>,
+    /// C_degraded − L_protected.
+    pub failover_reserve: Option<f64>,
 }
 
 /// Fewer requests in a step and it says nothing.
@@ -129,10 +140,13 @@ fn ladder_of(plan: &Plan, phases: &[PhaseStats], prefix: &str) -> Ladder {
         }
     }
     let capacity = steps.iter().take_while(|s| s.pass).last().map(|s| s.rate);
+    let next = steps.iter().find(|s| !s.pass).map(|s| s.rate);
     Ladder {
-        steps,
         capacity,
         complete,
+        next,
+        precision: capacity.zip(next).map(|(c, n)| (n - c) / c),
+        steps,
     }
 }
 
@@ -149,12 +163,16 @@ pub fn judge(plan: &Plan, phases: &[PhaseStats]) -> Option<Search> {
         .filter(|_| n > lost as f64 && lost > 0)
         .map(|c| c * (n - lost as f64) / n);
     let gate = degraded.capacity.is_some_and(|c| c + 1e-9 >= protected);
+    let normal_peak = crate::plan::capacity::normal_peak(plan);
     Some(Search {
         protected_load: protected,
-        healthy,
-        degraded,
         hypothesis,
         gate,
+        normal_peak,
+        headroom: healthy.capacity.map(|c| c - normal_peak),
+        failover_reserve: degraded.capacity.map(|c| c - protected),
+        healthy,
+        degraded,
     })
 }
 
@@ -244,6 +262,14 @@ mod tests {
             (Some(20.0), Some(10.0))
         );
         assert!(s.gate);
+        // Headroom from the normal peak (10/s), reserve above L_protected (10/s); the
+        // ladder knows C_degraded to the next rung (20/s: +100%).
+        assert_eq!((s.headroom, s.failover_reserve), (Some(10.0), Some(0.0)));
+        assert_eq!(
+            (s.degraded.next, s.degraded.precision),
+            (Some(20.0), Some(1.0))
+        );
+        assert_eq!((s.healthy.next, s.healthy.precision), (None, None));
         // (3−1)/3 × 20/s: the hypothesis is shown, and is not what was measured.
         assert!(
             v.summary.contains("C_degraded 10.00/s ≥ L_protected 10/s"),

@@ -80,6 +80,18 @@ impl P95 {
         })
     }
 
+    /// `117 ms [108, 126]` (`—`: no upper bound from so few samples).
+    pub fn describe(p: &Option<P95>) -> String {
+        p.map_or("—".into(), |p| {
+            format!(
+                "{:.0} ms [{:.0}, {}]",
+                p.p95_ms,
+                p.lo_ms,
+                p.hi_ms.map_or("—".into(), |h| format!("{h:.0}"))
+            )
+        })
+    }
+
     /// The interval lies on one side of the limit.
     fn clear(&self) -> bool {
         self.lo_ms > self.limit_ms || self.hi_ms.is_some_and(|h| h <= self.limit_ms)
@@ -107,6 +119,30 @@ pub struct SearchStep {
     pub best_effort_rejected: u64,
     /// Why haq's own client was the limit (empty when it was not).
     pub load_generator: Vec<String>,
+}
+
+impl SearchStep {
+    /// `sustained`, `not sustained: why`, `limit is the load generator: why`.
+    pub fn outcome_text(&self) -> String {
+        match self.outcome {
+            StepOutcome::Sustained => "sustained".to_string(),
+            StepOutcome::Broken => format!("not sustained: {}", self.step.why),
+            StepOutcome::LoadGenerator => format!(
+                "limit is the load generator: {}",
+                self.load_generator.join("; ")
+            ),
+        }
+    }
+
+    /// `in SLO 99.0% [94.6, 99.8]`.
+    pub fn attainment_text(&self) -> String {
+        format!(
+            "{:.1}% [{:.1}, {:.1}]",
+            self.attainment * 100.0,
+            self.attainment_ci.0 * 100.0,
+            self.attainment_ci.1 * 100.0
+        )
+    }
 }
 
 /// The step phase (`stats`) of a step run, judged with the run's finished requests

@@ -15,13 +15,18 @@
 //! ```
 //!
 //! (i over the decode steps 1‥O−1; the context of a decoding sequence is its computed
-//! tokens plus one). Above λmax the waiting queue grows without bound (TTFT climbs
+//! tokens plus one). When the gateway's limit binds (it admits no more than the
+//! engine's slots, so the engine holds no queue), a freed slot stays empty for one
+//! step — the next request reaches the engine while the step after the finishing one
+//! runs — and a request's cycle is O + 1 steps (O·base becomes (O+1)·base). Above λmax the waiting queue grows without bound (TTFT climbs
 //! for as long as the rate is held); below it there is a free slot for every
 //! arrival. A mix of classes averages the per-request cost by weight. Prefix
 //! sharing is not credited (the KV bound is the cold one), so the figure holds for
 //! mixes without shared prefixes; tool calls are not modelled.
 
 use crate::sim::config::EngineCfg;
+
+const GATEWAY: &str = "max_inflight_per_worker";
 
 /// One class of a mix, by weight, with its typical lengths (tokens).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -69,14 +74,16 @@ pub fn sustainable(
     let blocks = (cfg.kv_cache_tokens / cfg.block_size.max(1)).max(1);
     let per_seq_blocks = avg(&|c| ((c.prompt + c.output) / bs).ceil()).max(1.0);
     let kv = (f64::from(blocks) / per_seq_blocks).floor() as u32;
-    let mut bounds = vec![
+    // The gateway first: at a tie it binds (the engine then never holds a queue).
+    let mut bounds = Vec::new();
+    if let Some(g) = max_inflight {
+        bounds.push((g, GATEWAY));
+    }
+    bounds.extend([
         (cfg.max_num_seqs, "max_num_seqs"),
         (kv.max(1), "kv_cache"),
         (cfg.max_num_batched_tokens, "max_num_batched_tokens"),
-    ];
-    if let Some(g) = max_inflight {
-        bounds.push((g, "max_inflight_per_worker"));
-    }
+    ]);
     let (slots, bound) = bounds.into_iter().min_by_key(|b| b.0)?;
     let m = f64::from(slots.max(1));
     let secs = |d: std::time::Duration| d.as_secs_f64();
@@ -84,7 +91,10 @@ pub fn sustainable(
     let per_seq = secs(cfg.decode_step_per_seq.0);
     let per_1k = secs(cfg.decode_step_per_1k_context.0);
     let context = avg(&|c| (c.output - 1.0) * c.prompt + c.output * (c.output - 1.0) / 2.0);
-    let cost = o * base / m
+    // Gateway-bound, a freed slot waits one step: the next request reaches the engine
+    // while the step after the finishing one runs, and joins the one after that.
+    let cycle = if bound == GATEWAY { o + 1.0 } else { o };
+    let cost = cycle * base / m
         + per_seq * (o - 1.0)
         + per_1k * context / 1000.0
         + p / cfg.prefill_tokens_per_s.max(1.0);
@@ -93,7 +103,7 @@ pub fn sustainable(
         per_replica,
         slots,
         bound,
-        step_ms: 1000.0 * m / (per_replica * o),
+        step_ms: 1000.0 * m / (per_replica * cycle),
     })
 }
 
@@ -121,10 +131,14 @@ mod tests {
         // 32·10/4 + 2·31 + 64/1e6 ms·1000 = 80 + 62 + 0.064 = 142.064 ms per request.
         assert!((s.per_replica - 1000.0 / 142.064).abs() < 1e-6, "{s:?}");
         assert_eq!((s.slots, s.bound), (4, "max_num_seqs"));
-        // A gateway admitting 2 per worker binds first.
+        // A gateway admitting 2 per worker binds first: (32+1)·10/2 + 62 + 0.064 ms.
         let g = sustainable(&cfg(), Some(2), &one).expect("rate");
         assert_eq!(g.bound, "max_inflight_per_worker");
-        assert!(g.per_replica < s.per_replica);
+        assert!((1000.0 / g.per_replica - 227.064).abs() < 1e-6, "{g:?}");
+        // At a tie the gateway binds too: (32+1)·10/4 + 62.064 ms.
+        let t = sustainable(&cfg(), Some(4), &one).expect("rate");
+        assert_eq!((t.slots, t.bound), (4, "max_inflight_per_worker"));
+        assert!((1000.0 / t.per_replica - 144.564).abs() < 1e-6, "{t:?}");
         // Context cost: 1 ms per 1k tokens over Σ(64+i), i = 1..31 = 1984 + 496.
         let mut c = cfg();
         c.decode_step_per_1k_context = crate::wire::units::Dur::millis(1);
