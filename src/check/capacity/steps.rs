@@ -219,6 +219,43 @@ pub fn judge(
 mod tests {
     use super::*;
 
+    /// 10 s of baseline at 10/s in the SLO, plus 10 rejected requests of the class
+    /// asked (protected or best-effort), judged as a search step at 10/s.
+    fn step_with_rejections(protected: bool) -> SearchStep {
+        use crate::check::testkit::*;
+        let p = plan(&["faults=[]"]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        for k in 0..10 {
+            let mut r = R::ok(format!("shed{k}"), "baseline", 1.05 + k as f64, "w1").rejected();
+            r.protected = protected;
+            tb.request(r);
+        }
+        tb.run_end(us(12.0));
+        let j = tb.judge(&p);
+        let stats = j.phases.iter().find(|s| s.name == "baseline").expect("baseline");
+        judge(&p, stats, &j.facts.requests, &j.client, 10.0)
+    }
+
+    #[test]
+    fn shedding_best_effort_holds_the_step_and_shedding_protected_breaks_it() {
+        let be = step_with_rejections(false);
+        assert_eq!(be.outcome, StepOutcome::Sustained, "{be:?}");
+        assert_eq!((be.best_effort_rejected, be.protected_rejected), (10, 0));
+        assert!(be.load_generator.is_empty(), "{be:?}");
+        let pr = step_with_rejections(true);
+        assert_eq!(pr.outcome, StepOutcome::Broken, "{pr:?}");
+        assert_eq!(pr.protected_rejected, 10);
+        assert!(
+            pr.step.why.contains("of protected requests rejected"),
+            "{}",
+            pr.step.why
+        );
+        // 100 requests inside the SLO of 110: the attainment and its interval.
+        assert!(pr.attainment_ci.0 < pr.attainment && pr.attainment < pr.attainment_ci.1);
+    }
+
     #[test]
     fn wilson_matches_the_textbook_values() {
         // 81 of 263 (Wilson 1927 / Newcombe 1998 example 1): 0.2553–0.3662.
