@@ -234,7 +234,11 @@ mod tests {
         }
         tb.run_end(us(12.0));
         let j = tb.judge(&p);
-        let stats = j.phases.iter().find(|s| s.name == "baseline").expect("baseline");
+        let stats = j
+            .phases
+            .iter()
+            .find(|s| s.name == "baseline")
+            .expect("baseline");
         judge(&p, stats, &j.facts.requests, &j.client, 10.0)
     }
 
