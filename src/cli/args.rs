@@ -65,6 +65,13 @@ pub enum Command {
     Sim(SimArgs),
     /// Benchmarks of haq itself.
     Bench(BenchArgs),
+    /// Search the sustainable rate under the SLO (Q4, Q5): bracket then bisect, each
+    /// step a run of its own (warm-up discarded) kept in OUT/<topology>-NN-<rate>/,
+    /// in the healthy topology and with the scenario's faults applied and held
+    /// (degraded); writes OUT/capacity.json and OUT/capacity.md (docs/capacity.md).
+    /// Exit 0 C_degraded ≥ L_protected · 1 below it or unknown · 2 unusable · 3
+    /// interrupted.
+    Capacity(CapacityArgs),
     /// One agent of `haq run --agents N` (started by the run, not by hand).
     #[command(hide = true)]
     Agent(AgentArgs),
@@ -208,6 +215,10 @@ pub enum SimCommand {
     /// Measure the sim's timing error under load: replicas × streams concurrent
     /// streams, token events' lateness against the engine model (docs/performance.md).
     Bench(SimBenchArgs),
+    /// The engine model's sustainable rate for the scenario's mix, computed from its
+    /// parameters (batch limit, step times, KV blocks): the truth `haq capacity` is
+    /// measured against on the sim (docs/capacity.md).
+    Capacity(ValidateArgs),
     /// One simulated engine replica (started by haq).
     #[command(hide = true)]
     Worker {
@@ -358,4 +369,54 @@ pub struct SimUpArgs {
     /// Print the URLs and pids as one JSON line on stdout, for scripts.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Which topologies `haq capacity` searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TopologyArg {
+    Healthy,
+    Degraded,
+    Both,
+}
+
+/// `haq capacity`.
+#[derive(Debug, Args)]
+pub struct CapacityArgs {
+    /// The scenario file (YAML): its target, mix, SLO, protected load and faults.
+    pub scenario: PathBuf,
+    #[arg(long, value_enum, default_value = "both")]
+    pub topology: TopologyArg,
+    /// Print capacity.json on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// The search's directory (default: `reports/<scenario>-capacity-<UTC time>/`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where the search's directory goes when `--out` is not given.
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// Stop when the bracket is at most this share of its lower end wide.
+    #[arg(long, default_value = "5%", value_parser = wire::units::parse_fraction)]
+    pub precision: f64,
+    /// Most steps per topology.
+    #[arg(long, default_value_t = 8)]
+    pub max_steps: usize,
+    /// The first rate (default: `criteria.capacity.search.from`, else the protected
+    /// load).
+    #[arg(long, value_parser = wire::units::parse_rate)]
+    pub from: Option<f64>,
+    /// Bracketing multiplies the rate by this until the SLO breaks.
+    #[arg(long, default_value_t = 2.0)]
+    pub factor: f64,
+    /// How long each step is judged (default: `criteria.capacity.search.step`, else
+    /// 10s).
+    #[arg(long, value_parser = wire::units::parse_duration)]
+    pub step: Option<Duration>,
+    /// Load at the step's rate before it is judged (discarded).
+    #[arg(long, default_value = "3s", value_parser = wire::units::parse_duration)]
+    pub warmup: Duration,
+    #[arg(long, short)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub overrides: Overrides,
 }

@@ -3,6 +3,7 @@
 //! exit code (0 PASS · 1 FAIL or UNKNOWN · 2 unusable or INVALID · 3 interrupted).
 
 mod args;
+pub mod capacity;
 mod dry_run;
 mod exit;
 mod sim;
@@ -23,7 +24,7 @@ use crate::scenario::words::plural;
 /// a partial report; stopping `sim up` stops its processes).
 pub fn interrupted_message(cmd: &Command) -> &'static str {
     match cmd {
-        Command::Run(_) => {
+        Command::Run(_) | Command::Capacity(_) => {
             "haq: interrupted; stopping the load and healing faults, then judging what completed before the signal"
         }
         Command::Sim(s) if matches!(s.command, SimCommand::Up(_)) => {
@@ -98,6 +99,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
         Command::Sim(s) => sim::sim(s.command, cancel).await,
         Command::Bench(b) => bench(b.command).await,
         Command::Agent(a) => agent(a, cancel).await,
+        Command::Capacity(a) => capacity::command(a, cancel).await,
     }
 }
 

@@ -49,6 +49,7 @@ pub async fn sim(cmd: SimCommand, cancel: CancellationToken) -> Exit {
         } => gateway(listen, upstreams, &config, journal).await,
         SimCommand::Up(a) => sim_up(a, cancel).await.map(|()| Exit::Pass),
         SimCommand::Bench(a) => bench(a).await,
+        SimCommand::Capacity(a) => super::capacity::sim_model(&a),
     };
     match result {
         Ok(exit) => exit,

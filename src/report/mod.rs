@@ -2,6 +2,7 @@
 //! re-renders a stored run exactly: the terminal summary, report.json (schema in
 //! `schemas/report.schema.json`), report.md, junit.xml, report.html and requests.csv.
 
+pub mod capacity;
 pub mod compare;
 mod effects;
 mod html;
@@ -14,6 +15,7 @@ mod svg;
 mod terminal;
 pub mod worksheet;
 
+pub use capacity::capacity_md;
 pub use terminal::terminal;
 
 use std::path::Path;

@@ -308,6 +308,29 @@ fn capacity_rows(o: &mut Section, plan: &Plan, j: &Judgement) {
                 rate(c.degraded.capacity),
                 format!("≥ {}", plan.scenario.protected_load),
             ]);
+            let spacing = |l: &crate::check::capacity::search::Ladder| match (l.next, l.precision) {
+                (Some(n), Some(p)) => format!("< {n:.2}/s (+{:.0}%)", p * 100.0),
+                _ => "—".into(),
+            };
+            o.row([
+                "capacity lies below (the ladder's next rung: its precision)".into(),
+                spacing(&c.healthy),
+                spacing(&c.degraded),
+                "`haq capacity` searches to a chosen precision".into(),
+            ]);
+            let signed = |x: Option<f64>| x.map_or("—".into(), |v| format!("{v:+.2}/s"));
+            o.row([
+                "headroom = C_healthy − normal peak (Q5)".into(),
+                signed(c.headroom),
+                String::new(),
+                format!("normal peak {:.2}/s", c.normal_peak),
+            ]);
+            o.row([
+                "failover reserve = C_degraded − L_protected (Q5)".into(),
+                String::new(),
+                signed(c.failover_reserve),
+                "≥ 0: headroom is not failover reserve".into(),
+            ]);
             if let Some(h) = c.hypothesis {
                 o.row([
                     "(N−k)/N × C_healthy (a hypothesis, never the measure, Q4)".into(),

@@ -2,6 +2,7 @@
 
 mod agents;
 mod bench;
+mod capacity;
 mod cli;
 mod client;
 mod dist;

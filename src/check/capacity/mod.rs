@@ -13,7 +13,9 @@
 //! `client.max_load_error`, leaves Capacity unproven (UNKNOWN, or FAIL when it failed
 //! even so): the degraded topology was never offered the load it must carry (Q12).
 
+pub mod adaptive;
 pub mod search;
+pub mod steps;
 
 use serde::Serialize;
 

@@ -34,6 +34,11 @@ pub struct Ladder {
     pub capacity: Option<f64>,
     /// The ladder ran to its end (an interrupted run leaves steps unmeasured).
     pub complete: bool,
+    /// The first rate above the capacity that did not hold: the capacity lies in
+    /// [capacity, next); the ladder's spacing is its precision.
+    pub next: Option<f64>,
+    /// (next − capacity) / capacity: how well the ladder knows the capacity.
+    pub precision: Option<f64>,
 }
 
 /// The search's result (report.json `capacity`).
@@ -47,12 +52,27 @@ pub struct Search {
     pub hypothesis: Option<f64>,
     /// C_degraded ≥ L_protected, measured.
     pub gate: bool,
+    /// The highest rate of the scenario's own phases, overload phases apart.
+    pub normal_peak: f64,
+    /// C_healthy − normal peak (Q5: headroom is not failover reserve).
+    pub headroom: Option<f64>,
+    /// C_degraded − L_protected.
+    pub failover_reserve: Option<f64>,
 }
 
 /// Fewer requests in a step and it says nothing.
 pub const MIN_STEP_REQUESTS: u64 = 5;
 
-fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
+/// Judges one step from its phase's measurements, every rejection counted.
+pub fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
+    judge_step_shed(plan, p, rate, None)
+}
+
+/// Judges one step; `shed`: the rejections that count against
+/// `slo.rejection_rate_max` and the requests they are a share of (the adaptive search
+/// counts protected traffic only: shedding best-effort requests is allowed), `None`:
+/// every rejection of the phase.
+pub fn judge_step_shed(plan: &Plan, p: &PhaseStats, rate: f64, shed: Option<(u64, u64)>) -> Step {
     let slo = &plan.scenario.slo;
     // Requests haq's interrupt stopped are neither served nor failed.
     let stopped = p
@@ -61,7 +81,11 @@ fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
         .copied()
         .unwrap_or(0);
     let n = p.requests.saturating_sub(stopped).max(1) as f64;
-    let (err, rej) = ((p.failed + p.cancelled) as f64 / n, p.rejected as f64 / n);
+    let rej = match shed {
+        Some((k, of)) => k as f64 / of.max(1) as f64,
+        None => p.rejected as f64 / n,
+    };
+    let err = (p.failed + p.cancelled) as f64 / n;
     let mut why = Vec::new();
     if p.requests < MIN_STEP_REQUESTS || p.completed < MIN_STEP_REQUESTS {
         why.push(format!(
@@ -82,7 +106,10 @@ fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
         why.push(format!("{:.1}% failed", err * 100.0));
     }
     if rej > slo.rejection_rate_max.0 {
-        why.push(format!("{:.1}% rejected", rej * 100.0));
+        why.push(match shed {
+            Some(_) => format!("{:.1}% of protected requests rejected", rej * 100.0),
+            None => format!("{:.1}% rejected", rej * 100.0),
+        });
     }
     Step {
         phase: p.name.clone(),
@@ -113,10 +140,13 @@ fn ladder_of(plan: &Plan, phases: &[PhaseStats], prefix: &str) -> Ladder {
         }
     }
     let capacity = steps.iter().take_while(|s| s.pass).last().map(|s| s.rate);
+    let next = steps.iter().find(|s| !s.pass).map(|s| s.rate);
     Ladder {
-        steps,
         capacity,
         complete,
+        next,
+        precision: capacity.zip(next).map(|(c, n)| (n - c) / c),
+        steps,
     }
 }
 
@@ -133,12 +163,16 @@ pub fn judge(plan: &Plan, phases: &[PhaseStats]) -> Option<Search> {
         .filter(|_| n > lost as f64 && lost > 0)
         .map(|c| c * (n - lost as f64) / n);
     let gate = degraded.capacity.is_some_and(|c| c + 1e-9 >= protected);
+    let normal_peak = crate::plan::capacity::normal_peak(plan);
     Some(Search {
         protected_load: protected,
-        healthy,
-        degraded,
         hypothesis,
         gate,
+        normal_peak,
+        headroom: healthy.capacity.map(|c| c - normal_peak),
+        failover_reserve: degraded.capacity.map(|c| c - protected),
+        healthy,
+        degraded,
     })
 }
 
@@ -228,6 +262,14 @@ mod tests {
             (Some(20.0), Some(10.0))
         );
         assert!(s.gate);
+        // Headroom from the normal peak (10/s), reserve above L_protected (10/s); the
+        // ladder knows C_degraded to the next rung (20/s: +100%).
+        assert_eq!((s.headroom, s.failover_reserve), (Some(10.0), Some(0.0)));
+        assert_eq!(
+            (s.degraded.next, s.degraded.precision),
+            (Some(20.0), Some(1.0))
+        );
+        assert_eq!((s.healthy.next, s.healthy.precision), (None, None));
         // (3−1)/3 × 20/s: the hypothesis is shown, and is not what was measured.
         assert!(
             v.summary.contains("C_degraded 10.00/s ≥ L_protected 10/s"),

@@ -11,6 +11,7 @@
 //! instead of tokio's millisecond timer wheel, which keeps the step timing error far
 //! below a millisecond when the machine has CPU to spare (docs/performance.md).
 
+pub mod capacity;
 pub mod kv;
 pub mod sched;
 pub mod stats;

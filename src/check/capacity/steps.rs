@@ -1,0 +1,318 @@
+//! One step of the adaptive capacity search (`haq capacity`) judged from its own run:
+//! the step phase's measurements against the SLO by the ladder's rule
+//! ([`super::search::judge_step_shed`], one definition), with what the ladder never
+//! said — how sure the step is, and whether haq's own client was the limit.
+//!
+//! Confidence, per step (95%): a Wilson interval on the share of requests inside the
+//! SLO targets (`PhaseStats::slo_attainment`, over its requests), and the p95 TTFT
+//! and E2E's own distribution-free intervals (order statistics of the step's
+//! completed requests: ranks nq ± z·√(nq(1−q))). A step is `confident` when its
+//! intervals lie on the same side of the SLO bounds as its point estimates; a
+//! marginal step is still decided by its point estimates, and says so.
+//!
+//! Priorities: only protected requests' rejections count against
+//! `slo.rejection_rate_max` (shedding best-effort traffic is what it is for);
+//! rejecting protected requests breaks the step (Q10).
+//!
+//! Own limit: a step whose run broke one of haq's validity rules (schedule slip,
+//! missing load, trace writer waits, local resource failures: `check::validity`) was
+//! limited by the load generator, not by the target: it is marked so and is never a
+//! capacity.
+
+use serde::Serialize;
+
+use super::search::{Step, judge_step_shed};
+use crate::check::facts::Req;
+use crate::check::validity::ClientHealth;
+use crate::metrics::PhaseStats;
+use crate::plan::Plan;
+use crate::plan::capacity::Outcome as StepOutcome;
+use crate::trace::Outcome;
+
+/// The normal quantile of a two-sided 95% interval.
+pub const Z95: f64 = 1.959_964;
+
+/// Wilson score interval of `k` successes in `n` trials.
+pub fn wilson(k: u64, n: u64, z: f64) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (n, p) = (n as f64, k as f64 / n as f64);
+    let z2 = z * z;
+    let mid = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = z / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    ((mid - half).max(0.0), (mid + half).min(1.0))
+}
+
+/// Distribution-free interval of the `q` quantile from sorted samples: the order
+/// statistics at ranks nq ∓ z·√(nq(1−q)). `None` for the upper end when there are
+/// too few samples to bound it (the rank lies past the largest).
+pub fn quantile_ci(sorted: &[f64], q: f64, z: f64) -> Option<(f64, Option<f64>)> {
+    let n = sorted.len();
+    if n == 0 {
+        return None;
+    }
+    let nq = n as f64 * q;
+    let half = z * (nq * (1.0 - q)).sqrt();
+    let lo = ((nq - half).floor() as usize).clamp(1, n);
+    let hi = (nq + half).ceil() as usize;
+    Some((sorted[lo - 1], (hi <= n).then(|| sorted[hi.max(1) - 1])))
+}
+
+/// A p95 and its interval (ms); `hi: None`: not bounded by so few samples.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct P95 {
+    pub p95_ms: f64,
+    pub lo_ms: f64,
+    pub hi_ms: Option<f64>,
+    pub limit_ms: f64,
+}
+
+impl P95 {
+    fn of(mut v: Vec<f64>, p95_ms: f64, limit_ms: f64) -> Option<P95> {
+        v.sort_by(f64::total_cmp);
+        let (lo_ms, hi_ms) = quantile_ci(&v, 0.95, Z95)?;
+        Some(P95 {
+            p95_ms,
+            lo_ms,
+            hi_ms,
+            limit_ms,
+        })
+    }
+
+    /// `117 ms [108, 126]` (`—`: no upper bound from so few samples).
+    pub fn describe(p: &Option<P95>) -> String {
+        p.map_or("—".into(), |p| {
+            format!(
+                "{:.0} ms [{:.0}, {}]",
+                p.p95_ms,
+                p.lo_ms,
+                p.hi_ms.map_or("—".into(), |h| format!("{h:.0}"))
+            )
+        })
+    }
+
+    /// The interval lies on one side of the limit.
+    fn clear(&self) -> bool {
+        self.lo_ms > self.limit_ms || self.hi_ms.is_some_and(|h| h <= self.limit_ms)
+    }
+}
+
+/// One step of the adaptive search, judged.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SearchStep {
+    /// The ladder's judgement of the step phase (rates, p95s, pass and why).
+    #[serde(flatten)]
+    pub step: Step,
+    pub outcome: StepOutcome,
+    /// Share of the step's requests inside every SLO target, with its 95% Wilson
+    /// interval.
+    pub attainment: f64,
+    pub attainment_ci: (f64, f64),
+    pub ttft_p95: Option<P95>,
+    pub e2e_p95: Option<P95>,
+    /// Every interval lies on the side of the SLO its point estimate is on.
+    pub confident: bool,
+    pub protected_requests: u64,
+    pub protected_rejected: u64,
+    /// Best-effort requests shed: allowed, counted.
+    pub best_effort_rejected: u64,
+    /// Why haq's own client was the limit (empty when it was not).
+    pub load_generator: Vec<String>,
+}
+
+impl SearchStep {
+    /// `sustained`, `not sustained: why`, `limit is the load generator: why`.
+    pub fn outcome_text(&self) -> String {
+        match self.outcome {
+            StepOutcome::Sustained => "sustained".to_string(),
+            StepOutcome::Broken => format!("not sustained: {}", self.step.why),
+            StepOutcome::LoadGenerator => format!(
+                "limit is the load generator: {}",
+                self.load_generator.join("; ")
+            ),
+        }
+    }
+
+    /// `in SLO 99.0% [94.6, 99.8]`.
+    pub fn attainment_text(&self) -> String {
+        format!(
+            "{:.1}% [{:.1}, {:.1}]",
+            self.attainment * 100.0,
+            self.attainment_ci.0 * 100.0,
+            self.attainment_ci.1 * 100.0
+        )
+    }
+}
+
+/// The step phase (`stats`) of a step run, judged with the run's finished requests
+/// and haq's own health in it.
+pub fn judge(
+    plan: &Plan,
+    stats: &PhaseStats,
+    requests: &[Req],
+    client: &ClientHealth,
+    rate: f64,
+) -> SearchStep {
+    let slo = &plan.scenario.slo;
+    let mine: Vec<&Req> = requests
+        .iter()
+        .filter(|r| r.phase == stats.name && r.probe.is_none())
+        .collect();
+    let protected: Vec<&Req> = mine.iter().copied().filter(|r| r.protected).collect();
+    let rejected = |v: &[&Req]| v.iter().filter(|r| r.outcome == Outcome::Rejected).count() as u64;
+    let (p_rej, all_rej) = (rejected(&protected), rejected(&mine));
+    let step = judge_step_shed(plan, stats, rate, Some((p_rej, protected.len() as u64)));
+    let done: Vec<&&Req> = mine
+        .iter()
+        .filter(|r| r.outcome == Outcome::Completed)
+        .collect();
+    let ms = |us: u64| us as f64 / 1000.0;
+    let ttft_p95 = P95::of(
+        done.iter().filter_map(|r| r.ttft()).map(ms).collect(),
+        stats.ttft_ms.p95,
+        slo.ttft_p95.as_secs_f64() * 1000.0,
+    );
+    let e2e_p95 = P95::of(
+        done.iter().map(|r| ms(r.e2e())).collect(),
+        stats.e2e_ms.p95,
+        slo.e2e_p95.as_secs_f64() * 1000.0,
+    );
+    let left_out = [Outcome::Interrupted, Outcome::Abandoned]
+        .iter()
+        .map(|o| stats.outcomes.get(o).copied().unwrap_or(0))
+        .sum::<u64>();
+    let n = stats.requests.saturating_sub(left_out);
+    let k = (stats.slo_attainment * n as f64).round() as u64;
+    // Breaches of the warm-up say nothing of the step; run-wide ones (trace writer,
+    // local resources) do.
+    let load_generator: Vec<String> = client
+        .breaches
+        .iter()
+        .filter(|b| b.phase.as_deref().is_none_or(|p| p == stats.name))
+        .map(|b| b.message.clone())
+        .collect();
+    let outcome = if !load_generator.is_empty() {
+        StepOutcome::LoadGenerator
+    } else if step.pass {
+        StepOutcome::Sustained
+    } else {
+        StepOutcome::Broken
+    };
+    let latency_clear = [ttft_p95, e2e_p95].iter().flatten().all(|p| p.clear());
+    SearchStep {
+        confident: latency_clear && step.requests >= super::search::MIN_STEP_REQUESTS,
+        step,
+        outcome,
+        attainment: stats.slo_attainment,
+        attainment_ci: wilson(k, n, Z95),
+        ttft_p95,
+        e2e_p95,
+        protected_requests: protected.len() as u64,
+        protected_rejected: p_rej,
+        best_effort_rejected: all_rej - p_rej,
+        load_generator,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 10 s of baseline at 10/s in the SLO, plus 10 rejected requests of the class
+    /// asked (protected or best-effort), judged as a search step at 10/s.
+    fn step_with_rejections(protected: bool) -> SearchStep {
+        use crate::check::testkit::*;
+        let p = plan(&["faults=[]"]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        for k in 0..10 {
+            let mut r = R::ok(format!("shed{k}"), "baseline", 1.05 + k as f64, "w1").rejected();
+            r.protected = protected;
+            tb.request(r);
+        }
+        tb.run_end(us(12.0));
+        let j = tb.judge(&p);
+        let stats = j
+            .phases
+            .iter()
+            .find(|s| s.name == "baseline")
+            .expect("baseline");
+        judge(&p, stats, &j.facts.requests, &j.client, 10.0)
+    }
+
+    #[test]
+    fn shedding_best_effort_holds_the_step_and_shedding_protected_breaks_it() {
+        let be = step_with_rejections(false);
+        assert_eq!(be.outcome, StepOutcome::Sustained, "{be:?}");
+        assert_eq!((be.best_effort_rejected, be.protected_rejected), (10, 0));
+        assert!(be.load_generator.is_empty(), "{be:?}");
+        let pr = step_with_rejections(true);
+        assert_eq!(pr.outcome, StepOutcome::Broken, "{pr:?}");
+        assert_eq!(pr.protected_rejected, 10);
+        assert!(
+            pr.step.why.contains("of protected requests rejected"),
+            "{}",
+            pr.step.why
+        );
+        // 100 requests inside the SLO of 110: the attainment and its interval.
+        assert!(pr.attainment_ci.0 < pr.attainment && pr.attainment < pr.attainment_ci.1);
+    }
+
+    #[test]
+    fn wilson_matches_the_textbook_values() {
+        // 81 of 263 (Wilson 1927 / Newcombe 1998 example 1): 0.2553–0.3662.
+        let (lo, hi) = wilson(81, 263, Z95);
+        assert!(
+            (lo - 0.2553).abs() < 5e-4 && (hi - 0.3662).abs() < 5e-4,
+            "{lo} {hi}"
+        );
+        // Every request inside: the upper end is 1, the lower one below it.
+        let (lo, hi) = wilson(40, 40, Z95);
+        assert!(hi == 1.0 && lo < 0.92 && lo > 0.9, "{lo} {hi}");
+        assert_eq!(wilson(0, 0, Z95), (0.0, 1.0));
+    }
+
+    #[test]
+    fn the_p95_interval_comes_from_order_statistics() {
+        let v: Vec<f64> = (1..=1000).map(f64::from).collect();
+        // nq = 950, half-width 1.96·√47.5 = 13.5: ranks 936 and 964.
+        let (lo, hi) = quantile_ci(&v, 0.95, Z95).expect("ci");
+        assert_eq!((lo, hi), (936.0, Some(964.0)));
+        // 20 samples cannot bound a p95 from above.
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        let (lo, hi) = quantile_ci(&v, 0.95, Z95).expect("ci");
+        assert_eq!((lo, hi), (17.0, None));
+        assert!(quantile_ci(&[], 0.95, Z95).is_none());
+        let p = P95 {
+            p95_ms: 100.0,
+            lo_ms: 90.0,
+            hi_ms: Some(110.0),
+            limit_ms: 105.0,
+        };
+        assert!(!p.clear());
+        assert!(
+            P95 {
+                limit_ms: 120.0,
+                ..p
+            }
+            .clear()
+        );
+        assert!(
+            P95 {
+                limit_ms: 80.0,
+                ..p
+            }
+            .clear()
+        );
+        assert!(
+            !P95 {
+                hi_ms: None,
+                limit_ms: 120.0,
+                ..p
+            }
+            .clear()
+        );
+    }
+}
