@@ -32,6 +32,7 @@ fn setup(tag: &str) -> (Arc<Replica>, ApiServer, Context, std::path::PathBuf) {
         port: 8080,
         gpus: 0,
         restarts: 0,
+        owner: None,
     };
     let dir = scratch(tag);
     let mut cx = context(&dir);

@@ -46,6 +46,14 @@ pub struct KubeTarget {
     /// terminating transitions with their times).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serving_service: Option<String>,
+    /// Watch the serving pods during the run (default on): the replacement's stages
+    /// (scheduled, image pulled, started, ready) from each pod's status.
+    #[serde(default = "yes")]
+    pub pod_watch: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The gateway: exactly one of `url` or `service`.

@@ -17,7 +17,7 @@ pub const RUN_LABEL: &str = "haq.dev/run";
 pub const ISOLATE_LABEL: &str = "haq.dev/isolate";
 /// The field manager of haq's patches.
 const MANAGER: &str = "haq";
-/// How long one EndpointSlice watch request lasts before it is renewed.
+/// How long one watch request (EndpointSlices, pods) lasts before it is renewed.
 pub const WATCH_SECS: u32 = 290;
 
 /// One API call: what it is for and the request itself.
@@ -84,6 +84,15 @@ fn slices(ns: &str) -> Request {
 pub fn list_pods(ns: &str, selector: &str) -> Call {
     let lp = ListParams::default().labels(selector);
     Call::new(format!("list the pods of `{selector}`"), pods(ns).list(&lp))
+}
+
+/// Watches the serving pods from `version`.
+pub fn watch_pods(ns: &str, selector: &str, version: &str) -> Call {
+    let wp = WatchParams::default().labels(selector).timeout(WATCH_SECS);
+    Call::new(
+        format!("watch the pods of `{selector}`"),
+        pods(ns).watch(&wp, version),
+    )
 }
 
 pub fn get_pod(ns: &str, pod: &str) -> Call {

@@ -38,6 +38,13 @@ pub fn steps(plan: &Plan, k: &KubeTarget, token: &str) -> Vec<Step> {
         out.push(step("start", calls::list_slices(ns, s)));
         out.push(step("start", calls::watch_slices(ns, s, "LIST_VERSION")));
     }
+    if k.pod_watch {
+        out.push(step("start", calls::list_pods(ns, &k.selector)));
+        out.push(step(
+            "start",
+            calls::watch_pods(ns, &k.selector, "LIST_VERSION"),
+        ));
+    }
     let mut faults: Vec<&FaultPlan> = plan.faults.iter().collect();
     faults.sort_by_key(|f| f.at);
     for f in faults {
