@@ -85,7 +85,9 @@ fn dry_run_prints_the_api_calls_of_every_example_and_makes_none() {
             out.contains("GET /api/v1/namespaces/haq-demo/pods?&labelSelector=app%3Dllama"),
             "{path}: {out}"
         );
-        let want = if text.contains("domain: network") {
+        let want = if text.contains("replacement: scale") {
+            "PATCH /apis/apps/v1/namespaces/haq-demo/deployments/DEPLOYMENT_OF_w2/scale?&fieldManager=haq {\"spec\":{\"replicas\":2}}"
+        } else if text.contains("domain: network") {
             "POST /apis/networking.k8s.io/v1/namespaces/haq-demo/networkpolicies?"
         } else if text.contains("domain: node") {
             "PATCH /api/v1/nodes/NODE_OF_w1? {\"spec\":{\"unschedulable\":true}}"
@@ -480,4 +482,87 @@ fn heal_reports_a_cordon_it_could_not_undo_and_keeps_it_open() {
     );
     let after = std::fs::read_to_string(dir.join("heals.jsonl")).expect("ledger");
     assert_eq!(after, text, "still open for the next try");
+}
+
+/// The verb of one API call as RBAC names it: (API group, resource[/subresource], verb).
+fn rbac_of(method: &str, uri: &str) -> (String, String, String) {
+    let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _v, rest @ ..] => (String::new(), rest.to_vec()),
+        ["apis", g, _v, rest @ ..] => (g.to_string(), rest.to_vec()),
+        _ => panic!("not an API path: {uri}"),
+    };
+    let rest = match rest.as_slice() {
+        ["namespaces", _ns, r @ ..] => r.to_vec(),
+        r => r.to_vec(),
+    };
+    let resource = match rest.as_slice() {
+        [res] | [res, _] => res.to_string(),
+        [res, _, sub] => format!("{res}/{sub}"),
+        _ => panic!("unexpected path {uri}"),
+    };
+    let verb = match (method, rest.len()) {
+        // An exec is a websocket upgrade of a GET, authorized as `create`.
+        ("GET", 3) if resource == "pods/exec" => "create",
+        ("GET", 1) if query.contains("watch=true") => "watch",
+        ("GET", 1) => "list",
+        ("GET", _) => "get",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("DELETE", _) => "delete",
+        (m, _) => panic!("unexpected method {m}"),
+    };
+    (group, resource, verb.to_string())
+}
+
+/// examples/kubernetes/rbac.yaml grants exactly the verbs of the calls the examples'
+/// dry runs print (every call a run makes): none missing, none spare.
+#[test]
+fn the_role_grants_exactly_the_verbs_the_examples_use() {
+    use std::collections::BTreeSet;
+    let root = crate::support::root().join("examples/kubernetes");
+    let mut used = BTreeSet::new();
+    for e in std::fs::read_dir(&root).expect("examples") {
+        let p = e.expect("entry").path();
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        if p.extension().is_none_or(|x| x != "yaml") || !text.contains("kind: kubernetes") {
+            continue;
+        }
+        let sets = ["target.kubernetes.context=kind-haq".to_string()];
+        let plan = haq::plan::load(&p, &sets, None).expect("plan");
+        let k = plan.scenario.target.kubernetes.clone().expect("k");
+        for s in haq::target::kube::dryrun::steps(&plan, &k, "t") {
+            let (m, u) = (
+                s.call.req.method().to_string(),
+                s.call.req.uri().to_string(),
+            );
+            used.insert(rbac_of(&m, &u));
+        }
+    }
+    let rbac = std::fs::read_to_string(root.join("rbac.yaml")).expect("rbac");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rbac).expect("yaml");
+    let mut granted = BTreeSet::new();
+    for d in docs
+        .iter()
+        .filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole")
+    {
+        let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
+            serde_json::from_value(d["rules"].clone()).expect("a Role's rules");
+        for r in &rules {
+            for g in r.api_groups.iter().flatten() {
+                for res in r.resources.iter().flatten() {
+                    for v in &r.verbs {
+                        granted.insert((g.clone(), res.clone(), v.clone()));
+                    }
+                }
+            }
+        }
+    }
+    let missing: Vec<_> = used.difference(&granted).collect();
+    let spare: Vec<_> = granted.difference(&used).collect();
+    assert!(
+        missing.is_empty() && spare.is_empty(),
+        "missing {missing:?}, spare {spare:?}"
+    );
 }

@@ -19,8 +19,10 @@ pub mod heal;
 pub mod lineage;
 pub mod pod;
 pub mod podwatch;
+pub mod scale;
 pub mod slices;
 pub mod watch;
+pub mod workload;
 
 #[cfg(test)]
 pub mod mock;
