@@ -517,7 +517,8 @@ fn rbac_of(method: &str, uri: &str) -> (String, String, String) {
 }
 
 /// examples/kubernetes/rbac.yaml grants exactly the verbs of the calls the examples'
-/// dry runs print (every call a run makes): none missing, none spare.
+/// dry runs print (every call a run makes) and `haq heal`'s sweep: none missing, none
+/// spare.
 #[test]
 fn the_role_grants_exactly_the_verbs_the_examples_use() {
     use std::collections::BTreeSet;
@@ -532,11 +533,13 @@ fn the_role_grants_exactly_the_verbs_the_examples_use() {
         let sets = ["target.kubernetes.context=kind-haq".to_string()];
         let plan = haq::plan::load(&p, &sets, None).expect("plan");
         let k = plan.scenario.target.kubernetes.clone().expect("k");
-        for s in haq::target::kube::dryrun::steps(&plan, &k, "t") {
-            let (m, u) = (
-                s.call.req.method().to_string(),
-                s.call.req.uri().to_string(),
-            );
+        let run = haq::target::kube::dryrun::steps(&plan, &k, "t")
+            .into_iter()
+            .map(|s| s.call);
+        // `haq heal`'s sweep reads besides.
+        let sweep = haq::target::kube::sweep::reads(&k.namespace, "t");
+        for c in run.chain(sweep) {
+            let (m, u) = (c.req.method().to_string(), c.req.uri().to_string());
             used.insert(rbac_of(&m, &u));
         }
     }

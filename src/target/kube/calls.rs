@@ -231,6 +231,24 @@ pub fn create_policy(ns: &str, policy: &NetworkPolicy) -> Call {
     )
 }
 
+/// The NetworkPolicies run `token` created (`haq heal`'s sweep).
+pub fn list_run_policies(ns: &str, token: &str) -> Call {
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={token}"));
+    Call::new(
+        format!("list the NetworkPolicies labelled {RUN_LABEL}={token}"),
+        policies(ns).list(&lp),
+    )
+}
+
+/// The pods carrying haq's isolation label, any run's (`haq heal`'s sweep).
+pub fn list_isolated_pods(ns: &str) -> Call {
+    let lp = ListParams::default().labels(ISOLATE_LABEL);
+    Call::new(
+        format!("list the pods labelled {ISOLATE_LABEL}"),
+        pods(ns).list(&lp),
+    )
+}
+
 pub fn get_policy(ns: &str, name: &str) -> Call {
     Call::new(
         format!("read NetworkPolicy {name}"),

@@ -21,6 +21,7 @@ pub mod pod;
 pub mod podwatch;
 pub mod scale;
 pub mod slices;
+pub mod sweep;
 pub mod watch;
 pub mod workload;
 
@@ -92,9 +93,10 @@ pub async fn started(
             replica: Some(p.replica.clone()),
             what: "discovered".into(),
             detail: Some(format!(
-                "{} (context {}, run label {}={})",
+                "{} (context {}, namespace {}, run label {}={})",
                 p.describe(),
                 cluster.context,
+                cluster.namespace,
                 calls::RUN_LABEL,
                 cluster.token
             )),
