@@ -459,8 +459,26 @@ fn compare_runs(a: &CompareArgs) -> Exit {
     if c.regressed { Exit::Fail } else { Exit::Pass }
 }
 
-/// `haq heal RUN_DIR`: undoes what the ledger of a killed run leaves open.
+/// `haq heal RUN_DIR`: undoes what the ledger of a killed run leaves open, then (a
+/// kubernetes run) sweeps what carries the run's labels.
 fn heal(dir: &Path) -> Exit {
+    let ledger = heal_ledger(dir);
+    if matches!(ledger, Exit::Unusable) {
+        return ledger;
+    }
+    // A kubernetes run: what carries its labels, whether or not the ledger had it.
+    match crate::target::kube::sweep::sweep_dir(dir) {
+        Some((true, d)) => println!("swept: {d}"),
+        Some((false, d)) => {
+            println!("NOT swept: {d}");
+            return Exit::Fail;
+        }
+        None => {}
+    }
+    ledger
+}
+
+fn heal_ledger(dir: &Path) -> Exit {
     match crate::faults::ledger::heal_dir(dir) {
         Err(e) => {
             eprintln!("error: {e}");

@@ -139,6 +139,35 @@ pub fn validate(t: &Target) -> Result<(), Issue> {
     gateway(k)
 }
 
+/// A kubernetes fault's `restart`: only with `target.kubernetes.replacement: scale`
+/// (the controller otherwise replaces the pod at once), where it is the scale back up;
+/// nothing is run or cold-started by haq, so `command` and `cold_start` are refused.
+pub fn restart(
+    s: &crate::scenario::Scenario,
+    field: &str,
+    r: &crate::scenario::Restart,
+    _action: crate::scenario::FaultAction,
+) -> Result<(), Issue> {
+    let scale = s
+        .target
+        .kubernetes
+        .as_ref()
+        .is_some_and(|k| k.replacement == crate::scenario::KubeReplacement::Scale);
+    if !scale {
+        return Err(Issue::missing(
+            format!("{field}.restart"),
+            "a kubernetes target's controller replaces the pod itself; set `target.kubernetes.replacement: scale` to replace it by scaling down and up (docs/kubernetes.md)",
+        ));
+    }
+    if r.command.is_some() || r.cold_start.is_some() {
+        return Err(Issue::missing(
+            format!("{field}.restart"),
+            "with `replacement: scale` the replacement is the workload scaled back up: `command` and `cold_start` are not used",
+        ));
+    }
+    Ok(())
+}
+
 /// The allow-lists are given, and the named context and namespace are in them.
 fn allow_lists(k: &KubeTarget) -> Result<(), Issue> {
     if k.allowed_contexts.is_empty() || k.allowed_contexts.iter().any(|c| c.trim().is_empty()) {
@@ -513,6 +542,17 @@ pub(crate) mod tests {
         // The other kinds refuse the block and the backend.
         let sim = kube_scenario().replace("kind: kubernetes", "kind: sim");
         assert!(err(&sim, &[]).contains("only used with `kind: kubernetes`"));
+    }
+
+    #[test]
+    fn a_restart_is_the_scale_back_up_of_replacement_scale() {
+        let scale = "target.kubernetes.replacement=scale";
+        let p = load(&kube_scenario(), &[scale, "faults[0].restart={after: 5s}"]).expect("plan");
+        assert!(p.faults[0].restart.is_some());
+        let e = err(&kube_scenario(), &[scale, "faults[0].restart={command: x}"]);
+        assert!(e.contains("`command` and `cold_start` are not used"), "{e}");
+        let e = err(&kube_scenario(), &["faults[0].restart={after: 5s}"]);
+        assert!(e.contains("replacement: scale"), "{e}");
     }
 
     #[test]

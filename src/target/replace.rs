@@ -35,7 +35,8 @@ pub async fn start(
     match respawn {
         Respawn::Sim(sim) => start_sim(r, sim, how).await,
         Respawn::Command => start_command(r, how).await,
-        Respawn::Kube => Err("a kubernetes controller replaces its pods itself".into()),
+        // `replacement: scale`: the workload scaled back up (its controller makes the pod).
+        Respawn::Kube => crate::target::kube::scale::respawn(r).await,
     }
 }
 
@@ -187,6 +188,10 @@ pub async fn ready_within(
     timeout: Duration,
     stop: &CancellationToken,
 ) -> Option<Duration> {
+    if r.pod().is_some() {
+        // A pod: its Ready condition, from the API (pod IPs are often unreachable).
+        return crate::target::kube::scale::ready(r, timeout, stop).await;
+    }
     let start = Instant::now();
     while start.elapsed() < timeout {
         if let Some(u) = r.direct_url() {

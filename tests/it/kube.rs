@@ -85,7 +85,9 @@ fn dry_run_prints_the_api_calls_of_every_example_and_makes_none() {
             out.contains("GET /api/v1/namespaces/haq-demo/pods?&labelSelector=app%3Dllama"),
             "{path}: {out}"
         );
-        let want = if text.contains("domain: network") {
+        let want = if text.contains("replacement: scale") {
+            "PATCH /apis/apps/v1/namespaces/haq-demo/deployments/DEPLOYMENT_OF_w2/scale?&fieldManager=haq {\"spec\":{\"replicas\":2}}"
+        } else if text.contains("domain: network") {
             "POST /apis/networking.k8s.io/v1/namespaces/haq-demo/networkpolicies?"
         } else if text.contains("domain: node") {
             "PATCH /api/v1/nodes/NODE_OF_w1? {\"spec\":{\"unschedulable\":true}}"
@@ -110,21 +112,25 @@ fn dry_run_prints_the_api_calls_of_every_example_and_makes_none() {
     assert!(!out.contains("no call is made"), "{out}");
 }
 
-/// A recorded EndpointSlice stream around a pod kill (tests/data/kube), replayed
-/// through haq's EndpointSlice watch into a stored run, gives the failure timeline
-/// (Q11): detection and the replacement's stages, each from the watch.
-#[tokio::test]
-async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
-    use haq::target::kube::slices::{Applied, Replicas, SOURCE, SliceState};
+/// The recorded streams of a pod kill (tests/data/kube), replayed through haq's
+/// observers (one shared attribution) into a stored run, judged: the kill's time and
+/// its failure timeline (Q11).
+async fn replayed_q11(streams: &[&str]) -> (u64, haq::check::Judgement) {
+    use haq::target::kube::lineage::Lineage;
+    use haq::target::kube::pod::Owner;
+    use haq::target::kube::podwatch::{self, PodObserver};
+    use haq::target::kube::slices::{self, Observer, Replicas, SliceState};
+    use haq::target::kube::watch::{Applied, Follow, replayed};
     use haq::target::kube::{Cluster, PodInfo, replica};
     use haq::target::registry::{Registry, Respawn};
     use haq::trace::Event;
-    use kube::core::WatchEvent;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
 
     // The stored run: w2 is killed at `kill` (µs); its gateway journal is left out, so
-    // only the EndpointSlice watch can see it go and come back.
+    // only the watches can see it go and come back.
     let src = crate::support::root().join("tests/data/report-run");
-    let dir = scratch("kube-q11");
+    let dir = scratch(&format!("kube-q11-{}", streams.len()));
     for f in [
         "scenario.json",
         "scenario.yaml",
@@ -144,7 +150,7 @@ async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
         .and_then(|v| v["t"].as_u64())
         .expect("the kill");
 
-    // The watch's replicas: w1..w3 on the stream's three pods.
+    // The watches' replicas: w1..w3 on the streams' three pods, of one ReplicaSet.
     let k = haq::plan::load(
         &crate::support::root().join("examples/kubernetes/kill-pod.yaml"),
         &["target.kubernetes.context=kind-haq".to_string()],
@@ -178,6 +184,11 @@ async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
         port: 8080,
         gpus: 0,
         restarts: 0,
+        owner: Some(Owner {
+            kind: "ReplicaSet".into(),
+            name: "llama-5d9f".into(),
+            uid: "rs-5d9f".into(),
+        }),
     };
     let registry = std::sync::Arc::new(Registry {
         replicas: vec![
@@ -191,37 +202,62 @@ async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
         ],
         respawn: Respawn::Kube,
     });
-    let mut state = SliceState::default();
-    let mut replicas = Replicas::new(registry);
-    let mut lines = Vec::new();
-    let stream = std::fs::read_to_string(
-        crate::support::root().join("tests/data/kube/endpointslices.jsonl"),
-    )
-    .expect("stream");
-    for l in stream.lines() {
-        let v: serde_json::Value = serde_json::from_str(l).expect("json");
-        if let Some(list) = v.get("list") {
-            let items = serde_json::from_value(list.clone()).expect("slices");
-            assert!(
-                state.apply(Applied::Reset(items)).len() == 3,
-                "the baseline"
-            );
-            continue;
+    let lineage = Lineage::shared(registry);
+    let mut on_slices = Observer {
+        state: SliceState::default(),
+        replicas: Replicas::shared(lineage.clone()),
+    };
+    let mut on_pods = PodObserver::new(
+        lineage,
+        k.container.clone(),
+        &k.namespace,
+        cluster.selector.clone(),
+    );
+    // Every stream's events, merged in time: (after_ms, stream, the line).
+    let mut events: Vec<(u64, usize, serde_json::Value)> = Vec::new();
+    for (n, name) in streams.iter().enumerate() {
+        let text =
+            std::fs::read_to_string(crate::support::root().join("tests/data/kube").join(name))
+                .expect("stream");
+        for l in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json");
+            if let Some(list) = v.get("list") {
+                // The baseline: the watch writes nothing of its first list.
+                if *name == "pods.jsonl" {
+                    on_pods.apply(Applied::Reset(
+                        serde_json::from_value::<Vec<Pod>>(list.clone()).expect("pods"),
+                    ))
+                } else {
+                    on_slices.apply(Applied::Reset(
+                        serde_json::from_value::<Vec<EndpointSlice>>(list.clone()).expect("slices"),
+                    ))
+                };
+                continue;
+            }
+            events.push((
+                v["after_ms"].as_u64().expect("after_ms"),
+                n,
+                v["event"].clone(),
+            ));
         }
-        let t = kill + v["after_ms"].as_u64().expect("after_ms") * 1000;
-        let applied = match serde_json::from_value::<
-            WatchEvent<k8s_openapi::api::discovery::v1::EndpointSlice>,
-        >(v["event"].clone())
-        .expect("event")
-        {
-            WatchEvent::Added(s) | WatchEvent::Modified(s) => Applied::Upsert(s),
-            WatchEvent::Deleted(s) => Applied::Delete(s),
-            _ => continue,
+    }
+    events.sort_by_key(|e| (e.0, e.1));
+    let mut lines = Vec::new();
+    for (after, n, ev) in events {
+        let (source, out) = if streams[n] == "pods.jsonl" {
+            let ev =
+                replayed(serde_json::from_value::<kube::core::WatchEvent<Pod>>(ev).expect("event"));
+            (podwatch::SOURCE, ev.map(|e| on_pods.apply(e)))
+        } else {
+            let ev = replayed(
+                serde_json::from_value::<kube::core::WatchEvent<EndpointSlice>>(ev).expect("event"),
+            );
+            (slices::SOURCE, ev.map(|e| on_slices.apply(e)))
         };
-        for (replica, what, detail) in replicas.observe(state.apply(applied)) {
+        for (replica, what, detail) in out.into_iter().flatten() {
             let ev = Event::Observation {
-                t,
-                source: SOURCE.into(),
+                t: kill + after * 1000,
+                source: source.into(),
                 replica,
                 what: what.into(),
                 detail: Some(detail),
@@ -235,8 +271,27 @@ async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
     all.extend(lines.iter().map(String::as_str));
     all.push(end);
     std::fs::write(dir.join("trace.jsonl"), all.join("\n") + "\n").expect("write");
-
     let (_, j) = haq::check::judge_dir(&dir).expect("judged");
+    (kill, j)
+}
+
+/// The timeline's rows one source gave: (event, source).
+fn rows_of<'a>(j: &'a haq::check::Judgement, source: &str) -> Vec<&'a str> {
+    j.timeline
+        .entries
+        .iter()
+        .filter(|e| e.source == source)
+        .map(|e| e.event.as_str())
+        .collect()
+}
+
+/// A recorded EndpointSlice stream around a pod kill (tests/data/kube), replayed
+/// through haq's EndpointSlice watch into a stored run, gives the failure timeline
+/// (Q11): detection and the replacement's stages, each from the watch.
+#[tokio::test]
+async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
+    use haq::target::kube::slices::SOURCE;
+    let (kill, j) = replayed_q11(&["endpointslices.jsonl"]).await;
     let f = j.timeline.fault("kill-w2").expect("the kill's timeline");
     let d = f.detected.as_ref().expect("detected");
     assert_eq!((d.t, d.source.as_str()), (kill + 15_000, SOURCE), "{d:?}");
@@ -258,19 +313,67 @@ async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
     );
     let ready = f.replacement.ready.as_ref().expect("ready");
     assert_eq!((ready.t, ready.source.as_str()), (kill + 7_400_000, SOURCE));
-    let rows: Vec<(&str, &str)> = j
-        .timeline
-        .entries
-        .iter()
-        .filter(|e| e.source == SOURCE)
-        .map(|e| (e.event.as_str(), e.source.as_str()))
-        .collect();
-    assert!(rows.contains(&("w2 detected", SOURCE)), "{rows:?}");
-    assert!(
-        rows.contains(&("w2 replacement started", SOURCE)),
-        "{rows:?}"
+    // No pod watch: when the controller asked for the replacement is not known.
+    assert!(f.replacement.requested.is_none(), "{f:?}");
+    let rows = rows_of(&j, SOURCE);
+    for row in [
+        "w2 detected",
+        "w2 replacement started",
+        "w2 replacement ready",
+    ] {
+        assert!(rows.contains(&row), "{rows:?}");
+    }
+}
+
+/// The pod watch's recorded stream of the same kill, replayed with the EndpointSlice
+/// stream: the replacement is requested, started and ready by the pod's own status
+/// (each earlier than its endpoint), the replacement pod named; detection stays the
+/// EndpointSlice's.
+#[tokio::test]
+async fn a_replayed_pod_stream_gives_the_replacement_stages() {
+    use haq::target::kube::{podwatch, slices};
+    let (kill, j) = replayed_q11(&["endpointslices.jsonl", "pods.jsonl"]).await;
+    let f = j.timeline.fault("kill-w2").expect("the kill's timeline");
+    let d = f.detected.as_ref().expect("detected");
+    assert_eq!(
+        (d.t, d.source.as_str()),
+        (kill + 15_000, slices::SOURCE),
+        "{d:?}"
     );
-    assert!(rows.contains(&("w2 replacement ready", SOURCE)), "{rows:?}");
+    let r = &f.replacement;
+    let at = |m: &Option<haq::check::timeline::Mark>| {
+        m.as_ref()
+            .map(|m| (m.t - kill, m.source.clone(), m.detail.clone()))
+    };
+    let pw = podwatch::SOURCE.to_string();
+    assert_eq!(
+        at(&r.requested),
+        Some((12_000, pw.clone(), "pod llama-5d9f-d (uid u-d) created by ReplicaSet llama-5d9f at 2026-12-02T03:00:05Z takes the place of pod llama-5d9f-b".into()))
+    );
+    assert_eq!(
+        at(&r.started),
+        Some((
+            850_000,
+            pw.clone(),
+            "container llama of pod llama-5d9f-d running since 2026-12-02T03:00:06Z".into()
+        ))
+    );
+    assert_eq!(
+        at(&r.ready),
+        Some((
+            7_390_000,
+            pw.clone(),
+            "pod llama-5d9f-d Ready since 2026-12-02T03:00:12Z".into()
+        ))
+    );
+    let rows = rows_of(&j, podwatch::SOURCE);
+    for row in [
+        "w2 replacement requested",
+        "w2 replacement started",
+        "w2 replacement ready",
+    ] {
+        assert!(rows.contains(&row), "{rows:?}");
+    }
 }
 
 /// Against a real cluster: each example scenario runs end to end and its fault is
@@ -315,6 +418,14 @@ fn real_cluster(example: &str) {
         trace.contains(haq::target::kube::slices::SOURCE),
         "{example}: no EndpointSlice observation"
     );
+    // Every example's fault restarts or replaces a pod (the partition's pod stays and
+    // its readiness does not change, so it has none).
+    if example != "network-partition" {
+        assert!(
+            trace.contains(haq::target::kube::podwatch::SOURCE),
+            "{example}: no pod watch observation"
+        );
+    }
     let (code, heal, _) = crate::cli::haq_env(&["heal", out.to_str().expect("utf-8")], &[], &[]);
     assert_eq!(code, 0, "{example}: something is left applied: {heal}");
 }
@@ -371,4 +482,90 @@ fn heal_reports_a_cordon_it_could_not_undo_and_keeps_it_open() {
     );
     let after = std::fs::read_to_string(dir.join("heals.jsonl")).expect("ledger");
     assert_eq!(after, text, "still open for the next try");
+}
+
+/// The verb of one API call as RBAC names it: (API group, resource[/subresource], verb).
+fn rbac_of(method: &str, uri: &str) -> (String, String, String) {
+    let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _v, rest @ ..] => (String::new(), rest.to_vec()),
+        ["apis", g, _v, rest @ ..] => (g.to_string(), rest.to_vec()),
+        _ => panic!("not an API path: {uri}"),
+    };
+    let rest = match rest.as_slice() {
+        ["namespaces", _ns, r @ ..] => r.to_vec(),
+        r => r.to_vec(),
+    };
+    let resource = match rest.as_slice() {
+        [res] | [res, _] => res.to_string(),
+        [res, _, sub] => format!("{res}/{sub}"),
+        _ => panic!("unexpected path {uri}"),
+    };
+    let verb = match (method, rest.len()) {
+        // An exec is a websocket upgrade of a GET, authorized as `create`.
+        ("GET", 3) if resource == "pods/exec" => "create",
+        ("GET", 1) if query.contains("watch=true") => "watch",
+        ("GET", 1) => "list",
+        ("GET", _) => "get",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("DELETE", _) => "delete",
+        (m, _) => panic!("unexpected method {m}"),
+    };
+    (group, resource, verb.to_string())
+}
+
+/// examples/kubernetes/rbac.yaml grants exactly the verbs of the calls the examples'
+/// dry runs print (every call a run makes) and `haq heal`'s sweep: none missing, none
+/// spare.
+#[test]
+fn the_role_grants_exactly_the_verbs_the_examples_use() {
+    use std::collections::BTreeSet;
+    let root = crate::support::root().join("examples/kubernetes");
+    let mut used = BTreeSet::new();
+    for e in std::fs::read_dir(&root).expect("examples") {
+        let p = e.expect("entry").path();
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        if p.extension().is_none_or(|x| x != "yaml") || !text.contains("kind: kubernetes") {
+            continue;
+        }
+        let sets = ["target.kubernetes.context=kind-haq".to_string()];
+        let plan = haq::plan::load(&p, &sets, None).expect("plan");
+        let k = plan.scenario.target.kubernetes.clone().expect("k");
+        let run = haq::target::kube::dryrun::steps(&plan, &k, "t")
+            .into_iter()
+            .map(|s| s.call);
+        // `haq heal`'s sweep reads besides.
+        let sweep = haq::target::kube::sweep::reads(&k.namespace, "t");
+        for c in run.chain(sweep) {
+            let (m, u) = (c.req.method().to_string(), c.req.uri().to_string());
+            used.insert(rbac_of(&m, &u));
+        }
+    }
+    let rbac = std::fs::read_to_string(root.join("rbac.yaml")).expect("rbac");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rbac).expect("yaml");
+    let mut granted = BTreeSet::new();
+    for d in docs
+        .iter()
+        .filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole")
+    {
+        let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
+            serde_json::from_value(d["rules"].clone()).expect("a Role's rules");
+        for r in &rules {
+            for g in r.api_groups.iter().flatten() {
+                for res in r.resources.iter().flatten() {
+                    for v in &r.verbs {
+                        granted.insert((g.clone(), res.clone(), v.clone()));
+                    }
+                }
+            }
+        }
+    }
+    let missing: Vec<_> = used.difference(&granted).collect();
+    let spare: Vec<_> = granted.difference(&used).collect();
+    assert!(
+        missing.is_empty() && spare.is_empty(),
+        "missing {missing:?}, spare {spare:?}"
+    );
 }

@@ -3,14 +3,18 @@
 //! deletes the pod with grace 0 and `drain` evicts it ([`pods`]); `node` cordons its
 //! node, then evicts or deletes it ([`node`]); `network` isolates it with a
 //! NetworkPolicy ([`net`]); `process` / `gpu` exec the fault's kill command in the
-//! engine's container ([`pods::exec_kill`]). Reversible faults (a cordon, a policy)
+//! engine's container ([`pods::exec_kill`]); with `replacement: scale` a `worker`
+//! fault scales the pod's workload down by one, that pod first ([`scale`]). Reversible faults (a cordon, a policy)
 //! are in the heal ledger before they are applied.
 
 mod net;
 mod node;
 mod pods;
+mod scale;
 mod undo;
 
+#[cfg(test)]
+mod scaletests;
 #[cfg(test)]
 mod tests;
 
@@ -21,6 +25,7 @@ use futures_util::future::BoxFuture;
 use super::backend::{Context, Injected, Injector};
 use super::{Replica, Undo};
 use crate::plan::FaultPlan;
+use crate::scenario::KubeReplacement::Scale;
 use crate::scenario::{FailureDomain as D, FaultAction as A};
 
 pub struct KubeInjector;
@@ -38,6 +43,9 @@ impl Injector for KubeInjector {
                 return (Injected::failed(Instant::now(), None, why), None);
             };
             match (f.domain, f.action) {
+                (D::Worker, A::Kill | A::Drain) if p.cluster.replacement == Scale => {
+                    scale::down(&p, &r.name).await
+                }
                 (D::Worker, A::Kill) => (pods::kill(&p).await, None),
                 (D::Drain, A::Drain) => (pods::evict(&p).await, None),
                 (D::Node, a) => node::node(&p, a, &f.name, &r.name, cx).await,

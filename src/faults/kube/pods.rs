@@ -50,7 +50,7 @@ pub async fn read(p: &PodRef) -> Result<Now, String> {
 }
 
 /// Polls the pod until `done` says how it ended, for at most `limit`.
-async fn until(
+pub(super) async fn until(
     p: &PodRef,
     limit: Duration,
     mut done: impl FnMut(&Now) -> Option<String>,
@@ -92,6 +92,21 @@ fn gone_or_replaced(p: &PodRef, at: Instant, now: &Now) -> Option<String> {
             ms(at)
         )),
         Now::There(_) => None,
+    }
+}
+
+/// The pod terminating (with its own grace period), gone or replaced.
+pub(super) fn terminating_or_gone(p: &PodRef, at: Instant, now: &Now) -> Option<String> {
+    match now {
+        Now::There(pod) => pod.metadata.deletion_timestamp.as_ref().map(|t| {
+            format!(
+                "pod {} terminating (deletion timestamp {}, its own grace period) after {:.0}ms",
+                p.pod.name,
+                t.0,
+                ms(at)
+            )
+        }),
+        other => gone_or_replaced(p, at, other),
     }
 }
 
@@ -148,18 +163,7 @@ pub async fn evict(p: &PodRef) -> Injected {
         };
         return Injected::failed(at, None, why);
     }
-    let verdict = until(p, VERIFY_TIMEOUT, |now| match now {
-        Now::There(pod) => pod.metadata.deletion_timestamp.as_ref().map(|t| {
-            format!(
-                "pod {} terminating (deletion timestamp {}, its own grace period) after {:.0}ms",
-                p.pod.name,
-                t.0,
-                ms(at)
-            )
-        }),
-        other => gone_or_replaced(p, at, other),
-    })
-    .await;
+    let verdict = until(p, VERIFY_TIMEOUT, |now| terminating_or_gone(p, at, now)).await;
     match verdict {
         Ok(d) => Injected {
             at,

@@ -14,12 +14,20 @@ use crate::target::kube::tests::plan;
 use crate::target::kube::{PodInfo, replica};
 use crate::target::registry::Replica;
 
-const POD: &str = "/api/v1/namespaces/llm/pods/llama-b";
+pub(super) const POD: &str = "/api/v1/namespaces/llm/pods/llama-b";
 
 /// Replica `w2` on pod `llama-b` (node-a), reached through the mock, and the
 /// context of a run whose ledger is in a scratch directory.
-fn setup(tag: &str) -> (Arc<Replica>, ApiServer, Context, std::path::PathBuf) {
-    let p = plan(&[]);
+pub(super) fn setup(tag: &str) -> (Arc<Replica>, ApiServer, Context, std::path::PathBuf) {
+    setup_with(tag, &[])
+}
+
+/// [`setup`] for the test scenario with `sets`.
+pub(super) fn setup_with(
+    tag: &str,
+    sets: &[&str],
+) -> (Arc<Replica>, ApiServer, Context, std::path::PathBuf) {
+    let p = plan(sets);
     let k = p.scenario.target.kubernetes.clone().expect("k");
     let (cluster, server) = mock::cluster(&k);
     let info = PodInfo {
@@ -32,6 +40,7 @@ fn setup(tag: &str) -> (Arc<Replica>, ApiServer, Context, std::path::PathBuf) {
         port: 8080,
         gpus: 0,
         restarts: 0,
+        owner: None,
     };
     let dir = scratch(tag);
     let mut cx = context(&dir);
@@ -40,22 +49,35 @@ fn setup(tag: &str) -> (Arc<Replica>, ApiServer, Context, std::path::PathBuf) {
 }
 
 /// Fires fault 0 of the test scenario with `sets` on `w2`.
-async fn fire(sets: &[&str], r: &Replica, cx: &Context) -> (Injected, Option<Box<dyn Undo>>) {
+pub(super) async fn fire(
+    sets: &[&str],
+    r: &Replica,
+    cx: &Context,
+) -> (Injected, Option<Box<dyn Undo>>) {
     let p = plan(sets);
     injector(FaultBackend::Kubernetes)
         .inject(&p.faults[0], r, cx)
         .await
 }
 
+/// The fault is verified, its detail starting `start`.
+pub(super) fn verified_as(inj: &Injected, start: &str) {
+    assert!(
+        inj.verified && inj.detail.starts_with(start),
+        "{}",
+        inj.detail
+    );
+}
+
 /// Runs a heal as the guard does (off the async threads).
-async fn heal(mut u: Box<dyn Undo>) -> super::super::Healed {
+pub(super) async fn heal(mut u: Box<dyn Undo>) -> super::super::Healed {
     tokio::task::spawn_blocking(move || u.undo())
         .await
         .expect("heal")
 }
 
 /// The API server saw exactly the requests it expected, and no more.
-async fn done(server: tokio::task::JoinHandle<ApiServer>) {
+pub(super) async fn done(server: tokio::task::JoinHandle<ApiServer>) {
     let api = server.await.expect("exact requests");
     api.no_more(std::time::Duration::from_millis(100)).await;
 }
@@ -68,12 +90,12 @@ async fn deleted(api: &mut ApiServer) {
         .await;
 }
 
-fn terminating(mut p: Value) -> Value {
+pub(super) fn terminating(mut p: Value) -> Value {
     p["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
     p
 }
 
-fn b() -> Value {
+pub(super) fn b() -> Value {
     pod("llama-b", "u-b", "node-a", "10.0.0.2", true)
 }
 
@@ -366,13 +388,9 @@ async fn a_process_kill_execs_in_the_container_verified_by_its_restart() {
         "faults[0].exec=[pkill, -KILL, llama-server]",
     ];
     let (inj, _) = fire(&gpu, &r, &cx).await;
-    assert!(inj.verified, "{}", inj.detail);
-    assert!(
-        inj.detail.starts_with(
-            "exec `pkill -KILL llama-server` in llama-b/llama: the exec stream failed"
-        ),
-        "{}",
-        inj.detail
+    verified_as(
+        &inj,
+        "exec `pkill -KILL llama-server` in llama-b/llama: the exec stream failed",
     );
     assert!(
         inj.detail.contains(

@@ -20,7 +20,21 @@ pub fn heal_with(
     late: String,
     heal: impl std::future::Future<Output = Result<String, String>> + Send + 'static,
 ) -> Healed {
-    let h = match cluster.block_on(HEAL_LIMIT, heal) {
+    let h = healed(cluster, late, heal);
+    if h.verified {
+        ledger.0.healed(ledger.1, &h.detail);
+    }
+    h
+}
+
+/// Runs `heal` (its outcome: how, or why not); `late` says what did not finish
+/// within [`HEAL_LIMIT`].
+pub fn healed(
+    cluster: &Cluster,
+    late: String,
+    heal: impl std::future::Future<Output = Result<String, String>> + Send + 'static,
+) -> Healed {
+    match cluster.block_on(HEAL_LIMIT, heal) {
         Some(Ok(detail)) => Healed {
             verified: true,
             detail,
@@ -33,9 +47,5 @@ pub fn heal_with(
             verified: false,
             detail: format!("{late} within {HEAL_LIMIT:?}"),
         },
-    };
-    if h.verified {
-        ledger.0.healed(ledger.1, &h.detail);
     }
-    h
 }

@@ -186,10 +186,7 @@ pub(super) fn restart(
         return Ok(());
     }
     if cx.kube() {
-        return Err(Issue::missing(
-            format!("{field}.restart"),
-            "a kubernetes target's controller replaces the pod itself; following its new pod is not supported yet (docs/kubernetes.md)",
-        ));
+        return crate::plan::kubernetes::restart(cx.s, field, r, action);
     }
     for name in replicas {
         let declared = cx

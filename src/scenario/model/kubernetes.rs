@@ -46,6 +46,32 @@ pub struct KubeTarget {
     /// terminating transitions with their times).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serving_service: Option<String>,
+    /// Watch the serving pods during the run (default on): the replacement's stages
+    /// (scheduled, image pulled, started, ready) from each pod's status.
+    #[serde(default = "yes")]
+    pub pod_watch: bool,
+    /// How a `worker` fault's pod is replaced: `controller` (default: the pod is
+    /// deleted and its controller makes a new one at once) or `scale` (haq scales the
+    /// pod's Deployment / StatefulSet down by one, that pod first, and back up when
+    /// the fault's `restart` asks for the replacement).
+    #[serde(default)]
+    pub replacement: KubeReplacement,
+}
+
+/// How a `worker` fault's pod is replaced (`target.kubernetes.replacement`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum KubeReplacement {
+    /// The pod is deleted; its controller replaces it at once.
+    #[default]
+    Controller,
+    /// The workload is scaled down by one (that pod removed first) and back up by the
+    /// fault's `restart`; the original count is restored on heal.
+    Scale,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The gateway: exactly one of `url` or `service`.

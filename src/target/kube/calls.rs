@@ -17,7 +17,7 @@ pub const RUN_LABEL: &str = "haq.dev/run";
 pub const ISOLATE_LABEL: &str = "haq.dev/isolate";
 /// The field manager of haq's patches.
 const MANAGER: &str = "haq";
-/// How long one EndpointSlice watch request lasts before it is renewed.
+/// How long one watch request (EndpointSlices, pods) lasts before it is renewed.
 pub const WATCH_SECS: u32 = 290;
 
 /// One API call: what it is for and the request itself.
@@ -76,6 +76,57 @@ fn policies(ns: &str) -> Request {
     Request::new(<NetworkPolicy as kube::Resource>::url_path(&(), Some(ns)))
 }
 
+/// A workload with a scale subresource: `deployments` or `statefulsets` (apps/v1).
+fn workloads(ns: &str, plural: &str) -> Request {
+    Request::new(format!("/apis/apps/v1/namespaces/{ns}/{plural}"))
+}
+
+/// The ReplicaSet that owns a Deployment's pod (its owner is the Deployment).
+pub fn get_replicaset(ns: &str, name: &str) -> Call {
+    Call::new(
+        format!("read ReplicaSet {name}"),
+        workloads(ns, "replicasets").get(name, &Default::default()),
+    )
+}
+
+/// `plural` is `deployments` or `statefulsets`.
+pub fn get_scale(ns: &str, plural: &str, name: &str) -> Call {
+    Call::new(
+        format!("read the scale of {plural}/{name}"),
+        workloads(ns, plural).get_subresource("scale", name),
+    )
+}
+
+/// Sets a workload's replicas: a merge patch of its scale subresource.
+pub fn set_scale(ns: &str, plural: &str, name: &str, replicas: i32) -> Call {
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    let pp = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..PatchParams::default()
+    };
+    Call::new(
+        format!("scale {plural}/{name} to {replicas}"),
+        workloads(ns, plural).patch_subresource("scale", name, &pp, &Patch::Merge(&patch)),
+    )
+}
+
+/// The annotation that makes a ReplicaSet scaled down remove this pod first.
+pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// Marks a pod to be the first a scale-down of its ReplicaSet removes.
+pub fn mark_first_to_go(ns: &str, pod: &str) -> Call {
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {DELETION_COST: i32::MIN.to_string()}}});
+    let pp = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..PatchParams::default()
+    };
+    Call::new(
+        format!("annotate pod {pod} {DELETION_COST}={}", i32::MIN),
+        pods(ns).patch(pod, &pp, &Patch::Merge(&patch)),
+    )
+}
+
 fn slices(ns: &str) -> Request {
     Request::new(<EndpointSlice as kube::Resource>::url_path(&(), Some(ns)))
 }
@@ -84,6 +135,15 @@ fn slices(ns: &str) -> Request {
 pub fn list_pods(ns: &str, selector: &str) -> Call {
     let lp = ListParams::default().labels(selector);
     Call::new(format!("list the pods of `{selector}`"), pods(ns).list(&lp))
+}
+
+/// Watches the serving pods from `version`.
+pub fn watch_pods(ns: &str, selector: &str, version: &str) -> Call {
+    let wp = WatchParams::default().labels(selector).timeout(WATCH_SECS);
+    Call::new(
+        format!("watch the pods of `{selector}`"),
+        pods(ns).watch(&wp, version),
+    )
 }
 
 pub fn get_pod(ns: &str, pod: &str) -> Call {
@@ -168,6 +228,24 @@ pub fn create_policy(ns: &str, policy: &NetworkPolicy) -> Call {
     Call::new(
         format!("create NetworkPolicy {name}"),
         policies(ns).create(&PostParams::default(), body),
+    )
+}
+
+/// The NetworkPolicies run `token` created (`haq heal`'s sweep).
+pub fn list_run_policies(ns: &str, token: &str) -> Call {
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={token}"));
+    Call::new(
+        format!("list the NetworkPolicies labelled {RUN_LABEL}={token}"),
+        policies(ns).list(&lp),
+    )
+}
+
+/// The pods carrying haq's isolation label, any run's (`haq heal`'s sweep).
+pub fn list_isolated_pods(ns: &str) -> Call {
+    let lp = ListParams::default().labels(ISOLATE_LABEL);
+    Call::new(
+        format!("list the pods labelled {ISOLATE_LABEL}"),
+        pods(ns).list(&lp),
     )
 }
 

@@ -20,8 +20,12 @@ pub struct Cluster {
     pub selector: Vec<Requirement>,
     /// The value of the `haq.dev/run` label on everything this run creates.
     pub token: String,
+    /// How a `worker` fault's pod is replaced.
+    pub replacement: crate::scenario::KubeReplacement,
     /// The runtime the client's connections live on (heals run off it).
     runtime: tokio::runtime::Handle,
+    /// The scale-downs faults made, by replica (`replacement: scale`).
+    scaled: std::sync::Mutex<std::collections::BTreeMap<String, super::workload::Scaled>>,
 }
 
 impl Cluster {
@@ -40,8 +44,22 @@ impl Cluster {
             selector_text: k.selector.clone(),
             selector,
             token,
+            replacement: k.replacement,
             runtime: tokio::runtime::Handle::current(),
+            scaled: Default::default(),
         })
+    }
+
+    /// Records the scale-down a fault made of replica `replica`'s workload.
+    pub fn record_scaled(&self, replica: &str, s: super::workload::Scaled) {
+        let mut m = self.scaled.lock().unwrap_or_else(|e| e.into_inner());
+        m.insert(replica.to_string(), s);
+    }
+
+    /// The scale-down of replica `replica`'s workload, if a fault made one.
+    pub fn scaled(&self, replica: &str) -> Option<super::workload::Scaled> {
+        let m = self.scaled.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(replica).cloned()
     }
 
     /// Sends a call and reads its answer.

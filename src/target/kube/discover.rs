@@ -160,6 +160,7 @@ pub fn pod_info(replica: String, p: &Pod, k: &KubeTarget) -> Result<PodInfo, Not
         port,
         gpus: gpus(c),
         restarts: restarts(p, &c.name),
+        owner: super::pod::Owner::of(p),
         name,
     })
 }

@@ -7,7 +7,9 @@
 use super::calls::ISOLATE_LABEL;
 use super::calls::{self, Call};
 use crate::plan::{FaultPlan, Plan};
-use crate::scenario::{FailureDomain as D, FaultAction as A, FaultBackend, KubeTarget, Replicas};
+use crate::scenario::{
+    FailureDomain as D, FaultAction as A, FaultBackend, KubeReplacement, KubeTarget, Replicas,
+};
 
 /// One call and when the run makes it.
 pub struct Step {
@@ -38,6 +40,13 @@ pub fn steps(plan: &Plan, k: &KubeTarget, token: &str) -> Vec<Step> {
         out.push(step("start", calls::list_slices(ns, s)));
         out.push(step("start", calls::watch_slices(ns, s, "LIST_VERSION")));
     }
+    if k.pod_watch {
+        out.push(step("start", calls::list_pods(ns, &k.selector)));
+        out.push(step(
+            "start",
+            calls::watch_pods(ns, &k.selector, "LIST_VERSION"),
+        ));
+    }
     let mut faults: Vec<&FaultPlan> = plan.faults.iter().collect();
     faults.sort_by_key(|f| f.at);
     for f in faults {
@@ -47,10 +56,58 @@ pub fn steps(plan: &Plan, k: &KubeTarget, token: &str) -> Vec<Step> {
         }
         for r in &f.replicas {
             let pod = pod_name(plan, r);
-            fault_steps(f, k, token, r, &pod, &when, &mut out);
+            if k.replacement == KubeReplacement::Scale && f.domain == D::Worker {
+                scale_steps(plan, f, k, r, &pod, &when, &mut out);
+            } else {
+                fault_steps(f, k, token, r, &pod, &when, &mut out);
+            }
         }
     }
     out
+}
+
+/// A `worker` fault with `replacement: scale`, for a Deployment's pod (a
+/// StatefulSet's has no ReplicaSet to read and no annotation): the scale counts are
+/// the declared replicas' (the run reads the workload's own).
+fn scale_steps(
+    plan: &Plan,
+    f: &FaultPlan,
+    k: &KubeTarget,
+    replica: &str,
+    pod: &str,
+    when: &str,
+    out: &mut Vec<Step>,
+) {
+    let ns = &k.namespace;
+    let n = match &plan.scenario.target.replicas {
+        Some(Replicas::List(l)) => l.len() as i32,
+        Some(Replicas::Count(n)) => *n as i32,
+        None => 0,
+    };
+    let deploy = format!("DEPLOYMENT_OF_{replica}");
+    out.push(step(
+        when,
+        calls::get_replicaset(ns, &format!("REPLICASET_OF_{replica}")),
+    ));
+    out.push(step(when, calls::get_scale(ns, "deployments", &deploy)));
+    out.push(step(when, calls::mark_first_to_go(ns, pod)));
+    out.push(step(
+        when,
+        calls::set_scale(ns, "deployments", &deploy, n - 1),
+    ));
+    out.push(step(when, calls::get_scale(ns, "deployments", &deploy)));
+    out.push(step(when, calls::get_pod(ns, pod)));
+    let back = [
+        calls::set_scale(ns, "deployments", &deploy, n),
+        calls::get_scale(ns, "deployments", &deploy),
+    ];
+    if let Some(r) = &f.restart {
+        let t = format!("{when} restart (after {:.1}s)", r.after.0.as_secs_f64());
+        out.extend(back.into_iter().map(|c| step(&t, c)));
+    }
+    let heal = format!("{when} heal (end of load)");
+    out.push(step(&heal, calls::set_scale(ns, "deployments", &deploy, n)));
+    out.push(step(&heal, calls::get_scale(ns, "deployments", &deploy)));
 }
 
 fn fault_steps(

@@ -126,12 +126,12 @@ pub fn pod(name: &str, uid: &str, node: &str, ip: &str, ready: bool) -> Value {
     })
 }
 
-/// A list of `kind` (`PodList`, `EndpointSliceList`).
+/// A list of `kind` (`PodList`, `EndpointSliceList`, `NetworkPolicyList`).
 pub fn list(kind: &str, items: Vec<Value>, version: &str) -> Value {
-    let api = if kind == "EndpointSliceList" {
-        "discovery.k8s.io/v1"
-    } else {
-        "v1"
+    let api = match kind {
+        "EndpointSliceList" => "discovery.k8s.io/v1",
+        "NetworkPolicyList" => "networking.k8s.io/v1",
+        _ => "v1",
     };
     json!({"apiVersion": api, "kind": kind, "metadata": {"resourceVersion": version}, "items": items})
 }

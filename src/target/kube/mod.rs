@@ -1,9 +1,11 @@
 //! A Kubernetes deployment (`target.kind: kubernetes`, docs/kubernetes.md): the client
 //! for the allowed context ([`cluster`]), the API calls haq makes ([`calls`], printed
 //! by `haq run --dry-run`), the discovery of the serving pods as replicas
-//! ([`discover`]), and the watch of the serving Service's EndpointSlices
-//! ([`slices`]) whose transitions are the run's detection and traffic-removal
-//! evidence. The faults are in `faults::kube`.
+//! ([`discover`]), the watch of the serving Service's EndpointSlices ([`slices`])
+//! whose transitions are the run's detection and traffic-removal evidence, and the
+//! watch of the serving pods ([`podwatch`]) whose status gives the replacement's
+//! stages; both share the list → watch loop ([`watch`]) and which replica a pod is
+//! ([`lineage`]). The faults are in `faults::kube`.
 //!
 //! Hand-written on kube-client's requests instead of kube-runtime's watcher: the
 //! watch needs only list → watch → re-list on 410, and leaving kube-runtime out
@@ -14,11 +16,19 @@ pub mod cluster;
 pub mod discover;
 pub mod dryrun;
 pub mod heal;
+pub mod lineage;
 pub mod pod;
+pub mod podwatch;
+pub mod scale;
 pub mod slices;
+pub mod sweep;
+pub mod watch;
+pub mod workload;
 
 #[cfg(test)]
 pub mod mock;
+#[cfg(test)]
+mod podtests;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -44,12 +54,12 @@ pub struct Started {
     pub cluster: Arc<Cluster>,
     /// The gateway's OpenAI base URL.
     pub api_url: String,
-    /// Stops the EndpointSlice watch.
+    /// Stops the EndpointSlice and pod watches.
     pub stop: tokio_util::sync::CancellationToken,
 }
 
 /// Connects to the allowed context, discovers the serving pods and starts the
-/// EndpointSlice watch of the serving Service.
+/// EndpointSlice watch of the serving Service and the pod watch.
 pub async fn start(
     plan: &Plan,
     tw: &TraceWriter,
@@ -83,9 +93,10 @@ pub async fn started(
             replica: Some(p.replica.clone()),
             what: "discovered".into(),
             detail: Some(format!(
-                "{} (context {}, run label {}={})",
+                "{} (context {}, namespace {}, run label {}={})",
                 p.describe(),
                 cluster.context,
+                cluster.namespace,
                 calls::RUN_LABEL,
                 cluster.token
             )),
@@ -97,11 +108,22 @@ pub async fn started(
         respawn: Respawn::Kube,
     });
     let stop = tokio_util::sync::CancellationToken::new();
+    let lineage = lineage::Lineage::shared(registry.clone());
     if let Some(service) = &k.serving_service {
         tokio::spawn(slices::watch(
             cluster.clone(),
             service.clone(),
-            registry.clone(),
+            lineage.clone(),
+            *clock,
+            tw.clone(),
+            stop.clone(),
+        ));
+    }
+    if k.pod_watch {
+        tokio::spawn(podwatch::watch(
+            cluster.clone(),
+            k.container.clone(),
+            lineage,
             *clock,
             tw.clone(),
             stop.clone(),

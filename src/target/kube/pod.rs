@@ -22,6 +22,38 @@ pub struct PodInfo {
     pub gpus: u32,
     /// The engine container's restart count when it was read.
     pub restarts: i32,
+    /// The controller that owns the pod (its replacement has the same).
+    pub owner: Option<Owner>,
+}
+
+/// A pod's controller: its `controller: true` owner reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Owner {
+    /// The controller of pod `p`, if any.
+    pub fn of(p: &k8s_openapi::api::core::v1::Pod) -> Option<Owner> {
+        p.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| Owner {
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+                uid: o.uid.clone(),
+            })
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.name)
+    }
 }
 
 impl PodInfo {

@@ -8,32 +8,26 @@
 //! replica order.
 //!
 //! [`SliceState`] is the pure part (slices in, changes out), so a recorded event
-//! stream replays to the same observations; [`watch`] lists, watches from the list's
-//! resource version, and lists again when the watch expires (410) or fails.
+//! stream replays to the same observations; [`watch`] runs it in the shared
+//! list → watch loop (`super::watch`). Which replica a pod is comes from the
+//! attribution the pod watch shares (`super::lineage`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::core::WatchEvent;
 use tokio_util::sync::CancellationToken;
 
 use super::calls;
-use super::cluster::{Cluster, api_error};
-use super::pod::PodRef;
-use crate::target::registry::{ProcRef, Registry};
-use crate::trace::{Clock, Event, TraceWriter};
+use super::cluster::Cluster;
+use super::lineage::{Lineage, Seen, Shared};
+pub use super::watch::Applied;
+use super::watch::{Follow, Obs, Watched};
+use crate::target::registry::Registry;
+use crate::trace::{Clock, TraceWriter};
 
 /// The source of the EndpointSlice watch's observations.
 pub const SOURCE: &str = "kubernetes EndpointSlice watch";
-
-/// How long the watch waits after a failed list or watch: doubled after each failure
-/// in a row, up to [`RETRY_MAX`] (a watch refused by RBAC writes a line every 30 s,
-/// not every second).
-const RETRY: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// An endpoint's conditions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,14 +50,6 @@ pub struct Change {
     pub detail: String,
     /// The endpoint now (`None`: removed).
     pub now: Option<Cond>,
-}
-
-/// What one event does to the slices.
-pub enum Applied {
-    Upsert(EndpointSlice),
-    Delete(EndpointSlice),
-    /// A fresh list replaces everything.
-    Reset(Vec<EndpointSlice>),
 }
 
 /// The Service's endpoints, by slice then pod.
@@ -112,7 +98,7 @@ impl SliceState {
     }
 
     /// Applies one event; the pods whose endpoint changed, in pod-name order.
-    pub fn apply(&mut self, ev: Applied) -> Vec<Change> {
+    pub fn apply(&mut self, ev: Applied<EndpointSlice>) -> Vec<Change> {
         let before = self.pods();
         match ev {
             Applied::Upsert(s) => {
@@ -173,79 +159,76 @@ fn change(pod: &str, a: Option<&(String, Cond)>, b: Option<&(String, Cond)>) -> 
     })
 }
 
-/// Maps endpoint changes onto replicas: a replica's own pod, or a new pod taking the
-/// place of a replica whose pod is gone or terminating.
+/// Maps endpoint changes onto replicas: a replica's own pod (or one that was), or a
+/// new pod taking the place of a replica whose pod is gone or terminating.
 pub struct Replicas {
-    registry: Arc<Registry>,
-    /// Replicas whose pod is gone or terminating, in replica order.
-    vacant: BTreeSet<usize>,
+    lineage: Shared,
 }
 
 impl Replicas {
     pub fn new(registry: Arc<Registry>) -> Replicas {
-        Replicas {
-            registry,
-            vacant: BTreeSet::new(),
-        }
+        Replicas::shared(Lineage::shared(registry))
     }
 
-    fn index_of(&self, pod: &str) -> Option<usize> {
-        self.registry
-            .replicas
-            .iter()
-            .position(|r| r.pod().is_some_and(|p| p.pod.name == pod))
+    /// With the attribution the pod watch shares.
+    pub fn shared(lineage: Shared) -> Replicas {
+        Replicas { lineage }
     }
 
     /// The observations of one batch of changes (`replacement_started` before the
     /// change of a pod that took a replica's place).
-    pub fn observe(&mut self, changes: Vec<Change>) -> Vec<(Option<String>, &'static str, String)> {
+    pub fn observe(&mut self, changes: Vec<Change>) -> Vec<Obs> {
+        let mut lin = self.lineage.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         for c in changes {
-            let i = match self.index_of(&c.pod) {
-                Some(i) => Some(i),
-                None => self.adopt(&c, &mut out),
+            let uid = c.now.as_ref().map_or("", |n| n.uid.as_str());
+            let gone = c.now.as_ref().is_none_or(|n| n.terminating);
+            let i = match lin.current(&c.pod, uid) {
+                Some(i) => {
+                    if gone {
+                        lin.vacate(i);
+                    }
+                    Some(i)
+                }
+                None => adopt(&mut lin, &c, &mut out).or_else(|| lin.replica_of(&c.pod)),
             };
-            if let Some(i) = i
-                && (c.now.is_none() || c.now.as_ref().is_some_and(|n| n.terminating))
-            {
-                self.vacant.insert(i);
-            }
-            let replica = i.map(|i| self.registry.replicas[i].name.clone());
-            out.push((replica, c.what, c.detail));
+            out.push((i.map(|i| lin.name(i)), c.what, c.detail));
         }
         out
     }
+}
 
-    fn adopt(
-        &mut self,
-        c: &Change,
-        out: &mut Vec<(Option<String>, &'static str, String)>,
-    ) -> Option<usize> {
-        let now = c.now.as_ref().filter(|n| !n.terminating)?;
-        let i = *self.vacant.iter().next()?;
-        let r = &self.registry.replicas[i];
-        let old = r.pod()?;
-        let mut pod = old.pod.clone();
-        pod.name = c.pod.clone();
-        pod.uid = now.uid.clone();
-        pod.ip = now.address.clone();
-        pod.node = now.node.clone();
-        pod.restarts = 0;
-        out.push((
-            Some(r.name.clone()),
-            "replacement_started",
-            format!(
-                "pod {} (uid {}) on node {} takes the place of pod {}",
-                pod.name, pod.uid, pod.node, old.pod.name
-            ),
-        ));
-        r.set_direct_url(pod.url());
-        r.set_process(ProcRef::Pod(Arc::new(PodRef {
-            cluster: old.cluster.clone(),
-            pod,
-        })));
-        self.vacant.remove(&i);
-        Some(i)
+fn adopt(lin: &mut Lineage, c: &Change, out: &mut Vec<Obs>) -> Option<usize> {
+    let now = c.now.as_ref().filter(|n| !n.terminating)?;
+    let seen = Seen {
+        name: c.pod.clone(),
+        uid: now.uid.clone(),
+        ip: now.address.clone(),
+        node: now.node.clone(),
+        owner: None,
+    };
+    let a = lin.adopt(&seen)?;
+    out.push((
+        Some(lin.name(a.replica)),
+        "replacement_started",
+        format!(
+            "pod {} (uid {}) on node {} takes the place of pod {}",
+            seen.name, seen.uid, seen.node, a.old
+        ),
+    ));
+    Some(a.replica)
+}
+
+/// The slices and the replicas they map to: the watch's observer.
+pub struct Observer {
+    pub state: SliceState,
+    pub replicas: Replicas,
+}
+
+impl Follow<EndpointSlice> for Observer {
+    fn apply(&mut self, ev: Applied<EndpointSlice>) -> Vec<Obs> {
+        let changes = self.state.apply(ev);
+        self.replicas.observe(changes)
     }
 }
 
@@ -253,146 +236,23 @@ impl Replicas {
 pub async fn watch(
     cluster: Arc<Cluster>,
     service: String,
-    registry: Arc<Registry>,
+    lineage: Shared,
     clock: Clock,
     trace: TraceWriter,
     stop: CancellationToken,
 ) {
-    let mut state = SliceState::default();
-    let mut replicas = Replicas::new(registry);
-    let emit = |out: Vec<(Option<String>, &'static str, String)>| {
-        let t = clock.now_us();
-        for (replica, what, detail) in out {
-            trace.emit(Event::Observation {
-                t,
-                source: SOURCE.into(),
-                replica,
-                what: what.into(),
-                detail: Some(detail),
-            });
-        }
+    let ns = cluster.namespace.clone();
+    let list = || calls::list_slices(&ns, &service);
+    let watch = |version: &str| calls::watch_slices(&ns, &service, version);
+    let w = Watched {
+        source: SOURCE,
+        noun: format!("EndpointSlices of {service}"),
+        list: &list,
+        watch: &watch,
     };
-    let mut first = true;
-    let mut failures = 0u32;
-    while !stop.is_cancelled() {
-        let ns = &cluster.namespace;
-        let listed: Result<k8s_openapi::List<EndpointSlice>, _> =
-            cluster.send(calls::list_slices(ns, &service)).await;
-        let mut version = match listed {
-            Ok(l) => {
-                let changes = state.apply(Applied::Reset(l.items));
-                // The first list is the baseline; a later one (after a 410) is news.
-                if !first {
-                    emit(replicas.observe(changes));
-                }
-                first = false;
-                failures = 0;
-                l.metadata.resource_version.unwrap_or_default()
-            }
-            Err(_) if stop.is_cancelled() => return,
-            Err(e) => {
-                emit(vec![(
-                    None,
-                    "watch_error",
-                    format!("listing EndpointSlices of {service}: {}", api_error(&e).1),
-                )]);
-                failures += 1;
-                pause(&stop, failures).await;
-                continue;
-            }
-        };
-        // Watch from the list until it expires (410: list again) or `stop`.
-        loop {
-            if stop.is_cancelled() {
-                return;
-            }
-            let call = calls::watch_slices(ns, &service, &version);
-            let events = match cluster
-                .client
-                .request_events::<EndpointSlice>(call.req)
-                .await
-            {
-                Ok(s) => s,
-                Err(_) if stop.is_cancelled() => return,
-                Err(e) => {
-                    emit(vec![(
-                        None,
-                        "watch_error",
-                        format!("watching EndpointSlices of {service}: {}", api_error(&e).1),
-                    )]);
-                    failures += 1;
-                    pause(&stop, failures).await;
-                    break;
-                }
-            };
-            let Some(expired) = follow(
-                events,
-                &mut version,
-                &mut state,
-                &mut replicas,
-                &emit,
-                &stop,
-            )
-            .await
-            else {
-                return;
-            };
-            if expired {
-                break;
-            }
-        }
-    }
-}
-
-type Emit<'a> = dyn Fn(Vec<(Option<String>, &'static str, String)>) + Sync + 'a;
-
-/// Applies one watch stream's events until it ends (`Some(false)`: watch again from
-/// `version`), expires or fails (`Some(true)`: list again), or `stop` (`None`).
-async fn follow(
-    events: impl futures_util::Stream<Item = Result<WatchEvent<EndpointSlice>, kube::Error>> + Send,
-    version: &mut String,
-    state: &mut SliceState,
-    replicas: &mut Replicas,
-    emit: &Emit<'_>,
-    stop: &CancellationToken,
-) -> Option<bool> {
-    let mut events = std::pin::pin!(events);
-    loop {
-        let ev = tokio::select! {
-            _ = stop.cancelled() => return None,
-            ev = events.next() => ev,
-        };
-        let applied = match ev {
-            None => return Some(false),
-            Some(Ok(WatchEvent::Added(s) | WatchEvent::Modified(s))) => {
-                if let Some(v) = &s.metadata.resource_version {
-                    version.clone_from(v);
-                }
-                Applied::Upsert(s)
-            }
-            Some(Ok(WatchEvent::Deleted(s))) => {
-                if let Some(v) = &s.metadata.resource_version {
-                    version.clone_from(v);
-                }
-                Applied::Delete(s)
-            }
-            Some(Ok(WatchEvent::Bookmark(b))) => {
-                *version = b.metadata.resource_version;
-                continue;
-            }
-            // A 410 (expired) or any other error: list again.
-            Some(Ok(WatchEvent::Error(_)) | Err(_)) => return Some(true),
-        };
-        emit(replicas.observe(state.apply(applied)));
-    }
-}
-
-async fn pause(stop: &CancellationToken, failures: u32) {
-    let wait = RETRY
-        .saturating_mul(1 << failures.min(6).saturating_sub(1))
-        .min(RETRY_MAX);
-    tokio::select! {
-        _ = tokio::time::sleep(wait) => {}
-        _ = stop.cancelled() => {}
-    }
+    let observer = Observer {
+        state: SliceState::default(),
+        replicas: Replicas::shared(lineage),
+    };
+    super::watch::run(&cluster, w, observer, clock, trace, stop).await;
 }

@@ -82,7 +82,10 @@ pub async fn discovered(server: &mut ApiServer) {
 
 #[tokio::test]
 async fn the_selected_pods_become_the_replicas_once_ready() {
-    let p = plan(&["target.kubernetes.serving_service=null"]);
+    let p = plan(&[
+        "target.kubernetes.serving_service=null",
+        "target.kubernetes.pod_watch=false",
+    ]);
     let k = p.scenario.target.kubernetes.clone().expect("k");
     let (cluster, mut server) = mock::cluster(&k);
     let api = tokio::spawn(async move {
@@ -158,6 +161,7 @@ async fn discovery_refuses_a_pod_outside_the_selector_and_a_wrong_count() {
     let p = plan(&[
         "target.kubernetes.serving_service=null",
         "target.ready_timeout=50ms",
+        "target.kubernetes.pod_watch=false",
     ]);
     let k = p.scenario.target.kubernetes.clone().expect("k");
     let (cluster, mut server) = mock::cluster(&k);
@@ -253,11 +257,32 @@ const A: (&str, &str, &str, &str, bool, bool) =
 const C: (&str, &str, &str, &str, bool, bool) =
     ("llama-c", "u-c", "10.0.0.3", "node-b", true, false);
 
+/// Starts the target against the mock and waits until the API server answered all
+/// it expects; the API server stays up (its last watch open, `api`'s result kept)
+/// until the watches are stopped.
+pub async fn watched<S: Send + 'static>(
+    p: &Plan,
+    cluster: Arc<Cluster>,
+    api: tokio::task::JoinHandle<S>,
+    tag: &str,
+) -> (Started, Trace) {
+    let trace = Trace::new(tag);
+    let clock = Clock::start();
+    let s = started(p, cluster, &trace.tw, &clock, &|_| {}, FAST)
+        .await
+        .expect("started");
+    let kept = api.await.expect("the API server saw exactly the calls");
+    s.stop.cancel();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(kept);
+    (s, trace)
+}
+
 /// The watch lists, watches from the list's version, writes each transition of a
 /// replica's endpoint (a new pod taking a gone pod's place), and lists again on 410.
 #[tokio::test]
 async fn the_endpointslice_watch_writes_each_transition() {
-    let p = plan(&[]);
+    let p = plan(&["target.kubernetes.pod_watch=false"]);
     let k = p.scenario.target.kubernetes.clone().expect("k");
     let (cluster, mut server) = mock::cluster(&k);
     let api = tokio::spawn(async move {
@@ -287,16 +312,7 @@ async fn the_endpointslice_watch_writes_each_transition() {
         assert!(req.ends_with("&resourceVersion=110"), "{req}");
         (server, keep)
     });
-    let trace = Trace::new("slices");
-    let clock = Clock::start();
-    let s = started(&p, cluster, &trace.tw, &clock, &|_| {}, FAST)
-        .await
-        .expect("started");
-    // The API server stays up (its last watch open) until the watch is stopped.
-    let kept = api.await.expect("the API server saw exactly the calls");
-    s.stop.cancel();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    drop(kept);
+    let (s, trace) = watched(&p, cluster, api, "slices").await;
     let w2 = s.registry.get("w2").expect("w2").pod().expect("pod");
     assert_eq!(
         (w2.pod.name.as_str(), w2.pod.ip.as_str()),
@@ -328,11 +344,26 @@ async fn the_endpointslice_watch_writes_each_transition() {
 /// The dry run lists the calls the faults' mock tests see, in order, and no client.
 #[test]
 fn the_dry_run_lists_every_call_of_each_fault() {
-    let lines = |sets: &[&str]| -> Vec<String> {
+    let with = |sets: &[&str]| -> Vec<String> {
         dryrun::render(&plan(sets), "kind-haq")
             .lines()
             .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
             .collect()
+    };
+    // The pod watch's list and watch come after the EndpointSlices'.
+    let watched = with(&[]);
+    assert!(
+        watched[4].starts_with(&format!("start GET {PODS}")),
+        "{watched:?}"
+    );
+    assert!(
+        watched[5].starts_with("start GET /api/v1/namespaces/llm/pods?&watch=true&timeoutSeconds=290&labelSelector=app%3Dllama&allowWatchBookmarks=true&resourceVersion=LIST_VERSION"),
+        "{watched:?}"
+    );
+    let lines = |sets: &[&str]| {
+        let mut all = vec!["target.kubernetes.pod_watch=false"];
+        all.extend_from_slice(sets);
+        with(&all)
     };
     let kill = lines(&[]);
     assert!(
