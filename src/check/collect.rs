@@ -223,39 +223,7 @@ impl EvidenceAcc {
                 id,
                 conn,
                 ..
-            } => {
-                self.ev.has_proxy = true;
-                self.ev.summary.proxied_to.insert(replica.clone());
-                if self.retain.on_faulted(Some(replica), *t) {
-                    self.retain.mark(*t);
-                }
-                let leg = Proxied {
-                    t: *t,
-                    replica: replica.clone(),
-                    id: id.clone(),
-                    conn: *conn,
-                    status: None,
-                    end: None,
-                };
-                let seq = self.next();
-                let key = (replica.clone(), *conn);
-                match id {
-                    Some(id) if self.retain.bounded() => {
-                        self.parked_legs
-                            .entry(id.clone())
-                            .or_default()
-                            .push((seq, leg));
-                        self.open_legs.insert(key, Slot::Parked(id.clone(), seq));
-                    }
-                    _ if self.keeps_item(*t, replica) => {
-                        self.open_legs.insert(key, Slot::Kept(self.legs.len()));
-                        self.legs.push((seq, leg));
-                    }
-                    _ => {
-                        self.open_legs.remove(&key);
-                    }
-                }
-            }
+            } => self.see_leg(*t, replica, id, *conn),
             Event::ProxyRefused {
                 t,
                 replica,
@@ -321,6 +289,41 @@ impl EvidenceAcc {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A request haq's proxy forwarded: kept now, or parked under its request.
+    fn see_leg(&mut self, t: u64, replica: &str, id: &Option<String>, conn: u64) {
+        self.ev.has_proxy = true;
+        self.ev.summary.proxied_to.insert(replica.to_string());
+        if self.retain.on_faulted(Some(replica), t) {
+            self.retain.mark(t);
+        }
+        let leg = Proxied {
+            t,
+            replica: replica.to_string(),
+            id: id.clone(),
+            conn,
+            status: None,
+            end: None,
+        };
+        let seq = self.next();
+        let key = (replica.to_string(), conn);
+        match id {
+            Some(id) if self.retain.bounded() => {
+                self.parked_legs
+                    .entry(id.clone())
+                    .or_default()
+                    .push((seq, leg));
+                self.open_legs.insert(key, Slot::Parked(id.clone(), seq));
+            }
+            _ if self.keeps_item(t, replica) => {
+                self.open_legs.insert(key, Slot::Kept(self.legs.len()));
+                self.legs.push((seq, leg));
+            }
+            _ => {
+                self.open_legs.remove(&key);
+            }
         }
     }
 
