@@ -6,6 +6,7 @@
 //! stamp, CLOCK_MONOTONIC on one host) and the TTFT against the server's truth; the
 //! judgement gives the schedule slip; getrusage gives the CPU; /proc the peak RSS.
 
+pub mod runs;
 pub mod server;
 pub mod sim;
 

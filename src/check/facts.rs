@@ -5,16 +5,14 @@
 //! trace's clock, as `evidence::merge` delivers them). Built from the same single pass over the trace as the per-request
 //! checks; pure, so a stored run re-judges identically (M10).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::evidence::GwItem;
 use super::fate::{self, Stage};
 use super::history::{FaultRec, RequestRecord};
-use crate::plan::Plan;
 use crate::scenario::{FailureDomain, FaultAction, PhaseKind};
-use crate::trace::{Edge, Event, Outcome, ProxyEndKind, RefusedHow, ReplacementStage, ReplicaInfo};
+use crate::trace::{Outcome, ProxyEndKind, RefusedHow, ReplacementStage, ReplicaInfo};
 use crate::wire::journal::GatewayEntry;
 
 /// What the run kept of one finished request.
@@ -265,8 +263,51 @@ pub struct Evidence {
     pub replicas: Vec<ReplicaInfo>,
     /// `None` when the run has no gateway journal (a `url` target).
     pub gateway: Option<Vec<GwEntry>>,
-    /// Finished requests in order of their end.
+    /// Finished requests in order of their end: those the retention rule keeps
+    /// ([`super::retain`]), every one with `Keep::Unfiltered`.
     pub requests: Vec<Req>,
+    /// What the verdicts read of every finished request, whatever was kept.
+    pub summary: Summary,
+    /// Every finished request, for requests.csv (`Keep::Every`): the verdicts read
+    /// `requests`; the judgement hands this list to the reports.
+    pub every: Option<Vec<Req>>,
+}
+
+/// What the run-level verdicts read of every request, kept as the fold goes (issue 17:
+/// no record per request held to the end).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    /// Finished requests.
+    pub finished: u64,
+    /// Some finished request named its replica by the attribution header.
+    pub attributed: bool,
+    /// Per replica the attribution header named: its earliest and latest dispatch.
+    pub served: BTreeMap<String, (u64, u64)>,
+    /// Finished requests with an attribution header dispatched at or after the first
+    /// fault (Failure-Domain's collateral rule).
+    pub attributed_after_first: u64,
+    /// The replicas haq's proxy forwarded a request to.
+    pub proxied_to: BTreeSet<String>,
+}
+
+impl Summary {
+    /// Folds one finished request; `first` is the first fault's time.
+    pub fn add(&mut self, q: &Req, first: Option<u64>) {
+        self.finished += 1;
+        let Some(w) = q.worker.as_deref() else {
+            return;
+        };
+        self.attributed = true;
+        let s = self
+            .served
+            .entry(w.to_string())
+            .or_insert((q.dispatch, q.dispatch));
+        s.0 = s.0.min(q.dispatch);
+        s.1 = s.1.max(q.dispatch);
+        if first.is_some_and(|f| q.dispatch >= f) {
+            self.attributed_after_first += 1;
+        }
+    }
 }
 
 impl Evidence {
@@ -318,270 +359,6 @@ impl Evidence {
         self.observations
             .iter()
             .filter(move |o| o.t >= from && o.replica.as_deref() == Some(replica) && what(&o.what))
-    }
-}
-
-/// Collects the evidence while the trace is folded.
-pub struct EvidenceAcc {
-    ev: Evidence,
-    retry_after: HashMap<String, String>,
-    phase_open: HashMap<String, u64>,
-    /// Proxied exchanges not yet ended: (replica, conn) → index into `ev.proxied`.
-    open_legs: HashMap<(String, u64), usize>,
-    /// The run has a gateway journal (its entries arrive through [`Self::gateway`]).
-    journal: bool,
-    gateway: Vec<GwEntry>,
-    /// How the history checker places a request at a fault (shared with Request-Fate).
-    ctx: fate::Ctx,
-    plan_phases: Vec<(String, PhaseKind, f64)>,
-    /// Each planned phase's (start, end) offset from the start of load, µs.
-    plan_offsets: Vec<(u64, u64)>,
-}
-
-impl EvidenceAcc {
-    pub fn new(plan: &Plan, journal: bool) -> Self {
-        EvidenceAcc {
-            ev: Evidence::default(),
-            retry_after: HashMap::new(),
-            phase_open: HashMap::new(),
-            open_legs: HashMap::new(),
-            journal,
-            gateway: Vec::new(),
-            ctx: {
-                let mut c = fate::Ctx::new(plan);
-                c.journal = journal;
-                c
-            },
-            plan_phases: plan
-                .phases
-                .iter()
-                .map(|p| (p.name.clone(), p.kind, p.rate))
-                .collect(),
-            plan_offsets: plan
-                .phases
-                .iter()
-                .map(|p| (p.start.as_micros() as u64, p.end().as_micros() as u64))
-                .collect(),
-        }
-    }
-
-    /// Sees every event before the request fold does.
-    pub fn see(&mut self, e: &Event) {
-        self.see_t(e.t());
-        match e {
-            Event::Target { replicas, .. } => self.ev.replicas = replicas.clone(),
-            Event::Phase { t, name, edge } => match edge {
-                Edge::Start => {
-                    self.phase_open.insert(name.clone(), *t);
-                }
-                Edge::End => {
-                    if let Some(start) = self.phase_open.remove(name) {
-                        self.close_phase(name, start, *t);
-                    }
-                }
-            },
-            Event::Response {
-                id,
-                retry_after: Some(ra),
-                ..
-            } => {
-                self.retry_after.insert(id.clone(), ra.clone());
-            }
-            Event::Heal {
-                t, name, detail, ..
-            } => self.ev.heals.push(Healed {
-                t: *t,
-                name: name.clone(),
-                detail: detail.clone(),
-            }),
-            Event::Replacement {
-                t,
-                fault,
-                replica,
-                stage,
-                pid,
-                detail,
-            } => self.ev.replacements.push(Replaced {
-                t: *t,
-                fault: fault.clone(),
-                replica: replica.clone(),
-                stage: *stage,
-                pid: *pid,
-                detail: detail.clone(),
-            }),
-            Event::ProxyRequest { .. }
-            | Event::ProxyEnd { .. }
-            | Event::ProxyRefused { .. }
-            | Event::ProxyLocal { .. }
-            | Event::ProxyWatch { .. }
-            | Event::ProxyListener { .. } => self.see_proxy(e),
-            Event::Observation {
-                t,
-                source,
-                replica,
-                what,
-                detail,
-            } => self.ev.observations.push(Observed {
-                t: *t,
-                source: source.clone(),
-                replica: replica.clone(),
-                what: what.clone(),
-                detail: detail.clone(),
-            }),
-            Event::EngineMetrics { t, replica, m, .. } => {
-                self.ev.engine_metrics.push(EngineSample {
-                    t: *t,
-                    replica: replica.clone(),
-                    v: ENGINE_METRICS.map(|k| m.get(k).copied().unwrap_or(f64::NAN)),
-                })
-            }
-            _ => {}
-        }
-    }
-
-    /// What haq's proxy wrote: its legs, the connects it saw refused, and what it
-    /// could see (its watch, each listener).
-    fn see_proxy(&mut self, e: &Event) {
-        match e {
-            Event::ProxyRequest {
-                t,
-                replica,
-                id,
-                conn,
-                ..
-            } => {
-                self.ev.has_proxy = true;
-                self.open_legs
-                    .insert((replica.clone(), *conn), self.ev.proxied.len());
-                self.ev.proxied.push(Proxied {
-                    t: *t,
-                    replica: replica.clone(),
-                    id: id.clone(),
-                    conn: *conn,
-                    status: None,
-                    end: None,
-                });
-            }
-            Event::ProxyRefused {
-                t,
-                replica,
-                peer,
-                how,
-            } => {
-                self.ev.has_proxy = true;
-                self.ev.refused.push(Refused {
-                    t: *t,
-                    replica: replica.clone(),
-                    peer: peer.clone(),
-                    how: *how,
-                });
-            }
-            Event::ProxyWatch {
-                t,
-                watching,
-                detail,
-            } => self.ev.proxy_states.push(ProxyState {
-                t: *t,
-                replica: None,
-                open: *watching,
-                detail: detail.clone(),
-            }),
-            Event::ProxyListener { t, replica, open } => self.ev.proxy_states.push(ProxyState {
-                t: *t,
-                replica: Some(replica.clone()),
-                open: *open,
-                detail: String::new(),
-            }),
-            Event::ProxyEnd {
-                t,
-                replica,
-                conn,
-                status,
-                end,
-                ..
-            } => {
-                let open = self.open_legs.remove(&(replica.clone(), *conn));
-                if let Some(p) = open.and_then(|i| self.ev.proxied.get_mut(i)) {
-                    p.status = *status;
-                    p.end = Some((*t, *end));
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Sees the time of an event that says nothing else to these checks (a chunk).
-    pub fn see_t(&mut self, t: u64) {
-        self.ev.last_t = self.ev.last_t.max(t);
-    }
-
-    /// A gateway journal line at trace time `t`.
-    pub fn gateway(&mut self, t: u64, item: &GwItem) {
-        if let GwItem::Known(entry) = item {
-            self.gateway.push(GwEntry {
-                t,
-                entry: entry.clone(),
-            });
-        }
-    }
-
-    fn close_phase(&mut self, name: &str, start: u64, end: u64) {
-        let (kind, rate) = self
-            .plan_phases
-            .iter()
-            .find(|p| p.0 == name)
-            .map(|p| (p.1, p.2))
-            .unwrap_or((PhaseKind::Baseline, 0.0));
-        self.ev.phases.push(PhaseWindow {
-            name: name.into(),
-            kind,
-            start,
-            end,
-            rate,
-        });
-    }
-
-    pub fn request(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
-        if let Some(mut q) = Req::from_record(&self.ctx, r, faults) {
-            q.retry_after = self.retry_after.remove(&r.id);
-            self.ev.requests.push(q);
-        }
-    }
-
-    pub fn finish(mut self, faults: &[FaultRec]) -> Evidence {
-        // Phases cut short (interrupted run) end at the last time seen.
-        let open: Vec<(String, u64)> = self.phase_open.drain().collect();
-        for (name, start) in open {
-            let end = self.ev.last_t;
-            self.close_phase(&name, start, end);
-        }
-        self.ev.phases.sort_by_key(|p| p.start);
-        self.ev.load_start = self.ev.phases.first().map(|p| p.start).unwrap_or(0);
-        let at = self.ev.load_start;
-        self.ev.planned = self
-            .plan_phases
-            .iter()
-            .zip(&self.plan_offsets)
-            .map(|((name, kind, rate), (s, e))| PhaseWindow {
-                name: name.clone(),
-                kind: *kind,
-                start: at + s,
-                end: at + e,
-                rate: *rate,
-            })
-            .collect();
-        self.ev.faults = faults.to_vec();
-        self.ev.observations.sort_by_key(|o| o.t);
-        self.ev.replacements.sort_by_key(|r| r.t);
-        self.ev.proxied.sort_by_key(|p| p.t);
-        self.ev.refused.sort_by_key(|r| r.t);
-        self.ev.proxy_states.sort_by_key(|p| p.t);
-        self.ev.heals.sort_by_key(|h| h.t);
-        if self.journal {
-            self.gateway.sort_by_key(|g| g.t);
-            self.ev.gateway = Some(std::mem::take(&mut self.gateway));
-        }
-        self.ev
     }
 }
 

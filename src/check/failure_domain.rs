@@ -283,22 +283,14 @@ fn collateral(plan: &Plan, ev: &Evidence) -> Vec<String> {
                 continue;
             }
         }
-        let before = ev
-            .requests
-            .iter()
-            .any(|r| r.worker.as_deref() == Some(w) && r.dispatch < first);
-        let after = ev
-            .requests
-            .iter()
-            .filter(|r| r.dispatch >= first && r.worker.is_some())
-            .collect::<Vec<_>>();
-        if before
-            && after.len() >= COLLATERAL_MIN_ELSEWHERE
-            && !after.iter().any(|r| r.worker.as_deref() == Some(w))
+        // Every request's part is in the summary (the fold keeps no record of each).
+        let served = ev.summary.served.get(w);
+        let before = served.is_some_and(|s| s.0 < first);
+        let after = ev.summary.attributed_after_first;
+        if before && after >= COLLATERAL_MIN_ELSEWHERE as u64 && served.is_none_or(|s| s.1 < first)
         {
             out.push(format!(
-                "collateral: {w} served requests before the fault and none of the {} served after it",
-                after.len()
+                "collateral: {w} served requests before the fault and none of the {after} served after it"
             ));
         }
     }

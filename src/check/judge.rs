@@ -10,6 +10,7 @@ use anyhow::Context;
 use super::history::{FaultRec, Folder, RequestRecord, RequestSink};
 use super::judgement::Judgement;
 use super::latency::{PhaseAcc, PhaseStats};
+use super::retain::Keep;
 use super::{evidence, fate, run, verdicts};
 use crate::plan::Plan;
 use crate::trace::files::SCENARIO_FILE;
@@ -59,12 +60,22 @@ pub fn judge_with<I: IntoIterator<Item = Event>>(
     events: impl Fn() -> I,
     src: evidence::Sources,
 ) -> Judgement {
+    judge_keeping(plan, events, src, Keep::Every)
+}
+
+/// As [`judge_with`], keeping what `keep` says of the per-request items.
+pub fn judge_keeping<I: IntoIterator<Item = Event>>(
+    plan: &Plan,
+    events: impl Fn() -> I,
+    src: evidence::Sources,
+    keep: Keep,
+) -> Judgement {
     judge_set_up(
         plan,
         Setup::from(events()),
         Trace::Events(events()),
         src,
-        None,
+        (None, keep),
     )
 }
 
@@ -150,7 +161,7 @@ fn judge_set_up<I: IntoIterator<Item = Event>>(
     setup: Setup,
     trace: Trace<'_, I>,
     mut src: evidence::Sources,
-    mut intervals: Option<crate::metrics::series::IntervalSink>,
+    (mut intervals, keep): (Option<crate::metrics::series::IntervalSink>, Keep),
 ) -> Judgement {
     let Setup {
         mut folder,
@@ -158,7 +169,7 @@ fn judge_set_up<I: IntoIterator<Item = Event>>(
         proxied,
         ..
     } = setup;
-    let mut acc = Acc::new(plan, &src, &mut folder, proxied);
+    let mut acc = Acc::new(plan, &src, &mut folder, (proxied, keep));
     let read_errors = fold_trace(
         &mut acc,
         &mut folder,
@@ -186,7 +197,12 @@ impl Acc {
     /// The folds of a run, and the linger window the evidence needs: with a journal
     /// (or proxy lines), late lines past the cancel grace are waited for before a
     /// request is judged — the gateway learns late that a client left.
-    fn new(plan: &Plan, src: &evidence::Sources, folder: &mut Folder, proxied: bool) -> Acc {
+    fn new(
+        plan: &Plan,
+        src: &evidence::Sources,
+        folder: &mut Folder,
+        (proxied, keep): (bool, Keep),
+    ) -> Acc {
         let mut ctx = fate::Ctx::new(plan);
         ctx.journal = src.gateway.is_some();
         if ctx.journal || proxied {
@@ -199,7 +215,7 @@ impl Acc {
                 .map(|p| PhaseAcc::new(&p.name, p.kind).with_duration(p.duration))
                 .collect(),
             fate: fate::FateAcc::new(ctx),
-            run: run::RunAcc::new(plan, src.gateway.is_some(), &folder.faults),
+            run: run::RunAcc::keeping(plan, src.gateway.is_some(), &folder.faults, keep),
             slo: plan.scenario.slo.clone(),
             series: crate::metrics::SeriesAcc::default(),
             slip: crate::metrics::SlipAcc::new(plan),
@@ -300,6 +316,13 @@ fn judgement(
         super::validity::judge(plan, &acc.slip.finish(), &phases, (&acc.local, &acc.agents));
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
+    let cache_effects = super::cache_effects::table(&level.evidence, &level.timeline);
+    let degraded = level.degraded();
+    let mut facts = level.evidence;
+    // The verdicts read what was kept; the reports get every request.
+    if let Some(every) = facts.every.take() {
+        facts.requests = every;
+    }
     Judgement {
         run: folder.info,
         verdicts,
@@ -312,11 +335,11 @@ fn judgement(
         evidence: src.reports,
         checker_crashes: fate.crashes,
         unfinished,
-        degraded: level.degraded(),
-        cache_effects: super::cache_effects::table(&level.evidence, &level.timeline),
+        degraded,
+        cache_effects,
         timeline: level.timeline,
         capacity: level.capacity,
-        facts: level.evidence,
+        facts,
         seconds,
         client,
         gates,
@@ -374,8 +397,10 @@ impl RequestSink for NoSink {
 
 /// Re-reads a run directory's scenario and trace and judges them: no network, and
 /// nothing written (`haq check` of a read-only run directory).
+/// It keeps only what the verdicts read of the requests (not one record per request:
+/// [`Keep::Bounded`]), so its judgement's `facts.requests` holds those alone.
 pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
-    judge_dir_with(dir, None)
+    judge_dir_keeping(dir, None, Keep::Bounded)
 }
 
 /// As [`judge_dir`], writing the run's HdrHistogram interval log (`latency.hlog`: it is
@@ -385,6 +410,15 @@ pub fn judge_dir(dir: &Path) -> anyhow::Result<(Plan, Judgement)> {
 pub fn judge_dir_with(
     dir: &Path,
     hlog: Option<&mut dyn std::io::Write>,
+) -> anyhow::Result<(Plan, Judgement)> {
+    judge_dir_keeping(dir, hlog, Keep::Every)
+}
+
+/// As [`judge_dir_with`], keeping what `keep` says of the per-request items.
+pub fn judge_dir_keeping(
+    dir: &Path,
+    hlog: Option<&mut dyn std::io::Write>,
+    keep: Keep,
 ) -> anyhow::Result<(Plan, Judgement)> {
     let sc = dir.join(SCENARIO_FILE);
     let text = std::fs::read_to_string(&sc).with_context(|| format!("reading {}", sc.display()))?;
@@ -403,10 +437,10 @@ pub fn judge_dir_with(
     let trace = Trace::<Option<Event>>::File(trace, &mut bad_line);
     let j = match hlog {
         Some(mut out) => crate::metrics::hlog::write(&mut out, setup.load_start, |sink| {
-            judge_set_up(&plan, setup, trace, sources, Some(sink))
+            judge_set_up(&plan, setup, trace, sources, (Some(sink), keep))
         })
         .context("writing the interval log")?,
-        None => judge_set_up(&plan, setup, trace, sources, None),
+        None => judge_set_up(&plan, setup, trace, sources, (None, keep)),
     };
     if let Some(msg) = bad_line.take() {
         anyhow::bail!("{}: {msg}", tp.display());

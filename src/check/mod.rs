@@ -9,6 +9,7 @@
 pub mod agents;
 pub mod cache_effects;
 pub mod capacity;
+pub mod collect;
 #[cfg(test)]
 mod dir_tests;
 pub mod evidence;
@@ -23,6 +24,7 @@ pub mod latency;
 pub mod maintenance;
 pub mod overload;
 pub mod recovery;
+pub mod retain;
 pub mod routing;
 pub mod run;
 #[cfg(test)]
@@ -33,8 +35,9 @@ mod verdict;
 pub mod verdicts;
 
 pub use crate::trace::files::SCENARIO_FILE;
-pub use judge::{judge, judge_dir, judge_dir_with, judge_with};
+pub use judge::{judge, judge_dir, judge_dir_keeping, judge_dir_with, judge_keeping, judge_with};
 pub use judgement::{Judgement, RunResult};
+pub use retain::Keep;
 pub use verdict::{Status, Verdict, VerdictName, conclude, judged, worst};
 
 /// The eight verdicts of Q13, in report order.

@@ -4,10 +4,12 @@
 
 use super::capacity::search::{self, Search};
 use super::capacity::{Window, WindowAcc};
+use super::collect::EvidenceAcc;
 use super::evidence::GwItem;
-use super::facts::{Evidence, EvidenceAcc};
+use super::facts::Evidence;
 use super::history::{FaultRec, RequestRecord};
 use super::latency::PhaseStats;
+use super::retain::Keep;
 use super::timeline::{self, Timeline};
 use crate::metrics::{Measured, SecondStats};
 use crate::plan::Plan;
@@ -42,8 +44,13 @@ impl RunLevel {
 
 impl RunAcc {
     pub fn new(plan: &Plan, journal: bool, faults: &[FaultRec]) -> Self {
+        Self::keeping(plan, journal, faults, Keep::Every)
+    }
+
+    /// As [`RunAcc::new`], keeping what `keep` says of the per-request items.
+    pub fn keeping(plan: &Plan, journal: bool, faults: &[FaultRec], keep: Keep) -> Self {
         RunAcc {
-            evidence: EvidenceAcc::new(plan, journal),
+            evidence: EvidenceAcc::new(plan, journal, faults, keep),
             window: WindowAcc::new(plan, faults),
         }
     }

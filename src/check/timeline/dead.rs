@@ -155,7 +155,7 @@ pub(super) fn proxied(ev: &Evidence, replica: &str) -> bool {
     ev.replicas
         .iter()
         .any(|r| r.name == replica && r.proxy.is_some())
-        || ev.proxied.iter().any(|p| p.replica == replica)
+        || ev.summary.proxied_to.contains(replica)
         || ev.refused.iter().any(|r| r.replica == replica)
 }
 

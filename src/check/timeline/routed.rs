@@ -119,7 +119,7 @@ pub fn routing_sources(ev: &Evidence) -> Vec<String> {
     if ev.has_proxy {
         s.push(PROXY.to_string());
     }
-    if ev.requests.iter().any(|r| r.worker.is_some()) {
+    if ev.summary.attributed {
         s.push(HEADER.to_string());
     }
     s
