@@ -112,23 +112,11 @@ impl LocalAcc {
     /// ran out of.
     fn breaches(&self) -> impl Iterator<Item = Breach> + '_ {
         let proxy = self.proxy.iter().map(|((replica, errno, during), n)| {
-            let (what, remedy) = match LocalErrno::from_name(errno) {
-                Some(LocalErrno::Emfile) => ("file descriptors (EMFILE)", "raise `ulimit -n`"),
-                Some(LocalErrno::Enfile) => (
-                    "the system's open-file table (ENFILE)",
-                    "raise `fs.file-max`",
-                ),
-                Some(LocalErrno::Enobufs) => (
-                    "socket buffer space (ENOBUFS)",
-                    "give haq's host more memory",
-                ),
-                Some(LocalErrno::Enomem) => ("memory (ENOMEM)", "give haq's host more memory"),
-                Some(LocalErrno::Eaddrnotavail) => (
-                    "local ports (EADDRNOTAVAIL)",
-                    "widen net.ipv4.ip_local_port_range",
-                ),
-                None => ("a local resource", "see the trace's proxy_local lines"),
-            };
+            let (what, remedy) = ran_out(
+                LocalErrno::from_name(errno),
+                None,
+                "see the trace's proxy_local lines",
+            );
             let (during, n) = if during == "accept" {
                 (
                     "accepting the gateway's connections",
@@ -148,48 +136,50 @@ impl LocalAcc {
                 ),
             }
         });
-        self.requests_breaches().chain(proxy)
-    }
-
-    /// One breach per errno of the requests that ended `local`.
-    fn requests_breaches(&self) -> impl Iterator<Item = Breach> + '_ {
-        self.by.iter().map(|(errno, (n, limit, first))| {
-            let limit = |what: &str| match limit {
-                Some(l) => format!("{what} (now {})", l.soft),
-                None => what.to_string(),
-            };
-            let (ran_out, remedy) = match errno {
-                Some(LocalErrno::Emfile) => (
-                    "file descriptors (EMFILE)",
-                    limit("raise `ulimit -n`")
-                        + "; haq raises its soft limit to the hard limit, so raise the hard limit (`ulimit -Hn` as root, systemd LimitNOFILE=, docker --ulimit nofile=)",
-                ),
-                Some(LocalErrno::Enfile) => (
-                    "the system's open-file table (ENFILE)",
-                    "raise `fs.file-max` (sysctl) or run fewer processes on haq's host".into(),
-                ),
-                Some(LocalErrno::Enobufs) => (
-                    "socket buffer space (ENOBUFS)",
-                    "give haq's host more memory, or raise net.core.wmem_max / the socket buffer limits".into(),
-                ),
-                Some(LocalErrno::Enomem) => (
-                    "memory (ENOMEM)",
-                    "give haq's host more memory".into(),
-                ),
-                Some(LocalErrno::Eaddrnotavail) => (
-                    "local ports (EADDRNOTAVAIL)",
-                    "widen net.ipv4.ip_local_port_range, or let connections be reused (client.warm_connections, keep-alive at the target)".into(),
-                ),
-                None => ("a local resource", "see the requests' detail".into()),
-            };
+        let requests = self.by.iter().map(|(errno, (n, limit, first))| {
+            let (what, remedy) = ran_out(*errno, *limit, "see the requests' detail");
             Breach {
                 rule: Rule::Local,
                 phase: None,
                 message: format!(
-                    "haq ran out of {ran_out} on {n} request(s) (the first: {first}), failures of haq's host, not of the target: {remedy}"
+                    "haq ran out of {what} on {n} request(s) (the first: {first}), failures of haq's host, not of the target: {remedy}"
                 ),
             }
-        })
+        });
+        requests.chain(proxy)
+    }
+}
+
+/// What haq's host ran out of, and how to give it more (`limit`: the open-file limit
+/// then in force; `otherwise`: the remedy when the errno is not known).
+fn ran_out(
+    errno: Option<LocalErrno>,
+    limit: Option<FdLimit>,
+    otherwise: &str,
+) -> (&'static str, String) {
+    match errno {
+        Some(LocalErrno::Emfile) => (
+            "file descriptors (EMFILE)",
+            match limit {
+                Some(l) => format!("raise `ulimit -n` (now {})", l.soft),
+                None => "raise `ulimit -n`".into(),
+            } + "; haq raises its soft limit to the hard limit, so raise the hard limit (`ulimit -Hn` as root, systemd LimitNOFILE=, docker --ulimit nofile=)",
+        ),
+        Some(LocalErrno::Enfile) => (
+            "the system's open-file table (ENFILE)",
+            "raise `fs.file-max` (sysctl) or run fewer processes on haq's host".into(),
+        ),
+        Some(LocalErrno::Enobufs) => (
+            "socket buffer space (ENOBUFS)",
+            "give haq's host more memory, or raise net.core.wmem_max / the socket buffer limits"
+                .into(),
+        ),
+        Some(LocalErrno::Enomem) => ("memory (ENOMEM)", "give haq's host more memory".into()),
+        Some(LocalErrno::Eaddrnotavail) => (
+            "local ports (EADDRNOTAVAIL)",
+            "widen net.ipv4.ip_local_port_range, or let connections be reused (client.warm_connections, keep-alive at the target)".into(),
+        ),
+        None => ("a local resource", otherwise.into()),
     }
 }
 

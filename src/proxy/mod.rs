@@ -320,12 +320,9 @@ async fn accept_loop(
             // Out of descriptors or similar: haq's failure, recorded (at most once a
             // second: the loop retries every REVIVE_POLL); back off instead of spinning.
             Err(e) => {
-                if let Some(l) = e
-                    .raw_os_error()
-                    .and_then(crate::wire::io::LocalErrno::from_raw)
-                    && last_local.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1))
+                if last_local.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1))
+                    && p.local_failure(&e, "accept")
                 {
-                    p.local_failure(l, "accept");
                     last_local = Some(Instant::now());
                 }
                 tokio::time::sleep(REVIVE_POLL).await

@@ -73,15 +73,20 @@ impl ReplicaProxy {
         }
     }
 
-    /// haq's own host ran out of `errno`'s resource `during` an accept or a connect:
-    /// recorded as haq's failure (`proxy_local`), never as the replica's.
-    pub(super) fn local_failure(&self, errno: crate::wire::io::LocalErrno, during: &str) {
+    /// Whether `e` (of an accept or a connect, `during`) is haq's own host out of a
+    /// resource ([`crate::wire::io::local_errno`]); if so it is recorded as haq's
+    /// failure (`proxy_local`), never as the replica's.
+    pub(super) fn local_failure(&self, e: &std::io::Error, during: &str) -> bool {
+        let Some(errno) = crate::wire::io::local_errno(e) else {
+            return false;
+        };
         self.trace.emit(crate::trace::Event::ProxyLocal {
             t: self.clock.now_us(),
             replica: self.name.clone(),
             errno: errno.name().into(),
             during: during.into(),
         });
+        true
     }
 
     /// The `host:port` it forwards to.

@@ -285,7 +285,7 @@ fn rows_of<'a>(j: &'a haq::check::Judgement, source: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// A recorded EndpointSlice stream around a pod kill (tests/data/kube), replayed
+/// An EndpointSlice stream around a pod kill, in the API's shape (tests/data/kube), replayed
 /// through haq's EndpointSlice watch into a stored run, gives the failure timeline
 /// (Q11): detection and the replacement's stages, each from the watch.
 #[tokio::test]

@@ -32,7 +32,6 @@ use super::probe::{Release, lock};
 use super::replica::ReplicaProxy;
 use super::rules::{Cut, PathRules};
 use crate::trace::{Event, ProxyEndKind, RefusedHow};
-use crate::wire::io::LocalErrno;
 
 /// Bytes queued or held per direction before reading from that side pauses.
 const QUEUE_CAP: usize = 1 << 20;
@@ -65,7 +64,9 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
         match c.connect(&stop).await {
             None => return,
             Some(Ok(u)) => up = Some(u),
-            Some(Err(e)) if c.local(&e) => return close_one(&down, Cut::Reset),
+            Some(Err(e)) if c.p.local_failure(&e, "connect") => {
+                return close_one(&down, Cut::Reset);
+            }
             Some(Err(_)) => {
                 c.unreached(&down);
                 c.p.check_dead().await;
@@ -131,7 +132,7 @@ pub(super) async fn serve(p: Arc<ReplicaProxy>, mut down: TcpStream, stop: Cance
         Some(u) => u,
         None => match c.connect(&stop).await {
             Some(Ok(u)) => u,
-            Some(Err(e)) if c.local(&e) => {
+            Some(Err(e)) if c.p.local_failure(&e, "connect") => {
                 c.on_down(Instant::now());
                 c.end_all(ProxyEndKind::Local);
                 return close_one(&down, Cut::Reset);
@@ -181,16 +182,6 @@ impl Conn {
         };
         let _ = s.set_nodelay(true);
         Some(Ok(s))
-    }
-
-    /// Whether a failed connect is haq's own (a local resource ran out): recorded as
-    /// such (`proxy_local`), never as the replica refusing.
-    fn local(&self, e: &std::io::Error) -> bool {
-        let Some(l) = e.raw_os_error().and_then(LocalErrno::from_raw) else {
-            return false;
-        };
-        self.p.local_failure(l, "connect");
-        true
     }
 
     /// A connection accepted for a replica that could not be reached: a connect
