@@ -186,7 +186,13 @@ pub(super) async fn drive(
     };
     let dispatched = dispatch(d, cancel).await;
     drain(plan, &tracker, cancel, progress).await;
-    stop.stop();
+    // After an interrupt the requests left are the interrupt's (`interrupted`), also
+    // when this comes before the task above has seen the cancel.
+    if cancel.is_cancelled() {
+        stop.interrupt();
+    } else {
+        stop.stop();
+    }
     tracker.wait().await;
     progress.finish();
     dispatched.map_err(anyhow::Error::msg)
