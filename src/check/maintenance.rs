@@ -221,10 +221,11 @@ fn rejection_rule(
         .collect();
     let first = refused.first()?;
     evidence.push(format!(
-        "{}: {} new requests routed to the draining {} after the drain began were refused to the client, first: {} ({}{})",
+        "{}: {} routed to the draining {} after the drain began {} refused to the client, first: {} ({}{})",
         d.fault,
-        refused.len(),
+        plural(refused.len() as u64, "new request"),
         d.replica,
+        if refused.len() == 1 { "was" } else { "were" },
         first.id,
         first.outcome.as_str(),
         first.status.map(|s| format!(", HTTP {s}")).unwrap_or_default()
@@ -232,10 +233,11 @@ fn rejection_rule(
     Some((
         Status::Fail,
         format!(
-            "{}: the drain reached clients: {} new requests the gateway routed to the draining {} were refused to the client ({}): it kept routing to a draining replica",
+            "{}: the drain reached clients: {} the gateway routed to the draining {} {} refused to the client ({}): it kept routing to a draining replica",
             d.fault,
-            refused.len(),
+            plural(refused.len() as u64, "new request"),
             d.replica,
+            if refused.len() == 1 { "was" } else { "were" },
             outcomes(&refused)
         ),
     ))
@@ -304,9 +306,9 @@ fn removal_rule(
     let out_at = match (routed.last(), said) {
         (Some(last), s) => {
             evidence.push(format!(
-                "{}: {} new requests routed to the draining {} after the drain began, the last at +{:.0} ms ({}: {})",
+                "{}: {} routed to the draining {} after the drain began, the last at +{:.0} ms ({}: {})",
                 d.fault,
-                routed.len(),
+                plural(routed.len() as u64, "new request"),
                 d.replica,
                 ms(d.injected, last.t),
                 last.source,

@@ -15,6 +15,7 @@ use super::timeline::{FaultTimeline, Removal, Timeline, ms};
 use super::verdict::{VerdictName, conclude};
 use super::{Status, Verdict};
 use crate::plan::Plan;
+use crate::scenario::words::{noun, plural};
 
 pub const NAME: VerdictName = VerdictName::Routing;
 
@@ -139,16 +140,17 @@ fn detection_line(f: &FaultTimeline) -> String {
 fn removal_evidence(f: &FaultTimeline, r: &Removal, evidence: &mut Vec<String>) {
     let refused = if r.refused_connects > 0 {
         format!(
-            " ({} of them connect attempts refused at its proxy)",
-            r.refused_connects
+            " ({} of them {} refused at its proxy)",
+            r.refused_connects,
+            noun(r.refused_connects, "connect attempt")
         )
     } else {
         String::new()
     };
     evidence.push(format!(
-        "{}: {} requests routed to {} after the fault{refused}{}; sources: {}",
+        "{}: {} routed to {} after the fault{refused}{}; sources: {}",
         f.fault,
-        r.routed_after_fault,
+        plural(r.routed_after_fault, "request"),
         f.replica,
         r.last
             .as_ref()
@@ -163,14 +165,18 @@ fn removal_evidence(f: &FaultTimeline, r: &Removal, evidence: &mut Vec<String>) 
     ));
     if r.probe_connects > 0 {
         evidence.push(format!(
-            "{}: {} connects to {} refused at its proxy while no client request was looking for an upstream (health checks): not counted",
-            f.fault, r.probe_connects, f.replica
+            "{}: {} to {} refused at its proxy while no client request was looking for an upstream or in the cadence of those (health checks): not counted",
+            f.fault,
+            plural(r.probe_connects, "connect"),
+            f.replica
         ));
     }
     if r.unattributed > 0 {
         evidence.push(format!(
-            "{}: {} error answers saying an upstream could not be reached came while another endpoint was down too: not counted for {}",
-            f.fault, r.unattributed, f.replica
+            "{}: {} saying an upstream could not be reached came while another endpoint was down too: not counted for {}",
+            f.fault,
+            plural(r.unattributed, "error answer"),
+            f.replica
         ));
     }
     if let Some(c) = &r.confirmed {
@@ -441,6 +447,66 @@ mod tests {
         loose.push("criteria.routing.traffic_removal_max=30s");
         let v = pick(&tb.judge(&plan(&loose)), NAME);
         assert_eq!(v.status, Status::Pass, "{v:?}");
+    }
+
+    /// The gateway's health checks of the dead w2 every 300 ms from 13.16 s, each a
+    /// connect refused while no request was looking for an upstream, but the one at
+    /// 16.16 s, which came while `during` was being routed (to w1).
+    fn health_checks_with_one_during_a_request(extra: &[f64]) -> (Tb, Vec<&'static str>) {
+        let mut checks: Vec<f64> = (0..60).map(|k| 13.16 + k as f64 * 0.3).collect();
+        checks.extend_from_slice(extra);
+        let (mut tb, mut sets) = behind_proxies(true, &checks);
+        tb.request(crate::check::testkit::R::ok(
+            "during", "fault", 16.15995, "w1",
+        ));
+        sets.push("criteria.routing.traffic_removal_max=2s");
+        (tb, sets)
+    }
+
+    #[test]
+    fn a_health_check_that_comes_while_a_request_is_routed_elsewhere_is_not_traffic() {
+        // CI saw it: the sim gateway's reference policy FAILed Routing for one health
+        // check 3.2 s after the kill that fell into a request's routing.
+        let (tb, sets) = health_checks_with_one_during_a_request(&[]);
+        let j = tb.judge(&plan(&sets));
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        let r = j
+            .timeline
+            .fault("kill-w2")
+            .and_then(|f| f.removal.clone())
+            .expect("removal");
+        assert_eq!((r.refused_connects, r.probe_connects), (0, 60), "{r:?}");
+        // A send to w2 in the same hole, beside that health check: one of the two is
+        // the gateway's traffic, and it fails the 2 s bound.
+        let (tb, sets) = health_checks_with_one_during_a_request(&[16.16001]);
+        let j = tb.judge(&plan(&sets));
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        let r = j
+            .timeline
+            .fault("kill-w2")
+            .and_then(|f| f.removal.clone())
+            .expect("removal");
+        assert_eq!((r.refused_connects, r.probe_connects), (1, 60), "{r:?}");
+    }
+
+    #[test]
+    fn sends_to_the_dead_replica_off_the_health_checks_cadence_are_traffic() {
+        // The same health checks, and a send to w2 with each of ten requests routed
+        // from 13.2 s to 17.7 s: none fills a hole in the checks' series.
+        let sends: Vec<f64> = (0..10).map(|k| 13.2 + k as f64 * 0.5 + 5e-5).collect();
+        let (tb, sets) = health_checks_with_one_during_a_request(&sends);
+        let j = tb.judge(&plan(&sets));
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.summary.contains("4700 ms after"), "{}", v.summary);
+        let r = j
+            .timeline
+            .fault("kill-w2")
+            .and_then(|f| f.removal.clone())
+            .expect("removal");
+        assert_eq!(r.refused_connects, 10, "{r:?}");
     }
 
     #[test]

@@ -39,21 +39,30 @@ pub(super) fn reached_dead(
 ) -> DeadTraffic {
     let mut marks = routed_to(ev, &f.replica, f.t, until);
     let mut n_refused = 0;
-    let mut probes = 0;
+    // A gateway journal names every attempt itself; otherwise a connect is a
+    // request's attempt only while a client request was looking for an upstream, and
+    // not where it keeps the cadence of the connects that came with none (a health
+    // check that happened to come while a request was being routed elsewhere).
+    let mut probe_times = Vec::new();
+    let mut pending = Vec::new();
     for r in ev
         .refused
         .iter()
         .filter(|r| r.replica == f.replica && r.t >= f.t && r.t < until)
+        .filter(|_| ev.gateway.is_none())
     {
-        // A gateway journal names every attempt itself; otherwise a connect is a
-        // request's attempt only while a client request was looking for an upstream.
-        if ev.gateway.is_some() {
+        match pending_at(ev, r.t) {
+            Some(id) => pending.push((r, id)),
+            None => probe_times.push(r.t),
+        }
+    }
+    probe_times.sort_unstable();
+    for (r, id) in pending {
+        if on_cadence(&probe_times, r.t) {
+            let at = probe_times.partition_point(|&p| p < r.t);
+            probe_times.insert(at, r.t);
             continue;
         }
-        let Some(id) = pending_at(ev, r.t) else {
-            probes += 1;
-            continue;
-        };
         let how = match r.how {
             RefusedHow::Refused => "refused (its proxy listener closed)",
             RefusedHow::Reset => "reset unread (accepted before the proxy knew)",
@@ -104,8 +113,45 @@ pub(super) fn reached_dead(
         marks,
         refused: n_refused,
         unattributed,
-        probes,
+        probes: probe_times.len() as u64,
     }
+}
+
+/// Whether a connect at `t` fills a hole in the periodic series of connects that came
+/// while no request was looking for an upstream (`probes`, sorted): a gateway's health
+/// checks keep their interval whether or not a client request is being routed at that
+/// moment. The series' period is the median of its gaps around `t` (at least three
+/// gaps, two thirds of them within the tolerance of it); `t` fills a hole when the
+/// probes on either side of it are two periods apart and `t` lies one period from
+/// either. A gateway that routes requests to the dead endpoint leaves no hole, so
+/// its connects are counted however many health checks it also sends.
+fn on_cadence(probes: &[u64], t: u64) -> bool {
+    const AROUND: usize = 8;
+    let at = probes.partition_point(|&p| p < t);
+    if at == 0 || at == probes.len() {
+        return false;
+    }
+    let (prev, next) = (probes[at - 1], probes[at]);
+    let lo = at.saturating_sub(AROUND);
+    let hi = (at + AROUND).min(probes.len());
+    let mut gaps: Vec<u64> = probes[lo..hi]
+        .windows(2)
+        .filter(|w| w[0] != prev)
+        .map(|w| w[1] - w[0])
+        .collect();
+    if gaps.len() < 3 {
+        return false;
+    }
+    gaps.sort_unstable();
+    let period = gaps[gaps.len() / 2];
+    // Timer jitter on a busy machine: a tenth of the period, at least 10 ms.
+    let tol = (period / 10).max(10_000);
+    let near = |a: u64, b: u64| a.abs_diff(b) <= tol;
+    let steady = gaps.iter().filter(|&&g| near(g, period)).count();
+    period >= 50_000
+        && steady * 3 >= gaps.len() * 2
+        && near(next - prev, 2 * period)
+        && (near(t - prev, period) || near(next - t, period))
 }
 
 /// A client request that was looking for an upstream at `t`: sent, and neither

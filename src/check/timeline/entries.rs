@@ -4,6 +4,7 @@
 use super::types::{Entry, FaultTimeline, InFlight, JOURNAL, Mark, Removal, ms};
 use crate::check::facts::Evidence;
 use crate::check::history::replica_label;
+use crate::scenario::words::plural;
 
 /// The rows, as they are written.
 struct Rows<'e> {
@@ -137,8 +138,10 @@ fn fault_rows(rows: &mut Rows<'_>, f: &FaultTimeline) {
 fn removal_row(rows: &mut Rows<'_>, f: &FaultTimeline, r: &Removal) {
     let detail = match &r.last {
         Some(l) => format!(
-            "last of {} requests routed to {} after the fault: {}",
-            r.routed_after_fault, f.replica, l.detail
+            "last of {} routed to {} after the fault: {}",
+            plural(r.routed_after_fault, "request"),
+            f.replica,
+            l.detail
         ),
         None => format!("no request was routed to {} after the fault", f.replica),
     };
