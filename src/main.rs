@@ -7,6 +7,7 @@ use haq::cli::{
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
+    haq::wire::heap::return_large_buffers();
     haq::install_crypto_provider();
     let cli = Cli::parse();
     // The measuring client runs ahead of compilers and of the system under test when it

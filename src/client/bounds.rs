@@ -15,6 +15,7 @@ pub struct Limits {
     pub event: usize,
     pub body: usize,
     pub stream: u64,
+    pub duration: Duration,
     pub after_done: Duration,
     pub head_timeout: Duration,
 }
@@ -26,6 +27,7 @@ impl From<&ResponseLimits> for Limits {
             event: l.event.bytes(),
             body: l.body.bytes(),
             stream: l.stream.0,
+            duration: l.duration.0,
             after_done: l.after_done.0,
             head_timeout: l.head_timeout.0,
         }

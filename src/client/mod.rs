@@ -10,7 +10,8 @@
 //! Whatever a server sends, one request holds a bounded amount: an SSE line, an event,
 //! a non-streamed answer and the whole stream each have a limit past which haq stops
 //! reading and closes the connection (`oversized`); a body that goes on after `[DONE]`
-//! is closed after a short grace (`after_done` when data came after it); a
+//! is closed after a short grace (`after_done` when data came after it), one that never
+//! ends at `client.limits.duration` after its dispatch (`endless`); a
 //! `content-encoding` haq did not ask for is named (`encoded`), not decoded. haq's own
 //! host running out of descriptors, memory or ports is `local`, never the target's.
 
@@ -48,7 +49,8 @@ pub async fn execute(
     trace: &TraceWriter,
 ) -> CallResult {
     let dispatch_us = clock.now_us();
-    let first_deadline = Instant::now() + timeouts.first_token;
+    let sent_at = Instant::now();
+    let first_deadline = sent_at + timeouts.first_token;
     let done = |status, first, e| finish(call, clock, trace, dispatch_us, first, status, e);
     // A client that leaves T after sending leaves whatever it is waiting for.
     let leave_at = match call.leave {
@@ -115,6 +117,9 @@ pub async fn execute(
         first: first_deadline,
         leave: leave_at,
         after_done: limits.after_done,
+        end: sent_at + limits.duration,
+        end_us: dispatch_us.saturating_add(limits.duration.as_micros() as u64),
+        duration: limits.duration,
     };
     let cut = read_stream(
         &mut resp, &mut st, call, timeouts, deadlines, clock, &mut emit,
@@ -123,7 +128,7 @@ pub async fn execute(
     if matches!(
         cut,
         Cut::Failed(
-            Outcome::Abandoned | Outcome::Oversized | Outcome::AfterDone,
+            Outcome::Abandoned | Outcome::Oversized | Outcome::Endless | Outcome::AfterDone,
             _
         )
     ) {
@@ -162,12 +167,32 @@ fn left(call: &Call, when: &str) -> stream::Ending {
 }
 
 /// When a stream's reading stops short: the first-token deadline, when the client
-/// leaves `after` a time, and how long the body may go on after `[DONE]`.
+/// leaves `after` a time, how long the body may go on after `[DONE]`, and when the
+/// whole stream must have ended (`client.limits.duration` after its dispatch, as an
+/// instant and on the trace's clock).
 #[derive(Clone, Copy)]
 struct Deadlines {
     first: Instant,
     leave: Option<Instant>,
     after_done: std::time::Duration,
+    end: Instant,
+    end_us: u64,
+    duration: std::time::Duration,
+}
+
+impl Deadlines {
+    /// How a stream still going at `end` stops.
+    fn endless(&self, st: &StreamState) -> Cut {
+        Cut::Failed(
+            Outcome::Endless,
+            format!(
+                "still sending {} after it was sent ({} events, {} output deltas, no end): haq closed the connection (client.limits.duration)",
+                crate::wire::units::format_duration(self.duration),
+                st.events(),
+                st.deltas()
+            ),
+        )
+    }
 }
 
 /// A `content-encoding` other than `identity`, as the response names it.
@@ -260,11 +285,14 @@ async fn read_stream(
     let tail = tokio::time::sleep_until(deadlines.first);
     tokio::pin!(tail);
     let mut tail_at: Option<Instant> = None;
+    let end = tokio::time::sleep_until(deadlines.end);
+    tokio::pin!(end);
     loop {
         let read = tokio::select! {
             biased;
             r = resp.fill() => Some(r),
             _ = &mut timer => None,
+            _ = &mut end, if tail_at.is_none() => break deadlines.endless(st),
             _ = &mut tail, if tail_at.is_some() => break st.after_done_cut(deadlines.after_done),
             _ = &mut leave => break left_cut(call, "mid-stream"),
         };
@@ -277,6 +305,10 @@ async fn read_stream(
                 }
                 if let Some(cut) = st.over_limit() {
                     break cut;
+                }
+                // A stream that never pauses never lets the timers run: checked here.
+                if t >= deadlines.end_us && tail_at.is_none() {
+                    break deadlines.endless(st);
                 }
                 match tail_at {
                     // A body that never pauses never lets the timer run: checked here.

@@ -142,6 +142,11 @@ impl StreamState {
         }
     }
 
+    /// Events (and comments) read so far.
+    pub fn events(&self) -> u32 {
+        self.fold.n
+    }
+
     /// Output deltas (content, reasoning, tool-call) so far.
     pub fn deltas(&self) -> u32 {
         self.fold.deltas

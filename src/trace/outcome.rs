@@ -53,6 +53,9 @@ pub enum Outcome {
     /// target's protocol violation; `detail` names the limit, the size read and how
     /// the oversized part began.
     Oversized,
+    /// A stream still going `client.limits.duration` after it was sent (events
+    /// coming, no end): haq closed it. The target's failure to end an answer.
+    Endless,
     /// Data events after `[DONE]`, or bytes still coming `client.limits.after_done`
     /// after it (haq then closed the connection): the target's protocol violation.
     AfterDone,
@@ -69,7 +72,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 19] = [
+    pub const ALL: [Outcome; 20] = [
         Outcome::Completed,
         Outcome::ExplicitError,
         Outcome::Rejected,
@@ -85,6 +88,7 @@ impl Outcome {
         Outcome::Abandoned,
         Outcome::Local,
         Outcome::Oversized,
+        Outcome::Endless,
         Outcome::AfterDone,
         Outcome::Encoded,
         Outcome::BadHead,
@@ -108,6 +112,7 @@ impl Outcome {
             Outcome::Abandoned => "abandoned",
             Outcome::Local => "local",
             Outcome::Oversized => "oversized",
+            Outcome::Endless => "endless",
             Outcome::AfterDone => "after_done",
             Outcome::Encoded => "encoded",
             Outcome::BadHead => "bad_head",
@@ -131,7 +136,11 @@ impl Outcome {
     pub fn is_protocol_violation(self) -> bool {
         matches!(
             self,
-            Outcome::Oversized | Outcome::AfterDone | Outcome::Encoded | Outcome::BadHead
+            Outcome::Oversized
+                | Outcome::Endless
+                | Outcome::AfterDone
+                | Outcome::Encoded
+                | Outcome::BadHead
         )
     }
 }

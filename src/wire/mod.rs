@@ -10,6 +10,7 @@ mod clock;
 pub mod fds;
 pub mod hash;
 pub mod headers;
+pub mod heap;
 pub mod io;
 pub mod journal;
 pub mod kinds;

@@ -38,11 +38,13 @@ pub enum FindingKind {
     DuplicateToolEffect,
     /// Chunks missing or out of order between what was sent and what arrived.
     ChunkGap,
-    /// Events after `[DONE]`: more output, or a body that would not end (M3).
+    /// Events after `[DONE]`: more output, or a body that would not end; output after
+    /// `finish_reason` and the usage report (M3).
     DataAfterDone,
     /// A response haq had to cut or refuse for what the server sent: a line, event,
     /// answer or stream past `client.limits`, an encoding it did not ask for, a head it
-    /// could not accept (outcomes `oversized`, `encoded`, `bad_head`).
+    /// could not accept, a stream that would not end (outcomes `oversized`, `encoded`,
+    /// `bad_head`, `endless`).
     ProtocolViolation,
     /// Two complete answers to one planted identical prompt at temperature 0 differ
     /// (M6: a cache, a replica or a revision that changes the answer).

@@ -1,8 +1,8 @@
 //! `client.limits`: how much one response may make haq hold, and how long its head and
-//! its tail after `[DONE]` may take (issue 15 items 5 and 6). Past a limit haq stops
-//! reading, closes the connection and ends the request with a named outcome charged to
-//! the target (`oversized`, `after_done`, `bad_head`); memory and the trace stay bounded
-//! whatever a server sends.
+//! its tail after `[DONE]` may take, and how long one stream may run (issue 15 items 5
+//! and 6). Past a limit haq stops reading, closes the connection and ends the request
+//! with a named outcome charged to the target (`oversized`, `endless`, `after_done`,
+//! `bad_head`); memory and the trace stay bounded whatever a server sends.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,6 +26,12 @@ pub struct ResponseLimits {
     /// Largest streamed body (all its events: a 100k-token answer is ~30 MB).
     #[serde(default = "default_stream")]
     pub stream: Size,
+    /// How long one streamed answer may take from its dispatch to its end: a stream
+    /// still going then (events coming, no `[DONE]`) ends `endless` and haq closes it.
+    /// Ten minutes is past any answer a chat request asks for at a human reading
+    /// speed; raise it for very long generations.
+    #[serde(default = "default_duration")]
+    pub duration: Dur,
     /// How long the body may go on after `[DONE]` before haq closes it: data events
     /// after `[DONE]` make the end `after_done`; a body that simply does not end is
     /// closed and stays `completed`.
@@ -49,6 +55,9 @@ fn default_body() -> Size {
 fn default_stream() -> Size {
     Size::mib(64)
 }
+fn default_duration() -> Dur {
+    Dur::secs(600)
+}
 fn default_after_done() -> Dur {
     Dur::secs(2)
 }
@@ -63,6 +72,7 @@ impl Default for ResponseLimits {
             event: default_event(),
             body: default_body(),
             stream: default_stream(),
+            duration: default_duration(),
             after_done: default_after_done(),
             head_timeout: default_head_timeout(),
         }

@@ -47,6 +47,50 @@ fn deltas_after_done_fail_request_fate_with_the_chunks_that_came_after() {
 }
 
 #[test]
+fn output_after_the_finish_and_the_usage_report_fails_request_fate() {
+    // The answer's finish, its usage report, then two more deltas before [DONE].
+    let story = |late: usize| {
+        let mut h = Tb::history();
+        cut_properly(&mut h);
+        let t0 = 1000 * MS;
+        let w = words("r3", 3);
+        h.req("r3", t0)
+            .head("r3", t0 + 10 * MS, "w1", "r3/a1")
+            .deltas("r3", "A", t0 + 10 * MS, &refs(&w));
+        let finish = Piece {
+            cid: Some("A"),
+            finish: Some("stop"),
+            ..Piece::of(ChunkKind::Finish)
+        };
+        h.chunk_as("r3", t0 + 80 * MS, finish).chunk(
+            "r3",
+            t0 + 81 * MS,
+            ChunkKind::Usage,
+            None,
+            None,
+        );
+        let more = words("r3x", late);
+        h.deltas("r3", "A", t0 + 90 * MS, &refs(&more))
+            .chunk("r3", t0 + 200 * MS, ChunkKind::Done, None, None)
+            .end("r3", t0 + 210 * MS, Outcome::Completed);
+        h.judge(&quickstart(&[]))
+    };
+    let j = story(2);
+    assert_eq!(status(&j), Status::Fail, "{:?}", fate(&j));
+    let f = finding(&j, FindingKind::DataAfterDone);
+    assert_eq!(f.request, "r3");
+    contains(
+        &f.detail,
+        "output after the answer was over: 2 output deltas after finish_reason (chunk 3) and the usage report (chunk 4), the first chunk 5",
+    );
+    assert_eq!(f.chunks, vec![3, 4, 5, 6]);
+    // Nothing after the usage report: a clean end.
+    let j = story(0);
+    assert_eq!(status(&j), Status::Pass, "{:?}", fate(&j));
+    assert!(!has(&j, FindingKind::DataAfterDone));
+}
+
+#[test]
 fn a_clean_end_at_done_passes_and_a_response_cut_for_its_size_fails() {
     let mut h = Tb::history();
     answered(&mut h, "r3", 0, Outcome::Completed, None);
