@@ -257,9 +257,12 @@ async fn command_backend_runs_at_every_trigger_with_its_context_and_heals() {
 }
 
 /// A fault that did not take effect is recorded as such and fails Failure-Domain: one
-/// whose verify command fails, one whose trigger never comes. Never a silent pass.
+/// whose verify command fails, one whose trigger never comes, one whose command a
+/// `setsid` child would hold past its timeout (issue 15 item 2: the run goes on, the
+/// fault is not applied, "timed out"). Never a silent pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fault_that_did_not_take_effect_fails_failure_domain() {
+    let pidfile = crate::support::scratch("faults-held").join("escaped.pid");
     let text = format!(
         "{}{}",
         BASE.replace("duration: 8500ms", "duration: 3s"),
@@ -273,10 +276,40 @@ async fn a_fault_that_did_not_take_effect_fails_failure_domain() {
     target: {replica: w3}
     at: {phase: fault, offset: 500ms}
     when: {in_flight: 1000, within: 1s}
+  - name: held
+    backend: command
+    command: {inject: "setsid sh -c 'echo $$ > PIDFILE; exec sleep 60' & sleep 60", verify: "true", timeout: 1s}
+    target: {replica: w1}
+    at: {phase: fault, offset: 500ms}
 "#
+        .replace("PIDFILE", &pidfile.display().to_string())
     );
+    let t0 = std::time::Instant::now();
     let r = run(plan_text(&text, &[]), "faults-unverified").await;
+    // Baseline and fault phases of a few seconds: never the minute the command asks.
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(50),
+        "{:?}",
+        t0.elapsed()
+    );
     let seen = collect(events(&r));
+    let Event::Fault(FaultLine {
+        verified, detail, ..
+    }) = &seen.faults["held"][0]
+    else {
+        unreachable!()
+    };
+    assert!(!verified);
+    assert!(detail.contains("timed out"), "{detail}");
+    if let Some(pid) = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+    {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
     let Event::Fault(FaultLine {
         verified, detail, ..
     }) = &seen.faults["unverified"][0]
@@ -299,7 +332,9 @@ async fn a_fault_that_did_not_take_effect_fails_failure_domain() {
     let v = crate::support::verdict(&r, "Failure-Domain");
     assert_eq!(v.status, haq::check::Status::Fail, "{v:?}");
     assert!(
-        v.summary.contains("unverified") && v.summary.contains("never-fired"),
+        v.summary.contains("unverified")
+            && v.summary.contains("never-fired")
+            && v.summary.contains("held"),
         "{}",
         v.summary
     );
