@@ -307,7 +307,7 @@ async fn interrupted_run_heals(sig: nix::sys::signal::Signal) {
 /// `haq heal RUN_DIR` resumes it from the run's heal ledger, once; the process is
 /// running again (issue 15 item 3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_during_a_freeze_then_haq_heal_leaves_no_process_frozen() {
+async fn sigkill_during_a_freeze_then_haq_heal_or_the_next_run_leaves_no_process_frozen() {
     let ext = external("url-sigkill").await;
     let text = scenario(
         &ext.target("true"),
@@ -316,24 +316,28 @@ async fn sigkill_during_a_freeze_then_haq_heal_leaves_no_process_frozen() {
     );
     let f = ext.dir.join("sigkill.yaml");
     std::fs::write(&f, text).expect("scenario");
+    // `haq run` into `out`, SIGKILLed once it froze a.
+    let frozen_by_a_killed_run = async |out: &Path| {
+        let mut child = tokio::process::Command::new(haq_bin())
+            .args(["run", "--quiet", "--out"])
+            .arg(out)
+            .arg(&f)
+            .current_dir(crate::support::root())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("haq run");
+        eventually("a frozen", Duration::from_secs(30), async || {
+            state(ext.a.p.pid) == Some('T')
+        })
+        .await;
+        child.start_kill().expect("SIGKILL");
+        let _ = child.wait().await;
+        assert_eq!(state(ext.a.p.pid), Some('T'), "SIGKILL healed nothing");
+    };
     let out = ext.dir.join("run");
-    let mut child = tokio::process::Command::new(haq_bin())
-        .args(["run", "--quiet", "--out"])
-        .arg(&out)
-        .arg(&f)
-        .current_dir(crate::support::root())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("haq run");
-    eventually("a frozen", Duration::from_secs(30), async || {
-        state(ext.a.p.pid) == Some('T')
-    })
-    .await;
-    child.start_kill().expect("SIGKILL");
-    let _ = child.wait().await;
-    assert_eq!(state(ext.a.p.pid), Some('T'), "SIGKILL healed nothing");
+    frozen_by_a_killed_run(&out).await;
     let heal = std::process::Command::new(haq_bin())
         .arg("heal")
         .arg(&out)
@@ -366,6 +370,25 @@ async fn sigkill_during_a_freeze_then_haq_heal_leaves_no_process_frozen() {
         .expect("haq heal");
     assert_eq!(again.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing left applied"));
+    // Killed again; this time the next `haq run` over the same reports directory
+    // heals it first, before anything of its own (here: no fault, a short run).
+    frozen_by_a_killed_run(&ext.dir.join("run-b")).await;
+    let next = std::process::Command::new(haq_bin())
+        .args(["run", "--quiet", "--reports-dir"])
+        .arg(&ext.dir)
+        .arg("--out")
+        .arg(ext.dir.join("run-c"))
+        .args(["--set", "faults=[]", "--set", "phases[1].duration=1s"])
+        .arg(&f)
+        .current_dir(crate::support::root())
+        .output()
+        .expect("haq run");
+    let said = String::from_utf8_lossy(&next.stderr);
+    assert!(
+        said.contains("haq: healed freeze-a on a") && said.contains("run-b"),
+        "{said}"
+    );
+    assert_ne!(state(ext.a.p.pid), Some('T'), "a was left frozen");
     drop(ext);
 }
 
