@@ -243,7 +243,10 @@ async fn nginx_behaves_the_same_with_and_without_haqs_proxy_when_a_replica_dies(
             std::env::var("HAQ_REQUIRE_NGINX").as_deref() != Ok("1"),
             "HAQ_REQUIRE_NGINX=1 but no nginx (HAQ_NGINX, PATH, /usr/sbin)"
         );
-        println!("skipped: no nginx (set HAQ_NGINX to an nginx binary to run this test)");
+        crate::support::skipped(
+            "nginx::nginx_behaves_the_same_with_and_without_haqs_proxy_when_a_replica_dies",
+            "no nginx (set HAQ_NGINX to an nginx binary to run this test)",
+        );
         return;
     };
     // Passive health checks off (`max_fails=0`: every request round robin puts on b

@@ -179,3 +179,10 @@ async fn m9_5_passes_on_every_seed() {
 async fn replay_passes_on_every_seed() {
     over_ten_seeds("replay", &["phases[0].duration=4s"], LIGHT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_passes_on_every_seed() {
+    let mut sets = M9.to_vec();
+    sets.push("faults[0].at.offset=1s");
+    over_ten_seeds("migrate", &sets, LIGHT).await;
+}
