@@ -1,7 +1,7 @@
 # haq as a container image: a static (musl) binary on Alpine.
 #
 #   docker build -t haq .
-#   docker run --rm -v "$PWD:/work" -w /work haq run scenarios/quickstart.yaml
+#   docker run --rm --user "$(id -u):$(id -g)" -v "$PWD:/work" haq run /opt/haq/scenarios/quickstart.yaml
 #
 # Alpine, not scratch: `command` faults and restarts run through `sh -c`, and https
 # targets are verified against the system's CA certificates. The embedded sim runs in

@@ -146,11 +146,18 @@ fn the_release_workflow_builds_what_the_readme_promises() {
         "cargo install --locked --git",
         "haq-x86_64-unknown-linux-musl",
         "haq-aarch64-unknown-linux-musl",
-        "ghcr.io/OWNER/haq",
         "docker build -t haq .",
+        // The image runs as its own user: a bind mount is written as the caller's.
+        "docker run --rm --user \"$(id -u):$(id -g)\"",
+        "none is published",
     ] {
         assert!(readme.contains(want), "README lacks {want:?}");
     }
+    // Nothing the README offers to download is a placeholder.
+    assert!(
+        !readme.contains("OWNER/"),
+        "README names a placeholder repository"
+    );
 }
 
 #[test]
@@ -182,7 +189,7 @@ fn the_ci_examples_qualify_publish_and_keep_the_run() {
 }
 
 /// The fenced YAML blocks of a Markdown file that are whole scenarios.
-fn scenarios_in(doc: &str) -> Vec<String> {
+pub(crate) fn scenarios_in(doc: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut block: Option<String> = None;
     for line in read(doc).lines() {

@@ -75,6 +75,42 @@ fn the_starter_and_every_shipped_file_validate_against_haq_schema() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// The scenarios under examples/ (Kubernetes, the real stacks; the manifests beside
+/// them are not scenarios) and in the real-cluster guide validate against the schema
+/// too: they are what a user copies first.
+#[test]
+fn every_example_scenario_and_the_guides_validate_against_haq_schema() {
+    let scenario = validator(None);
+    let mut docs: Vec<(String, serde_json::Value)> = Vec::new();
+    for dir in ["examples/kubernetes", "examples/real-stack/scenarios"] {
+        for f in files(dir, "yaml") {
+            let text = std::fs::read_to_string(&f).expect("read");
+            if text.contains("apiVersion:") || !text.contains("\nphases:") {
+                continue;
+            }
+            docs.push((f.display().to_string(), yaml(&f)));
+        }
+    }
+    let examples = docs.len();
+    for (k, text) in crate::dist::scenarios_in("docs/qualify-a-real-cluster.md")
+        .into_iter()
+        .enumerate()
+    {
+        let doc = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("guide #{k}: {e}"));
+        docs.push((format!("docs/qualify-a-real-cluster.md scenario {k}"), doc));
+    }
+    assert!(examples >= 8 && docs.len() > examples, "{}", docs.len());
+    let bad: Vec<String> = docs
+        .iter()
+        .flat_map(|(name, doc)| {
+            errors(&scenario, doc)
+                .into_iter()
+                .map(move |e| format!("{name}: {e}"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 #[test]
 fn the_schema_refuses_what_haq_refuses() {
     let scenario = validator(None);
