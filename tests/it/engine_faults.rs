@@ -127,6 +127,7 @@ async fn a_hung_engine_with_passing_health_is_caught_by_the_deep_check_not_by_tc
     let r = run(hang("pass", "reference"), "hang-pass").await;
     pass(&r, &["Failure-Domain", "Routing", "Request-Fate"]);
     let f = &r.judgement.timeline.faults[0];
+    assert!(f.healed.is_some(), "the hang is healed after its 4 s: {f:?}");
     let d = f.detected.as_ref().expect("detected");
     assert!(d.detail.contains("deep health check"), "{d:?}");
     let (_, v) = status_of(&r, "Failure-Domain");
@@ -137,13 +138,17 @@ async fn a_hung_engine_with_passing_health_is_caught_by_the_deep_check_not_by_tc
 }
 
 /// A hung engine whose health endpoints hang too: the readiness check's own timeout
-/// takes it out.
+/// takes it out; TCP-only checks still see the port accept and keep routing to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_engine_whose_health_times_out_leaves_rotation() {
+async fn a_hung_engine_whose_health_times_out_leaves_rotation_unless_checks_are_tcp_only() {
     let r = run(hang("timeout", "reference"), "hang-timeout").await;
     pass(&r, &["Failure-Domain", "Routing", "Request-Fate"]);
     let (_, v) = status_of(&r, "Failure-Domain");
     assert!(v.contains("/health times out"), "{v}");
+    assert!(r.judgement.timeline.faults[0].healed.is_some());
+
+    let r = run(hang("timeout", "tcp-health-check"), "hang-timeout-tcp").await;
+    tcp_checks_kept_routing(&r);
 }
 
 fn slow(policy: &str) -> haq::plan::Plan {
@@ -163,6 +168,8 @@ fn slow(policy: &str) -> haq::plan::Plan {
 async fn a_slow_engine_is_not_dead_and_soft_timeout_failover_fails_request_fate() {
     let r = run(slow("reference"), "slow").await;
     pass(&r, &["Failure-Domain", "Request-Fate"]);
+    let f = &r.judgement.timeline.faults[0];
+    assert!(f.healed.is_some(), "the slowness is healed after its 2 s: {f:?}");
     let (s, v) = status_of(&r, "Routing");
     assert_eq!(s, Status::NotEvaluated, "slow removes no endpoint: {v}");
     assert!(
