@@ -127,7 +127,10 @@ async fn a_hung_engine_with_passing_health_is_caught_by_the_deep_check_not_by_tc
     let r = run(hang("pass", "reference"), "hang-pass").await;
     pass(&r, &["Failure-Domain", "Routing", "Request-Fate"]);
     let f = &r.judgement.timeline.faults[0];
-    assert!(f.healed.is_some(), "the hang is healed after its 4 s: {f:?}");
+    assert!(
+        f.healed.is_some(),
+        "the hang is healed after its 4 s: {f:?}"
+    );
     let d = f.detected.as_ref().expect("detected");
     assert!(d.detail.contains("deep health check"), "{d:?}");
     let (_, v) = status_of(&r, "Failure-Domain");
@@ -169,7 +172,10 @@ async fn a_slow_engine_is_not_dead_and_soft_timeout_failover_fails_request_fate(
     let r = run(slow("reference"), "slow").await;
     pass(&r, &["Failure-Domain", "Request-Fate"]);
     let f = &r.judgement.timeline.faults[0];
-    assert!(f.healed.is_some(), "the slowness is healed after its 2 s: {f:?}");
+    assert!(
+        f.healed.is_some(),
+        "the slowness is healed after its 2 s: {f:?}"
+    );
     let (s, v) = status_of(&r, "Routing");
     assert_eq!(s, Status::NotEvaluated, "slow removes no endpoint: {v}");
     assert!(

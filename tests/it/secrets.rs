@@ -80,14 +80,40 @@ async fn a_planted_key_appears_in_no_output() {
     let addr = listener.local_addr().expect("addr");
     let served = Arc::new(AtomicU64::new(0));
     let server = tokio::spawn(axum::serve(listener, echo_server(served.clone())).into_future());
-    let dir = scratch("secrets");
+    // Straight to the server, then through haq's proxy in front of it (the client
+    // talks to the proxy's listen address as it would to a gateway).
+    let port = crate::simkit::free_port();
+    for (name, target) in [
+        ("direct", format!("url: http://{addr}/v1")),
+        (
+            "proxied",
+            format!(
+                "url: http://127.0.0.1:{port}/v1\n  replicas: [{{name: a, upstream: \"{addr}\", listen: \"127.0.0.1:{port}\"}}]"
+            ),
+        ),
+    ] {
+        let before = served.load(Ordering::Relaxed);
+        planted_and_grepped(name, &target).await;
+        assert!(
+            served.load(Ordering::Relaxed) >= before + 6,
+            "{name}: the server was asked"
+        );
+    }
+    server.abort();
+}
+
+/// A run against `target` (the `target:` mapping's lines after `kind: url`) with a key
+/// planted in the environment and a literal one; then `haq report` of it: no output of
+/// either holds a key.
+async fn planted_and_grepped(name: &str, target: &str) {
+    let dir = scratch(&format!("secrets-{name}"));
     let key = format!("sk-planted-{:016x}", rand::random::<u64>());
     let literal = format!("literal-planted-{:016x}", rand::random::<u64>());
     let scenario = format!(
         r#"name: secrets
 target:
   kind: url
-  url: http://{addr}/v1
+  {target}
   headers:
     authorization: {{env: HAQ_PLANTED_KEY, prefix: "Bearer "}}
     x-api-key: {literal}
@@ -112,25 +138,40 @@ phases:
         .output()
         .await
         .expect("haq run");
-    server.abort();
-    assert!(served.load(Ordering::Relaxed) >= 6, "the server was asked");
+    // Every output re-rendered from the stored run, as a later `haq report` does.
+    let report = tokio::process::Command::new(haq_bin())
+        .arg("report")
+        .arg(&out_dir)
+        .output()
+        .await
+        .expect("haq report");
     let mut all = files_of(&out_dir);
-    all.push(("stdout".into(), out.stdout.clone()));
-    all.push(("stderr".into(), out.stderr.clone()));
-    for (name, bytes) in &all {
+    for (what, o) in [("run", &out), ("report", &report)] {
+        all.push((format!("{what} stdout"), o.stdout.clone()));
+        all.push((format!("{what} stderr"), o.stderr.clone()));
+    }
+    for (file, bytes) in &all {
         let text = String::from_utf8_lossy(bytes);
-        assert!(!text.contains(&key), "{name} holds the planted key");
-        assert!(!text.contains(&literal), "{name} holds the literal key");
+        assert!(!text.contains(&key), "{name}: {file} holds the planted key");
+        assert!(
+            !text.contains(&literal),
+            "{name}: {file} holds the literal key"
+        );
     }
     // The echo reached the trace, redacted: the test saw what it guards against.
     let trace = std::fs::read_to_string(out_dir.join("trace.jsonl")).expect("trace");
     assert!(
         trace.contains(r#"["x-echo-auth","[redacted]"]"#),
-        "no echoed header in the trace"
+        "{name}: no echoed header in the trace"
     );
     assert!(
         trace.contains("invalid credentials"),
-        "no echoed error body"
+        "{name}: no echoed error body"
+    );
+    assert_eq!(
+        trace.contains(r#""ev":"proxy_request""#),
+        name == "proxied",
+        "{name}: through haq's proxy or not"
     );
 }
 
