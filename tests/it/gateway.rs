@@ -948,3 +948,95 @@ async fn sim_up_serves_until_ctrl_c_then_stops_every_process() {
     })
     .await;
 }
+
+/// A worker that answers every chat request whole — two deltas, the finish, the usage
+/// report and `[DONE]` — then drops its connection before the chunked body's end, as a
+/// worker killed (or drained and exiting) at that moment does; `/ready` and `/health`
+/// answer 200.
+async fn done_then_dropped() -> std::net::SocketAddr {
+    use tokio::io::AsyncWriteExt;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut have = Vec::new();
+                while let Some((head, _)) =
+                    crate::support::read_request_as_sent(&mut s, &mut have).await
+                {
+                    if !head.starts_with("POST") {
+                        let ok = r#"{"status":"ready"}"#;
+                        let a = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{ok}",
+                            ok.len()
+                        );
+                        if s.write_all(a.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    let ev = |d: &str| format!("data: {d}\n\n");
+                    let body: String = [
+                        r#"{"id":"c1","choices":[{"index":0,"delta":{"content":" one"}}]}"#,
+                        r#"{"id":"c1","choices":[{"index":0,"delta":{"content":" two"}}]}"#,
+                        r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                        r#"{"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,
+                        "[DONE]",
+                    ]
+                    .iter()
+                    .map(|d| ev(d))
+                    .collect();
+                    let a = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n",
+                        body.len()
+                    );
+                    let _ = s.write_all(a.as_bytes()).await;
+                    // No `0\r\n\r\n`: the connection goes down mid-body.
+                    return;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The answer was over for the client once `[DONE]` was relayed: an upstream that
+/// breaks after it is not an interrupted decode, and the client gets no error event
+/// after `[DONE]` (CI saw the reference gateway append `upstream_decode_interrupted`
+/// to a finished answer whose worker was drained at that moment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_breaks_after_done_leaves_the_answer_whole() {
+    let dir = scratch("gw-done-dropped");
+    let up = done_then_dropped().await;
+    let args: Vec<String> = vec![
+        "sim".into(),
+        "gateway".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--config".into(),
+        json!({"policy": "reference"}).to_string(),
+        "--upstream".into(),
+        format!("a=http://{up}"),
+    ];
+    let g = haq::target::sim::SimProcess::start(&haq_bin(), "gateway", &args, &dir)
+        .await
+        .expect("gateway");
+    let body = http()
+        .post(format!("{}/v1/chat/completions", g.url))
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .expect("answer")
+        .text()
+        .await
+        .expect("body");
+    assert!(body.contains(" one") && body.contains(" two"), "{body}");
+    assert!(
+        body.trim_end().ends_with("data: [DONE]"),
+        "[DONE] is the last event: {body}"
+    );
+    assert!(!body.contains("error"), "{body}");
+}

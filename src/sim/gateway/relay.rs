@@ -374,6 +374,7 @@ impl<'a> Attempt<'a> {
         let mut commit = Commit {
             held: Vec::new(),
             finished: false,
+            done_sent: false,
             revision,
             error: None,
         };
@@ -386,7 +387,7 @@ impl<'a> Attempt<'a> {
                 _ = self.tick.tick() => {
                     let (gw, i, id, rid) = (self.gw, self.i, self.id, &self.f.rid);
                     if let Some(end) = self.watch.check(gw, i, id, rid, &mut self.spare) {
-                        return end;
+                        return self.unless_over(commit, end).await;
                     }
                     continue;
                 }
@@ -402,7 +403,8 @@ impl<'a> Attempt<'a> {
                 Err(e) => {
                     self.gw
                         .mark_down(self.i, RemovalCause::StreamBroken, "stream broken");
-                    return End::Broken(format!("stream: {}", error_text(&e)));
+                    let end = End::Broken(format!("stream: {}", error_text(&e)));
+                    return self.unless_over(commit, end).await;
                 }
             }
             // Everything this read brought, forwarded in one write.
@@ -438,6 +440,7 @@ impl<'a> Attempt<'a> {
                 break; // the drain drops the rest of this read
             }
             commit.finished |= p.finished;
+            commit.done_sent |= ev.data.trim() == "[DONE]";
             if !self.client.committed() {
                 if !p.delta {
                     commit.held.push(sse(&ev.data));
@@ -486,6 +489,25 @@ impl<'a> Attempt<'a> {
         g.2 |= !info.tools.is_empty();
     }
 
+    /// How an attempt whose upstream broke (or whose watch gave up on it) ends: as it
+    /// says, unless the answer was already over for the client — a finish_reason or
+    /// `[DONE]` relayed. Then the client has its whole answer: it gets the `[DONE]` it
+    /// may still lack and nothing else (an error event after `[DONE]` would break the
+    /// stream's grammar), and the attempt is finished.
+    async fn unless_over(&mut self, commit: Commit, end: End) -> End {
+        if !(commit.finished && self.client.committed()) {
+            return end;
+        }
+        if !commit.done_sent {
+            let _ = self
+                .client
+                .body
+                .send(Bytes::from_static(b"data: [DONE]\n\n"))
+                .await;
+        }
+        End::Finished
+    }
+
     /// The end of the worker's body: finished only after `[DONE]` or a finish_reason.
     /// (`&mut`: the attempt holds its spare, which is `Send` but not `Sync`.)
     async fn end(&mut self, mut commit: Commit) -> End {
@@ -509,6 +531,8 @@ struct Commit {
     held: Vec<Bytes>,
     /// `[DONE]` or a finish_reason was seen.
     finished: bool,
+    /// `[DONE]` was relayed to the client.
+    done_sent: bool,
     /// The weights revision the worker answered with (journaled with `first_delta`).
     revision: Option<String>,
     /// The in-band error event the worker wrote (its first 200 characters).
