@@ -233,6 +233,38 @@ mod tests {
     }
 
     #[test]
+    fn a_request_sent_before_the_replacement_was_ready_and_routed_to_it_after_is_not_traffic_to_the_dead_one()
+     {
+        // CI saw it (shipped::full, seed 8): a request queued at the gateway from
+        // 19.9 s, routed to w2's replacement once the gateway's own check saw it ready
+        // (20.0 s), at 20.01 s. Its header says w2; dated at its dispatch it fell
+        // before the replacement was ready and FAILed Routing.
+        let p = plan(&["criteria.routing.traffic_removal_max=1s"]);
+        let mut tb = standard(&p);
+        tb.gw(
+            us(20.0),
+            GatewayEntry::UpstreamReady {
+                worker: "w2".into(),
+                why: "ready check passed".into(),
+            },
+        );
+        tb.req("late", us(19.9));
+        attempt(&mut tb, 20.01, "late", "w2");
+        tb.head("late", us(20.1), "w2", "late/a1")
+            .deltas("late", "L", us(20.1), &["a", "b"])
+            .finish("late", "L", us(20.2))
+            .end("late", us(20.2), crate::trace::Outcome::Completed);
+        let j = tb.judge(&p);
+        let v = pick(&j, NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        let f = j.timeline.fault("kill-w2").expect("timeline");
+        let r = f.removal.as_ref().expect("removal");
+        assert_eq!(r.routed_after_fault, 0, "{r:?}");
+        let serving = f.replacement.serving.as_ref().expect("serving");
+        assert_eq!(serving.t, us(20.01), "{serving:?}");
+    }
+
+    #[test]
     fn a_gateway_that_keeps_routing_to_the_dead_worker_fails() {
         let p = plan(&["criteria.routing.traffic_removal_max=1s"]);
         let mut tb = standard(&p);

@@ -1025,7 +1025,9 @@ async fn an_upstream_that_breaks_after_done_leaves_the_answer_whole() {
         .expect("gateway");
     let body = http()
         .post(format!("{}/v1/chat/completions", g.url))
-        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}))
+        .json(
+            &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}),
+        )
         .timeout(Duration::from_secs(20))
         .send()
         .await

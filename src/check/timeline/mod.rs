@@ -159,7 +159,8 @@ mod tests {
             Some((us(16.0), JOURNAL))
         );
         let s = rp.serving.as_ref().expect("serving");
-        assert_eq!(s.t, us(16.6));
+        // Dated by the journal's attempt (0.1 ms after the dispatch the header dates).
+        assert_eq!((s.t, s.source.as_str()), (us(16.6) + 100, JOURNAL));
         // Removal ends at readiness: traffic to the replacement is not traffic to the dead.
         assert_eq!(f.removal.as_ref().map(|r| r.routed_after_fault), Some(0));
         let full = j.timeline.full_recovery.as_ref().expect("full recovery");

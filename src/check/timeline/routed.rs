@@ -37,11 +37,27 @@ pub fn routed_to(ev: &Evidence, replica: &str, from: u64, until: u64) -> Vec<Mar
                 )
             }),
     );
+    // An attribution header dates a request at its dispatch, before the gateway chose
+    // an upstream for it (it may have queued first): a request the journal or haq's
+    // proxy saw reach the endpoint is dated by them, wherever that falls.
+    let dated: std::collections::HashSet<&str> = ev
+        .attempts_to(replica, 0, u64::MAX)
+        .map(|(_, req)| req)
+        .chain(
+            ev.proxied
+                .iter()
+                .filter(|p| p.replica == replica)
+                .filter_map(|p| p.id.as_deref()),
+        )
+        .collect();
     out.extend(
         ev.requests
             .iter()
             .filter(|r| {
-                r.worker.as_deref() == Some(replica) && r.dispatch >= from && r.dispatch < until
+                r.worker.as_deref() == Some(replica)
+                    && r.dispatch >= from
+                    && r.dispatch < until
+                    && !dated.contains(r.id.as_str())
             })
             .map(|r| mark(r.dispatch, HEADER, format!("{} served by {replica}", r.id))),
     );
