@@ -6,9 +6,11 @@
 //! clock) as each line arrives: every `Failed to send … worker_url=<dead>` is a send
 //! to the dead replica, and haq must see at least as many refused connects there, the
 //! last of them within a second of the router's last failed send; the stream the kill
-//! cut must be a Request-Fate FAIL (the routers end it silently); Routing FAILs at a
-//! bound below the router's removal time and PASSes at one above it (the same run
-//! re-judged).
+//! cut must be a Request-Fate FAIL, its one finding the probe's `silent_interruption`
+//! (the routers end it silently; no `duplicated_output` anywhere); Routing FAILs at
+//! the run's own 10 s bound (the breaker's 10 failed sends take ~20 s at 0.5 req/s)
+//! and at a bound below the router's removal time, and PASSes at one above it (the
+//! same run re-judged).
 //!
 //! The routers are not on the machine by default: `.ci/run` installs them in venvs
 //! under target/ and sets `HAQ_VLLM_ROUTER` (the `vllm-router` executable),
@@ -24,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use haq::check::Status;
+use haq::check::fate::FindingKind;
 use haq::trace::Event;
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
@@ -159,8 +162,8 @@ workload:
   seed: 21
   mix:
     classes: [{{name: chat, prompt_tokens: 16, output_tokens: 30, priority: protected}}]
-  arrival: {{process: constant, rate: 1/s}}
-protected_load: 1/s
+  arrival: {{process: constant, rate: 0.5/s}}
+protected_load: 0.5/s
 slo: {{ttft_p95: 3s, itl_p95: 500ms, e2e_p95: 10s, error_rate_max: 50%}}
 policy: {{new: reroute, queued: retry, prefill: retry, decode: retry, streaming: fail}}
 client: {{max_late: 3s}}
@@ -296,6 +299,21 @@ async fn kill_midstream(kind: Kind) {
     // without an error: silent truncation.
     let fate = verdict(&r, "Request-Fate");
     assert_eq!(fate.status, Status::Fail, "{fate:?}");
+    // The router closes the client's connection before the end of the chunked body,
+    // no error event: `silent_interruption` on the probe, and nothing else (no
+    // `duplicated_output`: no request had a hand-over).
+    let kinds: Vec<_> = r
+        .judgement
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.request.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(FindingKind::SilentInterruption, "probe-kill-midstream")],
+        "{:?}",
+        r.judgement.findings
+    );
     // Routing: FAIL below the router's removal time, PASS above it.
     let routing = verdict(&r, "Routing");
     let judged = |bound_s: f64| {
@@ -308,9 +326,10 @@ async fn kill_midstream(kind: Kind) {
         );
         verdict_in(&rejudge(&r, &plan_text(&text, &[])), "Routing")
     };
-    if removed_s > 10.0 {
-        assert_eq!(routing.status, Status::Fail, "{routing:?}");
-    }
+    // The breaker opens after its 10th failed send; at 0.5 req/s that is ~20 s after
+    // the kill: the run's own 10 s bound FAILs.
+    assert!(removed_s > 12.0, "removed {removed_s:.1} s after the kill");
+    assert_eq!(routing.status, Status::Fail, "{routing:?}");
     let below = judged((removed_s - 1.0).max(0.1));
     assert_eq!(below.status, Status::Fail, "{below:?}");
     let above = judged(removed_s + 5.0);
