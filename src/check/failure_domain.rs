@@ -1,7 +1,9 @@
 //! Failure-Domain (Q3, Q13): the test removed exactly the declared resource, and the
 //! removal was verified. A fault whose verification failed FAILs; a fault the trace
-//! does not record is UNKNOWN; collateral damage (another replica went out of service
-//! for good after the fault) FAILs.
+//! does not record, or records as never applied (its trigger never came, or haq never
+//! knew the replica serving its probe), is UNKNOWN with the reason — nothing was
+//! removed, so nothing is blamed; collateral damage (another replica went out of
+//! service for good after an applied fault) FAILs.
 
 use std::collections::BTreeSet;
 
@@ -17,7 +19,7 @@ pub const NAME: VerdictName = VerdictName::FailureDomain;
 /// Requests served elsewhere after the fault before a silent replica counts as lost.
 const COLLATERAL_MIN_ELSEWHERE: usize = 10;
 
-/// `interrupted`: a fault the interrupt came before was not applied, not failed.
+/// `interrupted`: the run was interrupted (a fault not applied says so).
 pub fn verdict(plan: &Plan, ev: &Evidence, interrupted: bool) -> Verdict {
     if plan.faults.is_empty() && ev.faults.is_empty() {
         return Verdict::new(
@@ -83,8 +85,10 @@ fn judge_declared(
         parts.push((Status::Unknown, unrecorded(ev, d)));
         return;
     }
+    // A fault never applied removed nothing anywhere: its records say why (UNKNOWN).
+    let applied = recs.iter().any(|r| r.not_applied().is_none());
     for want in &d.replicas {
-        if recs.iter().all(|r| &r.replica != want) {
+        if applied && recs.iter().all(|r| &r.replica != want) {
             parts.push((
                 Status::Fail,
                 format!(
@@ -113,16 +117,17 @@ fn judge_declared(
             rec.verified,
             rec.detail
         ));
-        if interrupted
-            && !rec.verified
-            && rec.pid.is_none()
-            && rec.detail.starts_with("not applied")
-        {
+        if let Some(why) = rec.not_applied() {
+            let when = if interrupted {
+                " before the run was interrupted"
+            } else {
+                ""
+            };
             parts.push((
                 Status::Unknown,
                 format!(
-                    "{}: not applied before the run was interrupted ({})",
-                    d.name, rec.detail
+                    "{}: not applied{when} ({why}): nothing was removed, the failure domain was not tested",
+                    d.name
                 ),
             ));
             continue;
@@ -236,10 +241,11 @@ fn pid_mismatch(ev: &Evidence, rec: &FaultRec) -> Option<String> {
     })
 }
 
-/// Undeclared replicas that went out of service after the first fault and never came
-/// back: the test removed more than it declared.
+/// Undeclared replicas that went out of service after the first applied fault and
+/// never came back: the test removed more than it declared.
 fn collateral(plan: &Plan, ev: &Evidence) -> Vec<String> {
-    let Some(first) = ev.faults.iter().map(|f| f.t).min() else {
+    let applied = ev.faults.iter().filter(|f| f.not_applied().is_none());
+    let Some(first) = applied.map(|f| f.t).min() else {
         return Vec::new();
     };
     let declared: BTreeSet<&str> = ev
@@ -449,6 +455,77 @@ mod tests {
         );
         let p = plan(&["faults=[]"]);
         assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
+    }
+
+    /// A probe fault recorded as `faults::fire::missed` writes it when the replica
+    /// serving the probe was never known: on no replica, no pid, not verified.
+    fn never_applied(name: &str) -> FaultLine {
+        FaultLine {
+            t: us(13.0),
+            name: name.into(),
+            domain: crate::scenario::FailureDomain::Worker,
+            action: crate::scenario::FaultAction::Kill,
+            replica: String::new(),
+            pid: None,
+            verified: false,
+            detail: format!(
+                "{}3 deltas delivered but no replica is known to serve the probe",
+                crate::trace::NOT_APPLIED
+            ),
+            backend: Some(crate::scenario::FaultBackend::Process),
+            node: None,
+            trigger: Some("probe first_delta".into()),
+            triggered: None,
+            probe: Some(format!("probe-{name}")),
+        }
+    }
+
+    /// Missing evidence is UNKNOWN with the reason: a probe point whose replica was
+    /// never known removed nothing, so the verdict neither PASSes nor FAILs blaming a
+    /// target (before: FAIL "verification failed"); a replica the gateway dropped
+    /// later is not the test's collateral damage, nothing having been applied.
+    #[test]
+    fn a_probe_whose_serving_replica_was_never_known_is_unknown_with_the_reason() {
+        for target in ["", ", target: {replica: w2}"] {
+            let p = plan(&[&format!(
+                "faults=[{{name: kill-probe, domain: worker, action: kill, at: {{phase: fault, offset: 2s}}, when: {{probe: first_delta}}{target}}}]"
+            )]);
+            let mut tb = Tb::new();
+            tb.phases(&p);
+            tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+            tb.fault_as(never_applied("kill-probe"));
+            tb.steady("fault", 11.0, 31.0, 10.0, rr(&["w1", "w2", "w3"]));
+            tb.removed(us(20.0), "w3", "ready check: connection refused");
+            tb.run_end(us(32.0));
+            let v = pick(&tb.judge(&p), NAME);
+            assert_eq!(v.status, Status::Unknown, "{target}: {v:?}");
+            for want in [
+                "kill-probe: not applied (3 deltas delivered but no replica is known to serve the probe)",
+                "nothing was removed",
+            ] {
+                assert!(v.summary.contains(want), "{target}: {}", v.summary);
+            }
+            for never in [
+                "verification failed",
+                "nothing was removed there",
+                "collateral",
+            ] {
+                assert!(!v.summary.contains(never), "{target}: {}", v.summary);
+            }
+        }
+        // The same fault applied and verified on w2 PASSes: the rule reads the
+        // record, not the trigger.
+        let p = plan(&[
+            "faults=[{name: kill-probe, domain: worker, action: kill, at: {phase: fault, offset: 2s}, when: {probe: first_delta}}]",
+        ]);
+        let mut tb = standard(&p);
+        for e in &mut tb.events {
+            if let Event::Fault(FaultLine { name, .. }) = e {
+                *name = "kill-probe".into();
+            }
+        }
+        let v = pick(&tb.judge(&p), NAME);
+        assert_eq!(v.status, Status::Pass, "{v:?}");
     }
 
     /// w2 killed at 13 s, replaced (pid 555) at 14 s, killed again at 22 s with `pid`.

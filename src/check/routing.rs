@@ -232,6 +232,31 @@ mod tests {
         assert_eq!(f.removal.as_ref().map(|r| r.routed_after_fault), Some(1));
     }
 
+    /// A request the gateway journal, haq's proxy and the response header all place
+    /// on w2 is one request routed there, not three (a frozen replica's requests were
+    /// counted once per source); a request with two attempts there is two.
+    #[test]
+    fn a_request_seen_by_several_sources_counts_once_per_attempt() {
+        let p = plan(&["criteria.routing.traffic_removal_max=1s"]);
+        let mut tb = standard(&p);
+        // R::ok journals the attempt (at +100 µs) and names w2 in its header.
+        tb.proxy_req("late", us(13.5), "w2", 1);
+        tb.request(R::ok("late", "fault", 13.5, "w2"));
+        let removal = |tb: &Tb| {
+            tb.judge(&p)
+                .timeline
+                .fault("kill-w2")
+                .and_then(|f| f.removal.clone())
+                .expect("removal")
+        };
+        let r = removal(&tb);
+        assert_eq!(r.routed_after_fault, 1, "{r:?}");
+        assert_eq!(r.t, us(13.5), "{r:?}");
+        tb.proxy_req("late", us(13.6), "w2", 2);
+        attempt(&mut tb, 13.6, "late", "w2");
+        assert_eq!(removal(&tb).routed_after_fault, 2);
+    }
+
     #[test]
     fn a_request_sent_before_the_replacement_was_ready_and_routed_to_it_after_is_not_traffic_to_the_dead_one()
      {

@@ -396,6 +396,11 @@ impl Unattributed {
     }
 }
 
+/// How the `detail` of a fault that was never applied begins: its trigger never
+/// came, or haq could not tell where to apply it (a probe whose serving replica was
+/// never known). Such a line has no pid and is not verified; nothing was removed.
+pub const NOT_APPLIED: &str = "not applied: ";
+
 /// One fault on one replica, as the trace records it (`"ev": "fault"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FaultLine {

@@ -21,6 +21,7 @@ mod m9;
 mod marker;
 mod nginx;
 mod proxyd;
+mod repeats;
 mod report;
 mod routers;
 mod routing;

@@ -100,6 +100,14 @@ pub async fn tools(dir: &Path, dedup: bool) -> SimProcess {
 
 /// A port nobody listens on right now (for a proxy listen address the gateway must
 /// know before haq starts).
+/// SIGKILL to `pid` (a process the test did not start as its child).
+pub fn kill_pid(pid: u32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()

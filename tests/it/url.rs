@@ -13,7 +13,7 @@ use haq::target::sim::SimProcess;
 use haq::trace::{Event, FaultLine, ReplacementStage};
 use serde_json::json;
 
-use crate::simkit::{Proc, eventually, free_port, host_port, http, worker_in};
+use crate::simkit::{Proc, eventually, free_port, host_port, http, kill_pid, worker_in};
 use crate::support::{events, haq_bin, plan_text, run, scratch, verdict};
 
 /// Two workers and a gateway in front of the proxy ports `listens`.
@@ -104,13 +104,6 @@ phases:
 faults:
 {faults}"#
     )
-}
-
-fn kill_pid(pid: u32) {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

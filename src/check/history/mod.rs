@@ -55,6 +55,16 @@ pub struct FaultRec {
 }
 
 impl FaultRec {
+    /// Why the fault was never applied (no pid, not verified, the detail
+    /// `faults::fire::missed` writes): nothing was removed. `None` for a fault that
+    /// was applied, verified or not.
+    pub fn not_applied(&self) -> Option<&str> {
+        if self.verified || self.pid.is_some() {
+            return None;
+        }
+        self.detail.strip_prefix(crate::trace::NOT_APPLIED)
+    }
+
     /// The replica it hit, for people: a fault that never fired (a probe whose serving
     /// replica was never known) names none.
     pub fn replica_label(&self) -> &str {

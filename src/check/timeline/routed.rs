@@ -1,40 +1,40 @@
 //! Routing evidence: which requests reached an endpoint, from every source (gateway
 //! journal, observers, haq's proxy, attribution headers), and which went elsewhere.
 
+use std::collections::BTreeMap;
+
 use super::types::{HEADER, JOURNAL, Mark, PROXY, mark};
 use crate::check::facts::{Evidence, says_routed};
 use crate::wire::journal::GatewayEntry;
 
-/// Requests routed to `replica` in `[from, until)`, from every source, in time order.
+/// Requests routed to `replica` in `[from, until)`, from every source, in time order:
+/// the gateway journal's attempts, observations, haq's proxy's legs and the requests
+/// the attribution header names. One request seen by several sources is counted once
+/// per attempt ([`one_per_request`]).
 pub fn routed_to(ev: &Evidence, replica: &str, from: u64, until: u64) -> Vec<Mark> {
-    let mut out: Vec<Mark> = ev
+    let mut keyed: Vec<(Option<&str>, Mark)> = ev
         .attempts_to(replica, from, until)
-        .map(|(t, req)| mark(t, JOURNAL, format!("attempt of {req} sent to {replica}")))
+        .map(|(t, req)| {
+            let m = mark(t, JOURNAL, format!("attempt of {req} sent to {replica}"));
+            (Some(req), m)
+        })
         .collect();
-    out.extend(
+    keyed.extend(
         ev.observed(replica, from, says_routed)
             .filter(|o| o.t < until)
             .map(|o| {
-                mark(
-                    o.t,
-                    &o.source,
-                    o.detail.clone().unwrap_or_else(|| o.what.clone()),
-                )
+                let what = o.detail.clone().unwrap_or_else(|| o.what.clone());
+                (None, mark(o.t, &o.source, what))
             }),
     );
-    out.extend(
+    keyed.extend(
         ev.proxied
             .iter()
             .filter(|p| p.replica == replica && p.t >= from && p.t < until)
             .map(|p| {
-                mark(
-                    p.t,
-                    PROXY,
-                    format!(
-                        "{} forwarded to {replica}",
-                        p.id.as_deref().unwrap_or("a request")
-                    ),
-                )
+                let id = p.id.as_deref();
+                let what = format!("{} forwarded to {replica}", id.unwrap_or("a request"));
+                (id, mark(p.t, PROXY, what))
             }),
     );
     // An attribution header dates a request at its dispatch, before the gateway chose
@@ -50,7 +50,7 @@ pub fn routed_to(ev: &Evidence, replica: &str, from: u64, until: u64) -> Vec<Mar
                 .filter_map(|p| p.id.as_deref()),
         )
         .collect();
-    out.extend(
+    keyed.extend(
         ev.requests
             .iter()
             .filter(|r| {
@@ -59,9 +59,43 @@ pub fn routed_to(ev: &Evidence, replica: &str, from: u64, until: u64) -> Vec<Mar
                     && r.dispatch < until
                     && !dated.contains(r.id.as_str())
             })
-            .map(|r| mark(r.dispatch, HEADER, format!("{} served by {replica}", r.id))),
+            .map(|r| {
+                let what = format!("{} served by {replica}", r.id);
+                (Some(r.id.as_str()), mark(r.dispatch, HEADER, what))
+            }),
     );
+    let mut out = one_per_request(keyed);
     out.sort_by_key(|m| m.t);
+    out
+}
+
+/// The marks of one request id from several sources are the same attempts seen
+/// twice (the proxy's leg and the header's answer, the journal's attempt and the
+/// proxy's leg): per id, only the marks of the source that saw the most attempts (on
+/// a tie, the one that saw it first). Marks without an id are kept.
+fn one_per_request(keyed: Vec<(Option<&str>, Mark)>) -> Vec<Mark> {
+    let mut out = Vec::new();
+    let mut by_id: BTreeMap<&str, BTreeMap<String, Vec<Mark>>> = BTreeMap::new();
+    for (id, m) in keyed {
+        match id {
+            Some(id) => by_id
+                .entry(id)
+                .or_default()
+                .entry(m.source.clone())
+                .or_default()
+                .push(m),
+            None => out.push(m),
+        }
+    }
+    for sources in by_id.into_values() {
+        let first = |ms: &Vec<Mark>| ms.iter().map(|m| m.t).min().unwrap_or(u64::MAX);
+        if let Some(best) = sources
+            .into_values()
+            .max_by_key(|ms| (ms.len(), std::cmp::Reverse(first(ms))))
+        {
+            out.extend(best);
+        }
+    }
     out
 }
 
