@@ -287,6 +287,57 @@ async fn a_frozen_worker_is_fenced_by_lease_expiry_then_the_stream_ends_explicit
     sim.stop().await;
 }
 
+/// A worker frozen for 1 s mid-stream, shorter than its 1.5 s lease: a renewal fails
+/// during the freeze, but the attempt publishes again inside its lease, its renewals
+/// resume and the answer completes (slow is not dead, M4). Renewals stopped for good
+/// after one failure used to let the lease run out under a stream being served: the
+/// client got `upstream_decode_interrupted` for a 500 ms freeze (it::url, under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_frozen_for_less_than_its_lease_finishes_the_stream() {
+    let sim = Sim::start(
+        "gw-short-freeze",
+        2,
+        json!({"lease_ttl": "1500ms", "health_interval": "100ms"}),
+        json!({"decode_step": "10ms"}),
+    )
+    .await;
+    let u = sim.chat_url();
+    let h = tokio::spawn(async move {
+        stream(
+            &u,
+            &chat("freeze briefly mid stream", 300),
+            &[("x-request-id", "v5"), ("x-haq-route", "w1")],
+            LIMIT,
+        )
+        .await
+    });
+    sim.journaled("v5", |e| matches!(e, GatewayEntry::FirstDelta { .. }))
+        .await;
+    sim.signal("w1", Signal::SIGSTOP).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    sim.signal("w1", Signal::SIGCONT).await;
+    let s = h.await.expect("task");
+    assert!(explicit_error(&s).is_none(), "{s:?}");
+    assert_eq!(
+        s.events.last().map(|e| e.1.as_str()),
+        Some("[DONE]"),
+        "{s:?}"
+    );
+    let j = sim.journal_with(ends("v5")).await;
+    assert!(
+        j.iter()
+            .any(|e| matches!(e, GatewayEntry::LeaseRenewFailed { worker, .. } if worker == "w1")),
+        "a renewal failed during the freeze: {j:?}"
+    );
+    assert!(
+        !of(&j, "v5")
+            .iter()
+            .any(|e| matches!(e, GatewayEntry::Fence { .. })),
+        "{j:?}"
+    );
+    sim.stop().await;
+}
+
 fn tool_body() -> Value {
     let mut b = chat("open a ticket for the outage", 40);
     b["tools"] =

@@ -2,7 +2,9 @@
 //! attempts every third of `lease_ttl` while the worker answers. A renewal that fails
 //! stops renewing those attempts: their leases run out at the last deadline *sent* (the
 //! worker may have applied a renewal whose answer was lost), after which the worker
-//! publishes nothing more — that is how a cut-off attempt is fenced. A failed attempt is
+//! publishes nothing more — that is how a cut-off attempt is fenced — unless the
+//! attempt publishes again before then (a stall shorter than the lease: the relay's
+//! watch resumes its renewals, slow is not dead). A failed attempt is
 //! fenced (confirmed dead, cancel confirmed, or lease expired) before any retry.
 
 use std::sync::Arc;
@@ -21,7 +23,11 @@ pub async fn renew_loop(gw: Arc<Gateway>, i: usize) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let up = &gw.ups[i];
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            // An attempt renewed again after a failure: its renewal goes out now.
+            _ = up.leases.1.notified() => {}
+        }
         let until = mono_ns() + ttl.as_nanos() as u64;
         let attempts = up.leases.begin_renewal(until);
         if attempts.is_empty() {

@@ -23,9 +23,10 @@ pub struct Lease {
     pub abort: CancellationToken,
 }
 
-/// The leases of one worker's live attempts.
+/// The leases of one worker's live attempts, and the renewal loop's wake-up when one
+/// is renewed again after a failure (so its renewal goes out at once, inside its lease).
 #[derive(Default)]
-pub struct LeaseBook(Mutex<HashMap<String, Lease>>);
+pub struct LeaseBook(Mutex<HashMap<String, Lease>>, pub tokio::sync::Notify);
 
 impl LeaseBook {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lease>> {
@@ -78,6 +79,22 @@ impl LeaseBook {
             }
         }
         v
+    }
+
+    /// Renews `attempt` again after a renewal failed, if its lease has not run out: the
+    /// worker publishes it again, so it is reachable and alive (a stall shorter than
+    /// the lease — a pause, a short freeze — is slow, not dead: M4). A fenced attempt
+    /// is never resumed (the fence removes it from the book).
+    pub fn resume(&self, attempt: &str) -> bool {
+        let mut g = self.lock();
+        match g.get_mut(attempt) {
+            Some(l) if !l.renewing && mono_ns() < l.sent_until => {
+                l.renewing = true;
+                self.1.notify_one();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Stops renewing `attempts` (their leases run out at the last deadline sent).

@@ -140,11 +140,14 @@ pub type Spare = Box<dyn FnOnce(u64) + Send>;
 struct Watch {
     last: Instant,
     slow_noted: bool,
+    /// How often it is checked.
+    every: Duration,
 }
 
 impl Watch {
     /// Checked on every tick: the lease lost (renewals failed and the last deadline sent
-    /// passed: cut off or frozen), stuck (reachable but silent for `upstream_timeout`),
+    /// passed: cut off or frozen; renewed again if the attempt publishes before that),
+    /// stuck (reachable but silent for `upstream_timeout`),
     /// slow (silent for `soft_timeout`: journaled, or a spare attempt for the flawed
     /// `soft-timeout`).
     fn check(
@@ -159,12 +162,19 @@ impl Watch {
         let silent = self.last.elapsed();
         if let Some(l) = up.leases.get(attempt)
             && !l.renewing
-            && crate::wire::mono_ns() >= l.sent_until
         {
-            return Some(End::LeaseLost(format!(
-                "no byte for {} ms and lease renewals failed; lease expired",
-                silent.as_millis()
-            )));
+            if crate::wire::mono_ns() >= l.sent_until {
+                return Some(End::LeaseLost(format!(
+                    "no byte for {} ms and lease renewals failed; lease expired",
+                    silent.as_millis()
+                )));
+            }
+            // A renewal failed, yet the attempt published since the last tick, inside
+            // its lease: the worker came back (a short stall), so its lease is renewed
+            // again rather than left to run out under a stream that is being served.
+            if silent < self.every {
+                up.leases.resume(attempt);
+            }
         }
         if silent >= gw.cfg.upstream_timeout.0 {
             return Some(End::Stuck(format!("no byte for {} ms", silent.as_millis())));
@@ -249,6 +259,7 @@ pub async fn run(
         watch: Watch {
             last: Instant::now(),
             slow_noted: false,
+            every: tick_every.min(gw.cfg.soft_timeout.0),
         },
     };
     match a.send(send).await {
