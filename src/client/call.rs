@@ -85,9 +85,22 @@ impl Attribution {
         let a = crate::wire::headers::authority(value);
         self.replicas
             .iter()
-            .find(|(_, addrs)| addrs.iter().any(|x| x.eq_ignore_ascii_case(a)))
+            .find(|(_, addrs)| addrs.iter().any(|x| names(x, a)))
             .map_or(value, |(n, _)| n.as_str())
     }
+}
+
+/// Address `a` is `known`: the same, or `known` is haq's proxy listening on every
+/// address of its host (`0.0.0.0:PORT`, in a pod) and `a` reaches that port (the
+/// gateway names the proxy by its Service's address, whose port is the proxy's).
+fn names(known: &str, a: &str) -> bool {
+    if known.eq_ignore_ascii_case(a) {
+        return true;
+    }
+    let any = known
+        .strip_prefix("0.0.0.0:")
+        .or_else(|| known.strip_prefix("[::]:"));
+    any.is_some_and(|port| a.rsplit_once(':').is_some_and(|(_, p)| p == port))
 }
 
 impl Call {
@@ -136,9 +149,16 @@ mod tests {
                     vec!["127.0.0.1:9101".into(), "10.0.0.11:8000".into()],
                 ),
                 ("vllm-b".into(), vec!["127.0.0.1:9102".into()]),
+                // haq's proxy in a pod, reached through its Service.
+                (
+                    "w3".into(),
+                    vec!["0.0.0.0:9003".into(), "10.0.0.13:8080".into()],
+                ),
             ],
         };
         for (v, want) in [
+            ("10.96.0.40:9003", "w3"),
+            ("10.96.0.40:9004", "10.96.0.40:9004"),
             ("vllm-b", "vllm-b"),
             ("http://127.0.0.1:9101", "vllm-a"),
             ("127.0.0.1:9102", "vllm-b"),

@@ -98,20 +98,21 @@ fn target(plan: &Plan) -> Vec<String> {
             v
         }
         TargetKind::Kubernetes => match &t.kubernetes {
-            Some(k) => vec![
-                format!(
-                    "kubernetes: namespace {}, serving pods `{}` discovered as replicas (node: their failure domain), gateway {}",
-                    k.namespace,
-                    k.selector,
-                    k.gateway_url()
-                ),
-                match &k.serving_service {
-                    Some(s) => format!("traffic removal read from Service {s}'s EndpointSlices"),
-                    None => {
-                        "no serving Service: traffic removal is not read from EndpointSlices".into()
-                    }
-                },
-            ],
+            Some(k) => {
+                let mut v = kube_lines(k);
+                if !k.proxies.is_empty() {
+                    let each: Vec<String> = k
+                        .proxies
+                        .iter()
+                        .map(|(r, a)| format!("{r} on {a}"))
+                        .collect();
+                    v.push(format!(
+                        "haq's proxy in front of each replica's pod (the gateway points at it): {}",
+                        each.join(", ")
+                    ));
+                }
+                v
+            }
             None => vec!["kubernetes: no `target.kubernetes` section".into()],
         },
     };
@@ -120,6 +121,21 @@ fn target(plan: &Plan) -> Vec<String> {
         t.model, plan.seed, plan.scenario.protected_load
     ));
     out
+}
+
+fn kube_lines(k: &crate::scenario::KubeTarget) -> Vec<String> {
+    vec![
+        format!(
+            "kubernetes: namespace {}, serving pods `{}` discovered as replicas (node: their failure domain), gateway {}",
+            k.namespace,
+            k.selector,
+            k.gateway_url()
+        ),
+        match &k.serving_service {
+            Some(s) => format!("traffic removal read from Service {s}'s EndpointSlices"),
+            None => "no serving Service: traffic removal is not read from EndpointSlices".into(),
+        },
+    ]
 }
 
 fn phases(plan: &Plan) -> Vec<String> {

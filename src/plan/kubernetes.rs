@@ -168,6 +168,40 @@ pub fn restart(
     Ok(())
 }
 
+/// `target.kubernetes.proxies`: each key a declared replica, each address `IP:PORT`
+/// with a fixed port of its own; the replica's declaration gets it as its `listen`
+/// (haq's proxy in front of it: probe points and the proxy's evidence).
+pub fn proxies(k: &KubeTarget, decls: &mut [crate::scenario::ReplicaDecl]) -> Result<(), Issue> {
+    let mut taken = std::collections::BTreeSet::new();
+    for (replica, addr) in &k.proxies {
+        let field = format!("{FIELD}.proxies.{replica}");
+        let Some(d) = decls.iter_mut().find(|d| &d.name == replica) else {
+            let names: Vec<&str> = decls.iter().map(|d| d.name.as_str()).collect();
+            return Err(Issue::new(
+                field,
+                replica,
+                format!("is not a declared replica ({})", names.join(", ")),
+            ));
+        };
+        let a: std::net::SocketAddr = addr.parse().map_err(|_| {
+            Issue::new(
+                &field,
+                addr,
+                "must be `IP:PORT` where haq's proxy listens for this replica, e.g. 0.0.0.0:9001",
+            )
+        })?;
+        if a.port() == 0 || !taken.insert(a.port()) {
+            return Err(Issue::new(
+                &field,
+                addr,
+                "needs a fixed port of its own (the replica's Service points at it)",
+            ));
+        }
+        d.listen = Some(addr.clone());
+    }
+    Ok(())
+}
+
 /// The allow-lists are given, and the named context and namespace are in them.
 fn allow_lists(k: &KubeTarget) -> Result<(), Issue> {
     if k.allowed_contexts.is_empty() || k.allowed_contexts.iter().any(|c| c.trim().is_empty()) {
@@ -569,6 +603,69 @@ pub(crate) mod tests {
         ] {
             let p = load(&kube_scenario(), sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
             assert_eq!(p.faults[0].replicas, vec!["w2"], "{sets:?}");
+        }
+    }
+
+    /// `target.kubernetes.proxies` puts haq's proxy in front of the replicas it names
+    /// (their `listen`): probe points and the proxy backend need it, and a bad entry is
+    /// refused where it is written.
+    #[test]
+    fn proxies_are_checked_where_written_and_enable_probe_points() {
+        let with = |entries: &str| {
+            kube_scenario().replace(
+                "    serving_service: llama",
+                &format!("    serving_service: llama\n    proxies:\n{entries}"),
+            )
+        };
+        let all = "      w1: 0.0.0.0:9001\n      w2: 0.0.0.0:9002\n      w3: 0.0.0.0:9003\n";
+        let probe = ["faults[0].when={probe: first_delta}"];
+        let p = load(&with(all), &probe).unwrap_or_else(|e| panic!("{e}"));
+        let listen: Vec<Option<&str>> = p
+            .replica_decls
+            .iter()
+            .map(|d| d.listen.as_deref())
+            .collect();
+        assert_eq!(
+            listen,
+            [
+                Some("0.0.0.0:9001"),
+                Some("0.0.0.0:9002"),
+                Some("0.0.0.0:9003")
+            ]
+        );
+        let e = err(&kube_scenario(), &probe);
+        assert!(
+            e.contains("replica `w1` has no address in target.kubernetes.proxies"),
+            "{e}"
+        );
+        let line = |text: &str, key: &str| {
+            text.lines()
+                .position(|l| l.trim_start().starts_with(key))
+                .expect("line")
+                + 1
+        };
+        for (entries, key, want) in [
+            (
+                "      w4: 0.0.0.0:9004\n",
+                "w4:",
+                "is not a declared replica (w1, w2, w3)",
+            ),
+            ("      w2: localhost:9002\n", "w2:", "must be `IP:PORT`"),
+            (
+                "      w1: 0.0.0.0:9001\n      w2: 127.0.0.1:9001\n",
+                "w2:",
+                "a fixed port of its own",
+            ),
+        ] {
+            let text = with(entries);
+            let e = err(&text, &[]);
+            let at = format!("k.yaml:{}:", line(&text, key));
+            assert!(e.starts_with(&at), "{e}");
+            assert!(
+                e.contains(&format!("`target.kubernetes.proxies.{}`", &key[..2])),
+                "{e}"
+            );
+            assert!(e.contains(want), "{e}");
         }
     }
 

@@ -221,6 +221,9 @@ async fn start_kube(
     let http = crate::client::http_client(Duration::from_secs(5), headers)?;
     if let Err(e) = wait_ready(&http, &k.api_url, plan.scenario.target.ready_timeout.0, say).await {
         k.stop.cancel();
+        if let Some(p) = &k.proxies {
+            p.stop();
+        }
         return Err(e);
     }
     let replicas = k
@@ -233,7 +236,7 @@ async fn start_kube(
         api_url: k.api_url,
         kind: Kind::Kube(k.stop),
         replicas,
-        proxies: None,
+        proxies: k.proxies,
         registry: k.registry,
     })
 }

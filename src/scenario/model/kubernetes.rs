@@ -56,6 +56,14 @@ pub struct KubeTarget {
     /// the fault's `restart` asks for the replacement).
     #[serde(default)]
     pub replacement: KubeReplacement,
+    /// haq's proxy in the cluster: each replica (`w1`, or a listed pod's name) → the
+    /// address haq's proxy listens on for it, in the pod haq runs in (the `haq-proxy`
+    /// Deployment of examples/kubernetes/haq-proxy.yaml, whose Service per replica the
+    /// gateway points at). It forwards to the replica's pod (following its
+    /// replacement): probe points, body-marker attribution and the proxy's evidence
+    /// need it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub proxies: std::collections::BTreeMap<String, String>,
 }
 
 /// How a `worker` fault's pod is replaced (`target.kubernetes.replacement`).

@@ -2,7 +2,9 @@
 //! method, path and query, body — in order, built by the same functions the run sends
 //! ([`super::calls`]), and none made (no client is even built). Pods and nodes are
 //! discovered at the start, so the calls name them `POD_OF_w2` / `NODE_OF_w2` (a
-//! listed replica names its pod); a `_` never appears in a real pod or node name.
+//! listed replica names its pod; the replica serving a probe is `PROBED`); a `_`
+//! never appears in a real pod or node name. haq's proxies make no call: their
+//! addresses are listed first.
 
 use super::calls::ISOLATE_LABEL;
 use super::calls::{self, Call};
@@ -54,7 +56,14 @@ pub fn steps(plan: &Plan, k: &KubeTarget, token: &str) -> Vec<Step> {
         if f.backend != FaultBackend::Kubernetes {
             continue;
         }
-        for r in &f.replicas {
+        // A probe's fault with no target hits the replica serving the probe.
+        let probed = [String::from("PROBED")];
+        let targets = if f.replicas.is_empty() {
+            &probed[..]
+        } else {
+            &f.replicas[..]
+        };
+        for r in targets {
             let pod = pod_name(plan, r);
             if k.replacement == KubeReplacement::Scale && f.domain == D::Worker {
                 scale_steps(plan, f, k, r, &pod, &when, &mut out);
@@ -185,6 +194,13 @@ pub fn render(plan: &Plan, context: &str) -> String {
         k.selector,
         k.gateway_url()
     );
+    let port = k.port.map_or_else(|| "PORT".to_string(), |p| p.to_string());
+    for (replica, addr) in &k.proxies {
+        s.push_str(&format!(
+            "{:<28} haq's proxy listens on {addr} → IP_OF_{replica}:{port} (the pod's address, followed to its replacement; no API call)\n",
+            format!("proxy {replica}")
+        ));
+    }
     for st in steps(plan, k, token) {
         s.push_str(&format!("{:<28} {}\n", st.when, st.call.describe()));
     }

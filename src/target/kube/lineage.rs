@@ -5,14 +5,15 @@
 //! vacant; the first new live pod of the same controller (the `controller: true`
 //! owner reference: the ReplicaSet, the StatefulSet — any selected pod when the old
 //! one had none) fills the lowest vacant replica, and the registry's pod and direct
-//! URL become the new pod's, so later faults hit it. A StatefulSet's pod comes back
+//! URL become the new pod's, so later faults hit it (and haq's proxy in front of the
+//! replica, if any, forwards to it). A StatefulSet's pod comes back
 //! under the same name with a new uid: that is a new pod too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use super::pod::{Owner, PodRef};
-use crate::target::registry::{ProcRef, Registry};
+use super::pod::{Owner, PodInfo, PodRef};
+use crate::target::registry::{ProcRef, Registry, Replica};
 
 /// A pod an observer saw, as far as it knows it.
 #[derive(Debug, Clone, Default)]
@@ -129,9 +130,7 @@ impl Lineage {
         if s.owner.is_some() {
             pod.owner.clone_from(&s.owner);
         }
-        if !pod.ip.is_empty() {
-            r.set_direct_url(pod.url());
-        }
+        follow(r, &pod);
         r.set_process(ProcRef::Pod(Arc::new(PodRef {
             cluster: old.cluster.clone(),
             pod,
@@ -162,12 +161,22 @@ impl Lineage {
         let mut pod = old.pod.clone();
         pod.ip.clone_from(ip);
         pod.node.clone_from(node);
-        if !pod.ip.is_empty() {
-            r.set_direct_url(pod.url());
-        }
+        follow(r, &pod);
         r.set_process(ProcRef::Pod(Arc::new(PodRef {
             cluster: old.cluster.clone(),
             pod,
         })));
+    }
+}
+
+/// The replica's direct URL and haq's proxy in front of it (its new connections) go
+/// to the pod's address, once it has one.
+fn follow(r: &Replica, pod: &PodInfo) {
+    if pod.ip.is_empty() {
+        return;
+    }
+    r.set_direct_url(pod.url());
+    if let Some(p) = &r.proxy {
+        p.set_upstream(&pod.authority());
     }
 }

@@ -59,10 +59,15 @@ impl std::fmt::Display for Owner {
 impl PodInfo {
     /// `http://IP:PORT`.
     pub fn url(&self) -> String {
+        format!("http://{}", self.authority())
+    }
+
+    /// `IP:PORT` (`[IP]:PORT` for IPv6): haq's proxy's upstream.
+    pub fn authority(&self) -> String {
         if self.ip.contains(':') {
-            format!("http://[{}]:{}", self.ip, self.port)
+            format!("[{}]:{}", self.ip, self.port)
         } else {
-            format!("http://{}:{}", self.ip, self.port)
+            format!("{}:{}", self.ip, self.port)
         }
     }
 

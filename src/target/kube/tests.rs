@@ -42,21 +42,29 @@ impl Trace {
         }
     }
 
-    /// The observations written: (replica, what, detail).
-    pub fn observations(mut self) -> Vec<(Option<String>, String, String)> {
+    /// Every event written.
+    pub fn events(mut self) -> Vec<Event> {
         drop(self.tw);
         if let Some(h) = self.handle.take() {
             h.finish().expect("finish");
         }
         crate::trace::read(&self.path)
             .expect("read")
+            .filter_map(Result::ok)
+            .collect()
+    }
+
+    /// The observations written: (replica, what, detail).
+    pub fn observations(self) -> Vec<(Option<String>, String, String)> {
+        self.events()
+            .into_iter()
             .filter_map(|e| match e {
-                Ok(Event::Observation {
+                Event::Observation {
                     replica,
                     what,
                     detail,
                     ..
-                }) => Some((replica, what, detail.unwrap_or_default())),
+                } => Some((replica, what, detail.unwrap_or_default())),
                 _ => None,
             })
             .collect()
@@ -425,6 +433,12 @@ fn the_dry_run_lists_every_call_of_each_fault() {
         "target.kubernetes.container=llama",
     ]);
     assert!(gpu[5].contains("GET /api/v1/namespaces/llm/pods/POD_OF_w2/exec?&stdout=true&stderr=true&container=llama&command=pkill&command=-KILL&command=llama-server"), "{gpu:?}");
+    // haq's proxy in front of w2: where it listens and what it forwards to.
+    let proxied = lines(&["target.kubernetes.proxies={w2: \"0.0.0.0:9002\"}"]);
+    assert_eq!(
+        proxied[1],
+        "proxy w2 haq's proxy listens on 0.0.0.0:9002 → IP_OF_w2:PORT (the pod's address, followed to its replacement; no API call)"
+    );
     // A listed replica names its pod.
     let listed = lines(&[
         "target.replicas=[{name: llama-0}, {name: llama-1}]",
