@@ -74,6 +74,7 @@ fn plan(action: FaultAction) -> FaultPlan {
         restart: None,
         command: None,
         exec: None,
+        reset_connections: None,
         verify: true,
     }
 }

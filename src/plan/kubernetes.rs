@@ -568,6 +568,24 @@ pub(crate) mod tests {
                 "blackhole",
             ),
             (&["faults[0].restart={}"], "replaces the pod itself"),
+            (
+                &["faults[0].reset_connections=proxy"],
+                "is only for `backend: kubernetes` faults of domain `network`",
+            ),
+            (
+                &[
+                    "faults[0].domain=network",
+                    "faults[0].reset_connections=proxy",
+                ],
+                "needs haq's proxy in front of replica `w2`: give its address in target.kubernetes.proxies",
+            ),
+            (
+                &[
+                    "faults[0].domain=network",
+                    "faults[0].reset_connections={exec: []}",
+                ],
+                "`faults[0].reset_connections.exec`: is empty",
+            ),
         ];
         for (sets, want) in cases {
             let e = err(&kube_scenario(), sets);
@@ -596,6 +614,15 @@ pub(crate) mod tests {
             &["faults[0].domain=node"],
             &["faults[0].domain=node", "faults[0].action=drain"],
             &["faults[0].domain=network", "faults[0].duration=2s"],
+            &[
+                "faults[0].domain=network",
+                "faults[0].reset_connections={exec: [ss, -K, dst, 10.0.0.9]}",
+            ],
+            &[
+                "faults[0].domain=network",
+                "faults[0].reset_connections=proxy",
+                "target.kubernetes.proxies={w2: \"0.0.0.0:9002\"}",
+            ],
             &[
                 "faults[0].domain=gpu",
                 "faults[0].exec=[pkill, -KILL, llama-server]",

@@ -574,7 +574,7 @@ fn the_role_grants_exactly_the_verbs_the_examples_use() {
         let k = plan.scenario.target.kubernetes.clone().expect("k");
         let run = haq::target::kube::dryrun::steps(&plan, &k, "t")
             .into_iter()
-            .map(|s| s.call);
+            .filter_map(|s| s.call);
         // `haq heal`'s sweep reads besides.
         let sweep = haq::target::kube::sweep::reads(&k.namespace, "t");
         for c in run.chain(sweep) {

@@ -10,9 +10,12 @@
 mod net;
 mod node;
 mod pods;
+mod reset;
 mod scale;
 mod undo;
 
+#[cfg(test)]
+mod nettests;
 #[cfg(test)]
 mod scaletests;
 #[cfg(test)]
@@ -49,7 +52,7 @@ impl Injector for KubeInjector {
                 (D::Worker, A::Kill) => (pods::kill(&p).await, None),
                 (D::Drain, A::Drain) => (pods::evict(&p).await, None),
                 (D::Node, a) => node::node(&p, a, &f.name, &r.name, cx).await,
-                (D::Network, A::Blackhole) => net::isolate(&p, &f.name, &r.name, cx).await,
+                (D::Network, A::Blackhole) => net::isolate(&p, f, r, cx).await,
                 (D::Process | D::Gpu, A::Kill) => {
                     let cmd = f.exec.clone().unwrap_or_default();
                     (pods::exec_kill(&p, &cmd).await, None)

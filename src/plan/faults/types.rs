@@ -73,6 +73,9 @@ pub struct FaultPlan {
     /// `kubernetes` backend, `process` / `gpu`: the kill command exec'd in the pod.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec: Option<Vec<String>>,
+    /// `kubernetes` backend, `network`: how the established connections are reset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_connections: Option<crate::scenario::ResetConnections>,
     pub verify: bool,
 }
 

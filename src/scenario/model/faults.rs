@@ -302,6 +302,12 @@ pub struct Fault {
     /// the pod's process namespace (docs/kubernetes.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<Vec<String>>,
+    /// `kubernetes` backend, domain `network`: also reset the connections established
+    /// before the NetworkPolicy, which many CNIs let live on (conntrack): `proxy`
+    /// (haq's proxy in front of the replica resets its connections of it) or
+    /// `{exec: [ss, -K, …], container: C}` (a command exec'd in the pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_connections: Option<super::kubernetes::ResetConnections>,
     /// Check that the fault took effect (default true). Unverified faults make
     /// Failure-Domain fail.
     #[serde(default = "yes")]

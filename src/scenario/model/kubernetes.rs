@@ -120,3 +120,28 @@ impl KubeTarget {
 fn default_ready_path() -> String {
     "/health".into()
 }
+
+/// How a kubernetes network fault resets the connections established before its
+/// NetworkPolicy (`faults[].reset_connections`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(untagged)]
+pub enum ResetConnections {
+    /// `proxy`: haq's proxy in front of the replica (`target.kubernetes.proxies`)
+    /// resets (RST) its connections of that replica — the gateway's to the proxy and
+    /// the proxy's to the pod; new ones then meet the policy.
+    Word(ResetBy),
+    /// A command exec'd in the pod: in `container` (default: the engine's), e.g. a
+    /// sidecar with NET_ADMIN running `[ss, -K, sport, "= :8080"]`.
+    Exec {
+        exec: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        container: Option<String>,
+    },
+}
+
+/// `reset_connections: proxy`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetBy {
+    Proxy,
+}

@@ -11,18 +11,30 @@ use super::calls::{self, Call};
 use crate::plan::{FaultPlan, Plan};
 use crate::scenario::{
     FailureDomain as D, FaultAction as A, FaultBackend, KubeReplacement, KubeTarget, Replicas,
+    ResetConnections,
 };
 
-/// One call and when the run makes it.
+/// One call and when the run makes it — or, with no call, what haq does itself then
+/// (haq's proxy resetting a replica's connections).
 pub struct Step {
     pub when: String,
-    pub call: Call,
+    pub call: Option<Call>,
+    pub note: String,
 }
 
 fn step(when: &str, call: Call) -> Step {
     Step {
         when: when.to_string(),
-        call,
+        note: call.describe(),
+        call: Some(call),
+    }
+}
+
+fn note(when: &str, note: String) -> Step {
+    Step {
+        when: when.to_string(),
+        call: None,
+        note,
     }
 }
 
@@ -164,6 +176,20 @@ fn fault_steps(
             ));
             out.push(step(when, calls::create_policy(ns, &np)));
             out.push(step(when, calls::get_policy(ns, &policy)));
+            match &f.reset_connections {
+                Some(ResetConnections::Word(_)) => out.push(note(
+                    when,
+                    format!(
+                        "haq's proxy of {replica} resets its established connections (no API call)"
+                    ),
+                )),
+                Some(ResetConnections::Exec { exec, container }) => {
+                    let c = container.clone().or_else(|| k.container.clone());
+                    let c = c.unwrap_or_else(|| "FIRST_CONTAINER".into());
+                    out.push(step(when, calls::exec(ns, pod, &c, exec)));
+                }
+                None => {}
+            }
             out.push(step(&heal, calls::delete_policy(ns, &policy)));
             out.push(step(&heal, calls::label_pod(ns, pod, ISOLATE_LABEL, None)));
             out.push(step(&heal, calls::get_policy(ns, &policy)));
@@ -202,7 +228,7 @@ pub fn render(plan: &Plan, context: &str) -> String {
         ));
     }
     for st in steps(plan, k, token) {
-        s.push_str(&format!("{:<28} {}\n", st.when, st.call.describe()));
+        s.push_str(&format!("{:<28} {}\n", st.when, st.note));
     }
     for f in plan
         .faults

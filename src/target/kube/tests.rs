@@ -433,6 +433,35 @@ fn the_dry_run_lists_every_call_of_each_fault() {
         "target.kubernetes.container=llama",
     ]);
     assert!(gpu[5].contains("GET /api/v1/namespaces/llm/pods/POD_OF_w2/exec?&stdout=true&stderr=true&container=llama&command=pkill&command=-KILL&command=llama-server"), "{gpu:?}");
+    // The network fault's reset of the established connections.
+    let proxy = "target.kubernetes.proxies={w2: \"0.0.0.0:9002\"}";
+    let reset = lines(&[
+        "faults[0].domain=network",
+        proxy,
+        "faults[0].reset_connections=proxy",
+    ]);
+    // (After the line of w2's proxy.)
+    assert!(
+        reset[6].starts_with(
+            "+6.0s blackhole-w2 POST /apis/networking.k8s.io/v1/namespaces/llm/networkpolicies? "
+        ),
+        "{reset:?}"
+    );
+    assert_eq!(
+        reset[7..9]
+            .iter()
+            .map(|l| l.split(" (").next().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        vec![
+            "+6.0s blackhole-w2 GET /apis/networking.k8s.io/v1/namespaces/llm/networkpolicies/haq-runtoken-blackhole-w2-w2",
+            "+6.0s blackhole-w2 haq's proxy of w2 resets its established connections",
+        ]
+    );
+    let exec = lines(&[
+        "faults[0].domain=network",
+        "faults[0].reset_connections={exec: [ss, -K, dst, 10.0.0.9], container: net}",
+    ]);
+    assert!(exec[7].starts_with("+6.0s blackhole-w2 GET /api/v1/namespaces/llm/pods/POD_OF_w2/exec?&stdout=true&stderr=true&container=net&command=ss&command=-K&command=dst&command=10.0.0.9 "), "{exec:?}");
     // haq's proxy in front of w2: where it listens and what it forwards to.
     let proxied = lines(&["target.kubernetes.proxies={w2: \"0.0.0.0:9002\"}"]);
     assert_eq!(
