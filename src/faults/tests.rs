@@ -75,6 +75,7 @@ fn plan(action: FaultAction) -> FaultPlan {
         command: None,
         exec: None,
         reset_connections: None,
+        grace: None,
         verify: true,
     }
 }

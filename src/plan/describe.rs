@@ -343,9 +343,15 @@ fn kube_action(f: &FaultPlan) -> String {
         (FailureDomain::Network, _) => {
             "labels the replica's pod and creates a NetworkPolicy that admits no ingress to it (the pod stays alive); deletes both on heal".to_string()
         }
-        (FailureDomain::Worker, FaultAction::Kill) => {
-            "deletes the replica's pod (grace 0), verified from the API".to_string()
-        }
+        (FailureDomain::Worker, FaultAction::Kill) => match f.grace {
+            None | Some(crate::scenario::KubeGrace::Seconds(0)) => {
+                "deletes the replica's pod (grace 0), verified from the API".to_string()
+            }
+            Some(crate::scenario::KubeGrace::Seconds(s)) => format!(
+                "deletes the replica's pod with grace {s}s (SIGTERM first), verified from the API by the pod terminating"
+            ),
+            Some(_) => "deletes the replica's pod with its own grace period (SIGTERM first), verified from the API by the pod terminating".to_string(),
+        },
         _ => format!(
             "execs `{}` in the replica's container, verified by its restart count",
             f.exec.clone().unwrap_or_default().join(" ")

@@ -569,6 +569,15 @@ pub(crate) mod tests {
             ),
             (&["faults[0].restart={}"], "replaces the pod itself"),
             (
+                &["faults[0].domain=drain", "faults[0].grace=pod"],
+                "`faults[0].grace`: is only for a `worker` kill",
+            ),
+            (
+                &["target.kubernetes.replacement=scale", "faults[0].grace=5"],
+                "not with `replacement: scale`",
+            ),
+            (&["faults[0].grace=soon"], "`faults[0].grace`"),
+            (
                 &["faults[0].reset_connections=proxy"],
                 "is only for `backend: kubernetes` faults of domain `network`",
             ),
@@ -614,6 +623,8 @@ pub(crate) mod tests {
             &["faults[0].domain=node"],
             &["faults[0].domain=node", "faults[0].action=drain"],
             &["faults[0].domain=network", "faults[0].duration=2s"],
+            &["faults[0].grace=pod"],
+            &["faults[0].grace=30"],
             &[
                 "faults[0].domain=network",
                 "faults[0].reset_connections={exec: [ss, -K, dst, 10.0.0.9]}",

@@ -49,7 +49,10 @@ impl Injector for KubeInjector {
                 (D::Worker, A::Kill | A::Drain) if p.cluster.replacement == Scale => {
                     scale::down(&p, &r.name).await
                 }
-                (D::Worker, A::Kill) => (pods::kill(&p).await, None),
+                (D::Worker, A::Kill) => {
+                    let grace = crate::scenario::KubeGrace::seconds(f.grace);
+                    (pods::kill(&p, grace).await, None)
+                }
                 (D::Drain, A::Drain) => (pods::evict(&p).await, None),
                 (D::Node, a) => node::node(&p, a, &f.name, &r.name, cx).await,
                 (D::Network, A::Blackhole) => net::isolate(&p, f, r, cx).await,

@@ -71,7 +71,7 @@ pub async fn node(
     };
     let mut inj = match action {
         FaultAction::Drain => pods::evict(p).await,
-        _ => pods::kill(p).await,
+        _ => pods::kill(p, Some(0)).await,
     };
     inj.at = at;
     inj.detail = format!("{cordon}; {}", inj.detail);

@@ -429,3 +429,33 @@ async fn a_command_fault_sees_the_replicas_pod() {
     assert_eq!(get("HAQ_NODE"), Some("node-a"));
     assert_eq!(get("HAQ_KUBE_CONTEXT"), Some("kind-haq"));
 }
+
+/// `grace: pod` deletes the pod with its own grace period (the delete names none) and
+/// `grace: 5` with five seconds: SIGTERM first, so the pod terminating verifies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_kill_with_a_grace_period_is_verified_by_the_pod_terminating() {
+    let (r, mut api, cx, _) = setup("grace");
+    let server = tokio::spawn(async move {
+        let uri = format!("{POD}?");
+        api.expect("DELETE", &uri, Some(json!({})), 200, terminating(b()))
+            .await;
+        api.expect("GET", POD, None, 200, terminating(b())).await;
+        let five = Some(json!({"gracePeriodSeconds": 5}));
+        api.expect("DELETE", &uri, five, 200, b()).await;
+        api.expect("GET", POD, None, 200, b()).await;
+        api.expect("GET", POD, None, 200, terminating(b())).await;
+        api
+    });
+    let (inj, undo) = fire(&["faults[0].grace=pod"], &r, &cx).await;
+    assert!(undo.is_none());
+    verified_as(
+        &inj,
+        "deleted pod llama-b (uid u-b) with its own grace period; pod llama-b terminating (deletion timestamp 2026-12-01T00:00:00Z, its own grace period)",
+    );
+    let (inj, _) = fire(&["faults[0].grace=5"], &r, &cx).await;
+    verified_as(
+        &inj,
+        "deleted pod llama-b (uid u-b) with grace 5; pod llama-b terminating",
+    );
+    done(server).await;
+}

@@ -59,6 +59,7 @@ pub(super) fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> 
         command: f.command.clone(),
         exec: f.exec.clone(),
         reset_connections: f.reset_connections.clone(),
+        grace: f.grace,
         verify: f.verify,
     })
 }

@@ -1,9 +1,34 @@
 //! The kubernetes backend's own fault parameters, each given only with the fault that
 //! reads it: a network fault's `reset_connections` (haq's proxy in front of every
-//! target replica, or a command to exec).
+//! target replica, or a command to exec), a `worker` kill's `grace`.
 
 use super::context::Ctx;
-use crate::scenario::{FailureDomain, Fault, FaultBackend, Issue, ResetConnections};
+use crate::scenario::{
+    FailureDomain, Fault, FaultAction, FaultBackend, Issue, KubeReplacement, ResetConnections,
+};
+
+/// `grace` with a `worker` kill of the kubernetes backend only, whose pod is deleted
+/// (with `replacement: scale` the scale-down removes it with its own grace anyway).
+fn grace(cx: &Ctx, field: &str, f: &Fault) -> Result<(), Issue> {
+    if f.grace.is_none() {
+        return Ok(());
+    }
+    let kill = f.backend == FaultBackend::Kubernetes
+        && f.domain == FailureDomain::Worker
+        && f.action.unwrap_or(FaultAction::Kill) == FaultAction::Kill;
+    let scale =
+        cx.s.target
+            .kubernetes
+            .as_ref()
+            .is_some_and(|k| k.replacement == KubeReplacement::Scale);
+    if !kill || scale {
+        return Err(Issue::missing(
+            format!("{field}.grace"),
+            "is only for a `worker` kill of the kubernetes backend that deletes the pod (not with `replacement: scale`)",
+        ));
+    }
+    Ok(())
+}
 
 /// The kubernetes parameters of fault `f` on `replicas` (empty: the probe's replica).
 pub(super) fn kube_params(
@@ -12,6 +37,7 @@ pub(super) fn kube_params(
     f: &Fault,
     replicas: &[String],
 ) -> Result<(), Issue> {
+    grace(cx, field, f)?;
     let Some(reset) = &f.reset_connections else {
         return Ok(());
     };

@@ -308,6 +308,10 @@ pub struct Fault {
     /// `{exec: [ss, -K, …], container: C}` (a command exec'd in the pod).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_connections: Option<super::kubernetes::ResetConnections>,
+    /// `kubernetes` backend, `worker` kill: the pod's grace period — `pod` (its own
+    /// `terminationGracePeriodSeconds`: SIGTERM first) or seconds. Default 0 (SIGKILL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<super::kubernetes::KubeGrace>,
     /// Check that the fault took effect (default true). Unverified faults make
     /// Failure-Domain fail.
     #[serde(default = "yes")]

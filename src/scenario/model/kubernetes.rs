@@ -145,3 +145,31 @@ pub enum ResetConnections {
 pub enum ResetBy {
     Proxy,
 }
+
+/// A `worker` kill's grace period (`faults[].grace`): the pod's own, or seconds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum KubeGrace {
+    /// `pod`: the pod's own `terminationGracePeriodSeconds` (the delete names none).
+    Own(GraceOf),
+    /// Seconds between SIGTERM and SIGKILL.
+    Seconds(u32),
+}
+
+/// `grace: pod`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GraceOf {
+    Pod,
+}
+
+impl KubeGrace {
+    /// The delete's `gracePeriodSeconds` (`None`: the pod's own).
+    pub fn seconds(grace: Option<KubeGrace>) -> Option<u32> {
+        match grace {
+            None => Some(0),
+            Some(KubeGrace::Seconds(s)) => Some(s),
+            Some(KubeGrace::Own(_)) => None,
+        }
+    }
+}

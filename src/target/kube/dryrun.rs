@@ -10,8 +10,8 @@ use super::calls::ISOLATE_LABEL;
 use super::calls::{self, Call};
 use crate::plan::{FaultPlan, Plan};
 use crate::scenario::{
-    FailureDomain as D, FaultAction as A, FaultBackend, KubeReplacement, KubeTarget, Replicas,
-    ResetConnections,
+    FailureDomain as D, FaultAction as A, FaultBackend, KubeGrace, KubeReplacement, KubeTarget,
+    Replicas, ResetConnections,
 };
 
 /// One call and when the run makes it — or, with no call, what haq does itself then
@@ -148,7 +148,10 @@ fn fault_steps(
     let read = || step(when, calls::get_pod(ns, pod));
     match (f.domain, f.action) {
         (D::Worker, A::Kill) => {
-            out.push(step(when, calls::delete_pod(ns, pod, 0)));
+            out.push(step(
+                when,
+                calls::delete_pod(ns, pod, KubeGrace::seconds(f.grace)),
+            ));
             out.push(read());
         }
         (D::Drain, A::Drain) => {
@@ -162,7 +165,7 @@ fn fault_steps(
             let each = format!("{when} (each selected pod on {node})");
             out.push(match a {
                 A::Drain => step(&each, calls::evict_pod(ns, "POD_ON_NODE")),
-                _ => step(&each, calls::delete_pod(ns, "POD_ON_NODE", 0)),
+                _ => step(&each, calls::delete_pod(ns, "POD_ON_NODE", Some(0))),
             });
             out.push(step(&each, calls::get_pod(ns, "POD_ON_NODE")));
             out.push(step(&heal, calls::cordon(&node, false)));

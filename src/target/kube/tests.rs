@@ -398,6 +398,11 @@ fn the_dry_run_lists_every_call_of_each_fault() {
         kill[5].starts_with("+6.0s kill-w2 GET /api/v1/namespaces/llm/pods/POD_OF_w2 "),
         "{kill:?}"
     );
+    let own = lines(&["faults[0].grace=pod"]);
+    assert_eq!(
+        own[4],
+        "+6.0s kill-w2 DELETE /api/v1/namespaces/llm/pods/POD_OF_w2? {} (delete pod POD_OF_w2 (its own grace period))"
+    );
     let drain = lines(&["faults[0].domain=drain"]);
     assert!(drain[4].contains("POST /api/v1/namespaces/llm/pods/POD_OF_w2/eviction? {\"delete_options\":null,\"metadata\":{\"name\":\"POD_OF_w2\"}}"), "{drain:?}");
     let node = lines(&["faults[0].domain=node"]);
