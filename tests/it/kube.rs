@@ -121,8 +121,11 @@ fn dry_run_prints_the_api_calls_of_every_example_and_makes_none() {
 
 /// The recorded streams of a pod kill (tests/data/kube), replayed through haq's
 /// observers (one shared attribution) into a stored run, judged: the kill's time and
-/// its failure timeline (Q11).
-async fn replayed_q11(streams: &[&str]) -> (u64, haq::check::Judgement) {
+/// its failure timeline (Q11). With `late`, a request sent 7.5 s after the kill is
+/// added, answered with the gateway's upstream header `late` — mapped to a replica by
+/// the run's response attribution, which learned the replacement's address from the
+/// watches as a run's does.
+async fn replayed_q11(streams: &[&str], late: Option<&str>) -> (u64, haq::check::Judgement) {
     use haq::target::kube::lineage::Lineage;
     use haq::target::kube::pod::Owner;
     use haq::target::kube::podwatch::{self, PodObserver};
@@ -137,7 +140,8 @@ async fn replayed_q11(streams: &[&str]) -> (u64, haq::check::Judgement) {
     // The stored run: w2 is killed at `kill` (µs); its gateway journal is left out, so
     // only the watches can see it go and come back.
     let src = crate::support::root().join("tests/data/report-run");
-    let dir = scratch(&format!("kube-q11-{}", streams.len()));
+    let tag = late.unwrap_or("none").replace([':', '.'], "_");
+    let dir = scratch(&format!("kube-q11-{}-{tag}", streams.len()));
     for f in [
         "scenario.json",
         "scenario.yaml",
@@ -209,7 +213,8 @@ async fn replayed_q11(streams: &[&str]) -> (u64, haq::check::Judgement) {
         ],
         respawn: Respawn::Kube,
     });
-    let lineage = Lineage::shared(registry);
+    let learned = std::sync::Arc::new(haq::client::Learned::default());
+    let lineage = Lineage::learning(registry.clone(), learned.clone());
     let mut on_slices = Observer {
         state: SliceState::default(),
         replicas: Replicas::shared(lineage.clone()),
@@ -272,14 +277,87 @@ async fn replayed_q11(streams: &[&str]) -> (u64, haq::check::Judgement) {
             lines.push(serde_json::to_string(&ev).expect("line"));
         }
     }
-    // Into the trace, before its last line (run_end).
+    if let Some(header) = late {
+        lines.extend(late_request(&registry, learned, header, kill + 7_500_000));
+    }
+    // Into the trace, before its last line (run_end), which comes after them all.
     let mut all: Vec<&str> = trace.lines().collect();
     let end = all.pop().expect("run_end");
     all.extend(lines.iter().map(String::as_str));
-    all.push(end);
+    let end = end.replace(
+        &format!(
+            "\"t\":{}",
+            serde_json::from_str::<serde_json::Value>(end).expect("end")["t"]
+        ),
+        &format!("\"t\":{}", kill + 8_000_000),
+    );
+    all.push(&end);
     std::fs::write(dir.join("trace.jsonl"), all.join("\n") + "\n").expect("write");
     let (_, j) = haq::check::judge_dir(&dir).expect("judged");
     (kill, j)
+}
+
+/// One request sent at `t`, answered 200 with the upstream header `header` as the
+/// run's response attribution maps it (the replicas' addresses at the start, and what
+/// the watches taught it since), as trace lines.
+fn late_request(
+    registry: &haq::target::registry::Registry,
+    learned: std::sync::Arc<haq::client::Learned>,
+    header: &str,
+    t: u64,
+) -> Vec<String> {
+    let a = haq::client::Attribution {
+        worker: "x-upstream".into(),
+        attempt: "x-haq-attempt".into(),
+        replicas: registry
+            .replicas
+            .iter()
+            .map(|r| (r.name.clone(), vec!["10.244.0.1:8080".to_string()]))
+            .collect(),
+        learned: Some(learned),
+    };
+    let worker = a.replica(header);
+    [
+        serde_json::json!({"ev": "request", "t": t, "id": "r-late", "class": "chat", "phase": "degraded", "intended": t, "prompt_tokens": 20, "max_tokens": 1, "protected": true}),
+        serde_json::json!({"ev": "response", "t": t + 20_000, "id": "r-late", "status": 200, "worker": worker}),
+        serde_json::json!({"ev": "chunk", "t": t + 21_000, "id": "r-late", "n": 0, "kind": "content", "text": " x"}),
+        serde_json::json!({"ev": "chunk", "t": t + 22_000, "id": "r-late", "n": 1, "kind": "done"}),
+        serde_json::json!({"ev": "end", "t": t + 23_000, "id": "r-late", "outcome": "completed", "tokens": 1, "done": true, "status": 200, "counted": 1}),
+    ]
+    .iter()
+    .map(|v| v.to_string())
+    .collect()
+}
+
+/// The replacement's first request served (Q11 "receiving traffic") on a cluster: the
+/// watches attribute the new pod (10.244.2.9) to w2 and the response attribution learns
+/// its address, so a gateway naming that address names w2 — a request dispatched after
+/// the replacement is ready fills the stage. An address nobody learned stays itself.
+#[tokio::test]
+async fn a_replacements_address_learned_from_the_watches_gives_its_first_request_served() {
+    let (kill, j) = replayed_q11(
+        &["endpointslices.jsonl", "pods.jsonl"],
+        Some("10.244.2.9:8080"),
+    )
+    .await;
+    let f = j.timeline.fault("kill-w2").expect("the kill's timeline");
+    let ready = f.replacement.ready.as_ref().expect("ready").t;
+    let serving = f.replacement.serving.as_ref().expect("receiving traffic");
+    assert!(serving.t >= ready, "{serving:?}");
+    assert_eq!(serving.t, kill + 7_500_000, "{serving:?}");
+    assert!(
+        serving.detail.contains("r-late served by w2"),
+        "{serving:?}"
+    );
+    let rows = rows_of(&j, &serving.source);
+    assert!(
+        rows.contains(&"w2 replacement receiving traffic"),
+        "{rows:?}"
+    );
+    // The old pod's address is the start's; an unknown one names nobody.
+    let (_, j) = replayed_q11(&["endpointslices.jsonl"], Some("10.244.9.9:8080")).await;
+    let f = j.timeline.fault("kill-w2").expect("the kill's timeline");
+    assert!(f.replacement.serving.is_none(), "{f:?}");
 }
 
 /// The timeline's rows one source gave: (event, source).
@@ -298,7 +376,7 @@ fn rows_of<'a>(j: &'a haq::check::Judgement, source: &str) -> Vec<&'a str> {
 #[tokio::test]
 async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
     use haq::target::kube::slices::SOURCE;
-    let (kill, j) = replayed_q11(&["endpointslices.jsonl"]).await;
+    let (kill, j) = replayed_q11(&["endpointslices.jsonl"], None).await;
     let f = j.timeline.fault("kill-w2").expect("the kill's timeline");
     let d = f.detected.as_ref().expect("detected");
     assert_eq!((d.t, d.source.as_str()), (kill + 15_000, SOURCE), "{d:?}");
@@ -339,7 +417,7 @@ async fn a_replayed_endpointslice_stream_gives_the_q11_timeline() {
 #[tokio::test]
 async fn a_replayed_pod_stream_gives_the_replacement_stages() {
     use haq::target::kube::{podwatch, slices};
-    let (kill, j) = replayed_q11(&["endpointslices.jsonl", "pods.jsonl"]).await;
+    let (kill, j) = replayed_q11(&["endpointslices.jsonl", "pods.jsonl"], None).await;
     let f = j.timeline.fault("kill-w2").expect("the kill's timeline");
     let d = f.detected.as_ref().expect("detected");
     assert_eq!(

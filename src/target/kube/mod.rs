@@ -62,6 +62,8 @@ pub struct Started {
     pub stop: tokio_util::sync::CancellationToken,
     /// haq's proxies in front of the replicas (`target.kubernetes.proxies`).
     pub proxies: Option<ProxySet>,
+    /// The replacements' addresses, as the watches attribute them.
+    pub learned: Arc<crate::client::Learned>,
 }
 
 /// Connects to the allowed context, discovers the serving pods and starts the
@@ -116,7 +118,8 @@ pub async fn started(
         respawn: Respawn::Kube,
     });
     let stop = tokio_util::sync::CancellationToken::new();
-    let lineage = lineage::Lineage::shared(registry.clone());
+    let learned = Arc::new(crate::client::Learned::default());
+    let lineage = lineage::Lineage::learning(registry.clone(), learned.clone());
     if let Some(service) = &k.serving_service {
         tokio::spawn(slices::watch(
             cluster.clone(),
@@ -143,6 +146,7 @@ pub async fn started(
         api_url: k.gateway_url(),
         stop,
         proxies,
+        learned,
     })
 }
 
