@@ -577,9 +577,10 @@ fn real_cluster_gpu_engine_kill() {
     real_cluster("gpu-engine-kill");
 }
 
-/// `haq heal` reads a killed run's kubernetes entries (a cordon) and, when it cannot
-/// reach the context, says NOT healed, exits 1 and leaves the entry open — no call is
-/// made to a context the kubeconfig does not have.
+/// `haq heal` reads a killed run's kubernetes entries (a cordon, a scale-down of
+/// `replacement: scale`) and, when it cannot reach the context, says NOT healed, exits
+/// 1 and leaves the entries open — no call is made to a context the kubeconfig does
+/// not have.
 #[test]
 fn heal_reports_a_cordon_it_could_not_undo_and_keeps_it_open() {
     let dir = scratch("kube-heal");
@@ -587,6 +588,7 @@ fn heal_reports_a_cordon_it_could_not_undo_and_keeps_it_open() {
     let lines = [
         serde_json::json!({"ev": "run", "pid": 0}),
         serde_json::json!({"ev": "open", "id": 1, "fault": "node-of-w1", "replica": "w1", "undo": "kube_uncordon", "context": "gone-ctx", "node": "node-a"}),
+        serde_json::json!({"ev": "open", "id": 2, "fault": "scale-w2", "replica": "w2", "undo": "kube_scale", "context": "gone-ctx", "namespace": "haq-demo", "plural": "deployments", "name": "llama", "replicas": 3}),
     ];
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(dir.join("heals.jsonl"), &text).expect("ledger");
@@ -595,6 +597,10 @@ fn heal_reports_a_cordon_it_could_not_undo_and_keeps_it_open() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(
         out.contains("NOT healed node-of-w1 on w1: kubeconfig context gone-ctx"),
+        "{out}"
+    );
+    assert!(
+        out.contains("NOT healed scale-w2 on w2: kubeconfig context gone-ctx"),
         "{out}"
     );
     let after = std::fs::read_to_string(dir.join("heals.jsonl")).expect("ledger");

@@ -47,7 +47,7 @@ impl Injector for KubeInjector {
             };
             match (f.domain, f.action) {
                 (D::Worker, A::Kill | A::Drain) if p.cluster.replacement == Scale => {
-                    scale::down(&p, &r.name).await
+                    scale::down(&p, &f.name, &r.name, cx).await
                 }
                 (D::Worker, A::Kill) => {
                     let grace = crate::scenario::KubeGrace::seconds(f.grace);
