@@ -459,3 +459,92 @@ async fn a_worker_kill_with_a_grace_period_is_verified_by_the_pod_terminating() 
     );
     done(server).await;
 }
+
+/// A node fault on a replica whose node runs two selected pods hits both at once (as
+/// `faults::fire` does): the node is read and cordoned once — the second injection
+/// waits for the first and finds it done — both pods are deleted, and only the
+/// injection that cordoned heals it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_fault_on_two_pods_of_one_node_cordons_it_once() {
+    let (w2, mut api, cx, dir) = setup_with("node-twice", &["faults[0].domain=node"]);
+    let p = w2.pod().expect("pod");
+    let mut info = p.pod.clone();
+    (info.replica, info.name, info.uid, info.ip) = (
+        "w1".into(),
+        "llama-a".into(),
+        "u-a".into(),
+        "10.0.0.1".into(),
+    );
+    let w1 = replica(&p.cluster, info, "/health");
+    let server = tokio::spawn(async move {
+        api.expect("GET", NODE, None, 200, node(false)).await;
+        let cordon = Some(json!({"spec": {"unschedulable": true}}));
+        api.expect("PATCH", &format!("{NODE}?"), cordon, 200, node(true))
+            .await;
+        // Each pod deleted and read back gone, in whatever order the two go.
+        let a = pod("llama-a", "u-a", "node-a", "10.0.0.1", true);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let (req, send) = api.next().await;
+            let answer = match req.as_str() {
+                "DELETE /api/v1/namespaces/llm/pods/llama-a?" => (200, terminating(a.clone())),
+                "DELETE /api/v1/namespaces/llm/pods/llama-b?" => (200, terminating(b())),
+                "GET /api/v1/namespaces/llm/pods/llama-a"
+                | "GET /api/v1/namespaces/llm/pods/llama-b" => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound", "message": "gone"}),
+                ),
+                other => panic!("unexpected request {other}"),
+            };
+            ApiServer::answer(send, answer.0, answer.1);
+            seen.push(req);
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                "DELETE /api/v1/namespaces/llm/pods/llama-a?",
+                "DELETE /api/v1/namespaces/llm/pods/llama-b?",
+                "GET /api/v1/namespaces/llm/pods/llama-a",
+                "GET /api/v1/namespaces/llm/pods/llama-b",
+            ]
+        );
+        // The heal: one uncordon.
+        let uncordon = Some(json!({"spec": {"unschedulable": false}}));
+        api.expect("PATCH", &format!("{NODE}?"), uncordon, 200, node(false))
+            .await;
+        api
+    });
+    let p = plan(&["faults[0].domain=node"]);
+    let inj = injector(FaultBackend::Kubernetes);
+    let (one, two) = tokio::join!(
+        inj.inject(&p.faults[0], &w2, &cx),
+        inj.inject(&p.faults[0], &w1, &cx)
+    );
+    let fault = &p.faults[0].name;
+    let mut undos = Vec::new();
+    let mut winner = None;
+    let mut firsts = Vec::new();
+    for (name, (i, undo)) in [("w2", one), ("w1", two)] {
+        assert!(i.verified, "{}", i.detail);
+        if undo.is_some() {
+            winner = Some(name);
+        }
+        firsts.push(i.detail.split("; ").next().unwrap_or_default().to_string());
+        undos.extend(undo);
+    }
+    let winner = winner.expect("one injection cordoned");
+    firsts.sort();
+    assert_eq!(
+        firsts,
+        [
+            "node node-a cordoned".to_string(),
+            format!("node node-a cordoned by {fault} (with {winner}'s pod)"),
+        ]
+    );
+    assert_eq!(undos.len(), 1, "one cordon, one heal");
+    assert_eq!(open_entries(&dir).expect("ledger").0.len(), 1);
+    let h = heal(undos.pop().expect("the heal")).await;
+    assert!(h.verified, "{}", h.detail);
+    done(server).await;
+}

@@ -26,6 +26,19 @@ pub struct Cluster {
     runtime: tokio::runtime::Handle,
     /// The scale-downs faults made, by replica (`replacement: scale`).
     scaled: std::sync::Mutex<std::collections::BTreeMap<String, super::workload::Scaled>>,
+    /// The nodes node faults found cordoned or cordoned, by node: held while a node
+    /// is read and cordoned, so the injections of one fault into several pods of a
+    /// node cordon it once.
+    pub cordons: tokio::sync::Mutex<std::collections::BTreeMap<String, Cordoned>>,
+}
+
+/// A node a node fault of this run cordoned, or found cordoned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cordoned {
+    /// By fault `fault`, with replica `replica`'s pod (its injection heals it).
+    ByHaq { fault: String, replica: String },
+    /// Before haq (left so on heal).
+    Before,
 }
 
 impl Cluster {
@@ -47,6 +60,7 @@ impl Cluster {
             replacement: k.replacement,
             runtime: tokio::runtime::Handle::current(),
             scaled: Default::default(),
+            cordons: Default::default(),
         })
     }
 
