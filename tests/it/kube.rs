@@ -217,8 +217,18 @@ async fn replayed_q11(streams: &[&str], late: Option<&str>) -> (u64, haq::check:
     let lineage = Lineage::learning(registry.clone(), learned.clone());
     let mut on_slices = Observer {
         state: SliceState::default(),
-        replicas: Replicas::shared(lineage.clone()),
+        replicas: Replicas::guarded(lineage.clone(), &k.namespace, cluster.selector.clone()),
     };
+    // The pods as the API has them (the pod stream's objects, its last word on each):
+    // what the EndpointSlice watch reads of a new pod before it adopts it.
+    let api_pods: std::collections::BTreeMap<String, Pod> =
+        std::fs::read_to_string(crate::support::root().join("tests/data/kube/pods.jsonl"))
+            .expect("pods")
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| serde_json::from_value::<Pod>(v["event"]["object"].clone()).ok())
+            .filter_map(|p| Some((p.metadata.name.clone()?, p)))
+            .collect();
     let mut on_pods = PodObserver::new(
         lineage,
         k.container.clone(),
@@ -264,7 +274,13 @@ async fn replayed_q11(streams: &[&str], late: Option<&str>) -> (u64, haq::check:
             let ev = replayed(
                 serde_json::from_value::<kube::core::WatchEvent<EndpointSlice>>(ev).expect("event"),
             );
-            (slices::SOURCE, ev.map(|e| on_slices.apply(e)))
+            let mut out = ev.map(|e| on_slices.apply(e));
+            for name in on_slices.to_read() {
+                let got = api_pods.get(&name).cloned();
+                out.get_or_insert_default()
+                    .extend(on_slices.read(&name, got));
+            }
+            (slices::SOURCE, out)
         };
         for (replica, what, detail) in out.into_iter().flatten() {
             let ev = Event::Observation {

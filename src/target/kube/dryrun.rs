@@ -84,6 +84,11 @@ pub fn steps(plan: &Plan, k: &KubeTarget, token: &str) -> Vec<Step> {
             }
         }
     }
+    if k.serving_service.is_some() {
+        // Whenever a slice names a new pod while a replica is vacant.
+        let when = "watch (a new pod in a slice)";
+        out.push(step(when, calls::get_pod(ns, "NEW_POD")));
+    }
     out
 }
 

@@ -4,7 +4,8 @@
 //! new pod its controller made for it. A replica whose pod is gone or terminating is
 //! vacant; the first new live pod of the same controller (the `controller: true`
 //! owner reference: the ReplicaSet, the StatefulSet — any selected pod when the old
-//! one had none) fills the lowest vacant replica, and the registry's pod and direct
+//! one had none; observers give only pods they checked against the selector) fills
+//! the lowest vacant replica, and the registry's pod and direct
 //! URL become the new pod's, so later faults hit it, haq's proxy in front of the
 //! replica (if any) forwards to it, and the response attribution learns its address
 //! (a gateway naming the new pod names the replica: its first request served). A StatefulSet's pod comes back
@@ -107,6 +108,11 @@ impl Lineage {
         self.replacements.contains(uid)
     }
 
+    /// Some replica's pod is gone or terminating (a new pod may take its place).
+    pub fn has_vacant(&self) -> bool {
+        !self.vacant.is_empty()
+    }
+
     /// The replica's pod is gone or terminating.
     pub fn vacate(&mut self, i: usize) {
         if let Some(p) = self.registry.replicas[i].pod() {
@@ -127,8 +133,10 @@ impl Lineage {
             let old = self.registry.replicas[i].pod();
             old.is_some_and(|o| match (&o.pod.owner, &s.owner) {
                 (Some(a), Some(b)) => a.uid == b.uid,
-                // A bare pod, or a slice that does not know the owner.
-                _ => true,
+                // A controller's pod is replaced by that controller's pods only.
+                (Some(_), None) => false,
+                // A bare pod: by any selected pod.
+                (None, _) => true,
             })
         })?;
         let r = &self.registry.replicas[i];

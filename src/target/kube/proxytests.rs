@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::mock::{self, ApiServer, list, pod};
-use super::tests::{PODS, Trace, plan, slice, slices_listed};
+use super::tests::{PODS, Trace, WATCH_SLICES, plan, slice, slices_listed};
 use super::*;
 use crate::trace::Event;
 
@@ -76,8 +76,10 @@ async fn cluster_script(mut server: ApiServer, go: tokio::sync::oneshot::Receive
         json!({"type": "MODIFIED", "object": slice("s1", "102", &[a, c, d])}),
     ];
     let text: String = events.iter().map(|e| format!("{e}\n")).collect();
-    let watch = "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices?&watch=true&timeoutSeconds=290&labelSelector=kubernetes.io%2Fservice-name%3Dllama&allowWatchBookmarks=true&resourceVersion=100";
-    server.stream("GET", watch, text).await;
+    server.stream("GET", WATCH_SLICES, text).await;
+    let d = pod("llama-d", "u-d", "node-b", "127.0.0.2", true);
+    let uri = "/api/v1/namespaces/llm/pods/llama-d";
+    server.expect("GET", uri, None, 200, d).await;
     let (_req, _keep) = server.next().await;
     std::future::pending::<()>().await;
 }

@@ -230,6 +230,9 @@ async fn discovery_refuses_a_pod_outside_the_selector_and_a_wrong_count() {
 
 pub const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices?&labelSelector=kubernetes.io%2Fservice-name%3Dllama";
 
+/// The watch of the Service's EndpointSlices from the list's version 100.
+pub const WATCH_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices?&watch=true&timeoutSeconds=290&labelSelector=kubernetes.io%2Fservice-name%3Dllama&allowWatchBookmarks=true&resourceVersion=100";
+
 /// An EndpointSlice of Service `llama` with `(pod, uid, ip, node, ready, terminating)`.
 pub fn slice(
     name: &str,
@@ -306,8 +309,12 @@ async fn the_endpointslice_watch_writes_each_transition() {
             json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410, "reason": "Expired", "message": "too old"}}),
         ];
         let text: String = events.iter().map(|e| format!("{e}\n")).collect();
-        let watch = "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices?&watch=true&timeoutSeconds=290&labelSelector=kubernetes.io%2Fservice-name%3Dllama&allowWatchBookmarks=true&resourceVersion=100";
-        server.stream("GET", watch, text).await;
+        server.stream("GET", WATCH_SLICES, text).await;
+        // The new pod is read before it takes w2's place: it is in the selector.
+        let d = pod("llama-d", "u-d", "node-b", "10.0.0.4", false);
+        server
+            .expect("GET", "/api/v1/namespaces/llm/pods/llama-d", None, 200, d)
+            .await;
         // After the 410: a fresh list (the new pod is ready now), then a watch from it.
         let d = ("llama-d", "u-d", "10.0.0.4", "node-b", true, false);
         slices_listed(
@@ -482,4 +489,95 @@ fn the_dry_run_lists_every_call_of_each_fault() {
         listed[4].contains("DELETE /api/v1/namespaces/llm/pods/llama-1?"),
         "{listed:?}"
     );
+}
+
+/// `pod` owned by ReplicaSet `rs` (its uid).
+fn owned(mut pod: serde_json::Value, rs: &str) -> serde_json::Value {
+    pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": rs, "controller": true}]);
+    pod
+}
+
+/// A pod an EndpointSlice names is read before it may take a vacant replica's place:
+/// one outside the target's selector (the serving Service selects more) is nobody's
+/// (`not_adopted`), one of another controller (a rollout's) is not the replacement,
+/// the gone pod's controller's new pod is.
+#[tokio::test]
+async fn a_pod_named_by_an_endpointslice_is_adopted_only_inside_the_selector_and_its_controller() {
+    let p = plan(&["target.kubernetes.pod_watch=false"]);
+    let k = p.scenario.target.kubernetes.clone().expect("k");
+    let (cluster, mut server) = mock::cluster(&k);
+    let api = tokio::spawn(async move {
+        let pods = ["a", "b", "c"].map(|x| {
+            let (ip, node) = match x {
+                "a" => ("10.0.0.1", "node-a"),
+                "b" => ("10.0.0.2", "node-a"),
+                _ => ("10.0.0.3", "node-b"),
+            };
+            owned(
+                pod(&format!("llama-{x}"), &format!("u-{x}"), node, ip, true),
+                "rs-1",
+            )
+        });
+        let listed = list("PodList", pods.to_vec(), "100");
+        server.expect("GET", PODS, None, 200, listed).await;
+        let b = |ready, term| ("llama-b", "u-b", "10.0.0.2", "node-a", ready, term);
+        slices_listed(
+            &mut server,
+            "100",
+            vec![slice("s", "100", &[A, b(true, false), C])],
+        )
+        .await;
+        let web = ("web-1", "u-w", "10.0.0.7", "node-b", true, false);
+        let rollout = ("llama-y", "u-y", "10.0.0.8", "node-b", true, false);
+        let d = ("llama-d", "u-d", "10.0.0.4", "node-b", true, false);
+        let events = [
+            json!({"type": "MODIFIED", "object": slice("s", "101", &[A, b(false, true), C])}),
+            json!({"type": "MODIFIED", "object": slice("s", "102", &[A, C])}),
+            json!({"type": "MODIFIED", "object": slice("s", "103", &[A, C, web])}),
+            json!({"type": "MODIFIED", "object": slice("s", "104", &[A, C, web, rollout])}),
+            json!({"type": "MODIFIED", "object": slice("s", "105", &[A, C, web, rollout, d])}),
+        ];
+        let text: String = events.iter().map(|e| format!("{e}\n")).collect();
+        server.stream("GET", WATCH_SLICES, text).await;
+        let mut w = pod("web-1", "u-w", "node-b", "10.0.0.7", true);
+        w["metadata"]["labels"] = json!({"app": "web"});
+        let at = |name: &str| format!("/api/v1/namespaces/llm/pods/{name}");
+        server
+            .expect("GET", &at("web-1"), None, 200, owned(w, "rs-9"))
+            .await;
+        let y = owned(pod("llama-y", "u-y", "node-b", "10.0.0.8", true), "rs-2");
+        server.expect("GET", &at("llama-y"), None, 200, y).await;
+        let d = owned(pod("llama-d", "u-d", "node-b", "10.0.0.4", true), "rs-1");
+        server.expect("GET", &at("llama-d"), None, 200, d).await;
+        let (_req, keep) = server.next().await;
+        (server, keep)
+    });
+    let (s, trace) = watched(&p, cluster, api, "guarded").await;
+    let w2 = s.registry.get("w2").expect("w2").pod().expect("pod");
+    assert_eq!(w2.pod.name, "llama-d");
+    let obs: Vec<(Option<String>, String, String)> = trace
+        .observations()
+        .into_iter()
+        .filter(|o| o.1 != "discovered")
+        .collect();
+    let got: Vec<(Option<&str>, &str)> =
+        obs.iter().map(|o| (o.0.as_deref(), o.1.as_str())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (Some("w2"), "draining"),
+            (Some("w2"), "endpoint_removed"),
+            (None, "not_adopted"),
+            (None, "endpoint_ready"),
+            (None, "endpoint_ready"),
+            (Some("w2"), "replacement_started"),
+            (Some("w2"), "endpoint_ready"),
+        ],
+        "{obs:?}"
+    );
+    assert_eq!(
+        obs[2].2,
+        "pod web-1 is outside namespace llm and selector `app=llama`: no replica's (blast-radius guard)"
+    );
+    assert!(obs[4].2.contains("pod llama-y"), "{obs:?}");
 }
