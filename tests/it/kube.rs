@@ -194,6 +194,8 @@ async fn replayed_q11(streams: &[&str], late: Option<&str>) -> (u64, haq::check:
         container: "llama".into(),
         port: 8080,
         gpus: 0,
+        gpu_ids: Vec::new(),
+        gpu_ids_from: None,
         restarts: 0,
         owner: Some(Owner {
             kind: "ReplicaSet".into(),

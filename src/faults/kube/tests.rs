@@ -39,6 +39,8 @@ pub(super) fn setup_with(
         container: "llama".into(),
         port: 8080,
         gpus: 0,
+        gpu_ids: Vec::new(),
+        gpu_ids_from: None,
         restarts: 0,
         owner: None,
     };
@@ -428,6 +430,8 @@ async fn a_command_fault_sees_the_replicas_pod() {
     assert_eq!(get("HAQ_CONTAINER"), Some("llama"));
     assert_eq!(get("HAQ_NODE"), Some("node-a"));
     assert_eq!(get("HAQ_KUBE_CONTEXT"), Some("kind-haq"));
+    // No GPU ids stated by the pod: empty (the count is in the trace).
+    assert_eq!(get("HAQ_GPU_IDS"), Some(""));
 }
 
 /// `grace: pod` deletes the pod with its own grace period (the delete names none) and

@@ -457,7 +457,8 @@ fn default_ready_timeout() -> Dur {
 /// `command` backend. Each runs with `sh -c` and these variables: `HAQ_FAULT`,
 /// `HAQ_DOMAIN`, `HAQ_REPLICA`, `HAQ_NODE`, `HAQ_PID`, `HAQ_UPSTREAM`, `HAQ_LISTEN`,
 /// `HAQ_PROBE_ID`, `HAQ_RUN_DIR`, `HAQ_SEED`, `HAQ_T_US` (trace time); for a kubernetes
-/// replica also `HAQ_POD`, `HAQ_NAMESPACE`, `HAQ_CONTAINER`, `HAQ_KUBE_CONTEXT`.
+/// replica also `HAQ_POD`, `HAQ_NAMESPACE`, `HAQ_CONTAINER`, `HAQ_KUBE_CONTEXT`,
+/// `HAQ_GPU_IDS`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandSpec {

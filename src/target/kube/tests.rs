@@ -581,3 +581,51 @@ async fn a_pod_named_by_an_endpointslice_is_adopted_only_inside_the_selector_and
     );
     assert!(obs[4].2.contains("pod llama-y"), "{obs:?}");
 }
+
+/// Discovery reads the GPUs' ids where the pod says them — the engine container's
+/// `NVIDIA_VISIBLE_DEVICES` (a list, not `all`), else a GPU scheduler's annotation —
+/// and the count alone otherwise.
+#[test]
+fn discovery_reads_the_gpu_ids_a_pod_states() {
+    let p = plan(&[]);
+    let k = p.scenario.target.kubernetes.clone().expect("k");
+    let reqs = crate::plan::kubernetes::parse_selector(&k.selector).expect("selector");
+    let mut a = pod("llama-a", "u-a", "node-a", "10.0.0.1", true);
+    a["spec"]["containers"][0]["env"] = json!([{"name": "HF_HOME", "value": "/x"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "0, 1"}]);
+    let mut b = pod("llama-b", "u-b", "node-a", "10.0.0.2", true);
+    b["metadata"]["annotations"] = json!({"volcano.sh/gpu-index": "3"});
+    let mut c = pod("llama-c", "u-c", "node-b", "10.0.0.3", true);
+    c["spec"]["containers"][0]["env"] = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]);
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = [a, b, c]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("pod"))
+        .collect();
+    let found = discover::replicas_from(&pods, &k, &reqs, &p.scenario.target.replica_set())
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let ids: Vec<(Vec<String>, Option<String>)> = found
+        .iter()
+        .map(|p| (p.gpu_ids.clone(), p.gpu_ids_from.clone()))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            (
+                vec!["0".to_string(), "1".to_string()],
+                Some("env NVIDIA_VISIBLE_DEVICES".to_string())
+            ),
+            (
+                vec!["3".to_string()],
+                Some("annotation volcano.sh/gpu-index".to_string())
+            ),
+            (Vec::new(), None),
+        ]
+    );
+    assert!(
+        found[0]
+            .describe()
+            .ends_with("2 GPU (nvidia.com/gpu, ids 0,1 from env NVIDIA_VISIBLE_DEVICES)"),
+        "{}",
+        found[0].describe()
+    );
+    assert!(found[2].describe().ends_with("2 GPU (nvidia.com/gpu)"));
+}
