@@ -100,6 +100,13 @@ fn target(plan: &Plan) -> Vec<String> {
         TargetKind::Kubernetes => match &t.kubernetes {
             Some(k) => {
                 let mut v = kube_lines(k);
+                if let Some(m) = &k.metrics {
+                    let port = m.port.map_or_else(|| "PORT".to_string(), |p| p.to_string());
+                    v.push(format!(
+                        "each pod's metrics read at http://POD_IP:{port}{} while faults are due",
+                        m.path
+                    ));
+                }
                 if !k.proxies.is_empty() {
                     let each: Vec<String> = k
                         .proxies

@@ -280,6 +280,22 @@ fn names(k: &KubeTarget) -> Result<(), Issue> {
             "must start with `/`",
         ));
     }
+    if let Some(m) = &k.metrics {
+        if !m.path.starts_with('/') {
+            return Err(Issue::new(
+                format!("{FIELD}.metrics.path"),
+                &m.path,
+                "must start with `/`",
+            ));
+        }
+        if m.port == Some(0) {
+            return Err(Issue::new(
+                format!("{FIELD}.metrics.port"),
+                0,
+                "must be a port (1-65535)",
+            ));
+        }
+    }
     if let Some(s) = &k.serving_service
         && !dns_label_ok(s)
     {
@@ -578,6 +594,14 @@ pub(crate) mod tests {
             ),
             (&["faults[0].grace=soon"], "`faults[0].grace`"),
             (
+                &["target.kubernetes.metrics={path: metrics}"],
+                "`target.kubernetes.metrics.path`: must start with `/`",
+            ),
+            (
+                &["target.kubernetes.metrics={port: 0}"],
+                "`target.kubernetes.metrics.port`",
+            ),
+            (
                 &["faults[0].reset_connections=proxy"],
                 "is only for `backend: kubernetes` faults of domain `network`",
             ),
@@ -624,6 +648,7 @@ pub(crate) mod tests {
             &["faults[0].domain=node", "faults[0].action=drain"],
             &["faults[0].domain=network", "faults[0].duration=2s"],
             &["faults[0].grace=pod"],
+            &["target.kubernetes.metrics={}"],
             &["faults[0].grace=30"],
             &[
                 "faults[0].domain=network",

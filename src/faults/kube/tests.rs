@@ -552,3 +552,50 @@ async fn a_node_fault_on_two_pods_of_one_node_cordons_it_once() {
     assert!(h.verified, "{}", h.detail);
     done(server).await;
 }
+
+/// `target.kubernetes.metrics` makes each pod's Prometheus metrics read at the pod's
+/// address, path and port (a local server stands in for the pod's IP); without it a
+/// kubernetes replica is not scraped at all.
+#[tokio::test]
+async fn a_pods_metrics_are_scraped_only_when_the_target_asks() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let hits = Arc::new(AtomicU32::new(0));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let h = hits.clone();
+    let app = axum::Router::new().route(
+        "/stats/prom",
+        axum::routing::get(move || {
+            h.fetch_add(1, Ordering::Relaxed);
+            async { "llamacpp:kv_cache_usage_ratio 0.25\nllamacpp:requests_processing 2\n" }
+        }),
+    );
+    tokio::spawn(axum::serve(l, app).into_future());
+    let at_local = |r: &Replica| {
+        let p = r.pod().expect("pod");
+        let mut info = p.pod.clone();
+        info.ip = "127.0.0.1".into();
+        replica(&p.cluster, info, "/health")
+    };
+    crate::wire::tls::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let asked = format!("target.kubernetes.metrics={{path: /stats/prom, port: {port}}}");
+    let (r, _api, _, _) = setup_with("metrics", &[&asked]);
+    let r = at_local(&r);
+    let url = crate::faults::scrape::url(&r);
+    assert_eq!(url, Some(format!("http://127.0.0.1:{port}/stats/prom")));
+    let (engine, m) = crate::faults::scrape::read(&http, &r)
+        .await
+        .expect("the pod's metrics");
+    assert_eq!(
+        (engine, m["kv_usage"], m["running"]),
+        ("llamacpp", 0.25, 2.0)
+    );
+    let (r, _api, _, _) = setup_with("no-metrics", &[]);
+    let r = at_local(&r);
+    assert_eq!(crate::faults::scrape::url(&r), None);
+    assert!(crate::faults::scrape::read(&http, &r).await.is_none());
+    assert_eq!(hits.load(Ordering::Relaxed), 1, "read once, when asked");
+}

@@ -64,6 +64,29 @@ pub struct KubeTarget {
     /// need it.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub proxies: std::collections::BTreeMap<String, String>,
+    /// Scrape each pod's Prometheus metrics while faults are due (`engine_metrics`
+    /// lines: KV cache, queue, prefix cache before, during and after each fault), at
+    /// `http://POD_IP:PORT/PATH`. Off by default: pod IPs are reachable from inside
+    /// the cluster (haq in a pod) only. `metrics: {}` scrapes the engine's port at
+    /// `/metrics`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<KubeMetrics>,
+}
+
+/// `target.kubernetes.metrics`: where each pod serves its Prometheus metrics.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KubeMetrics {
+    /// Default `/metrics`.
+    #[serde(default = "default_metrics_path")]
+    pub path: String,
+    /// Default: the engine's port (`target.kubernetes.port`, or the container's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+fn default_metrics_path() -> String {
+    "/metrics".into()
 }
 
 /// How a `worker` fault's pod is replaced (`target.kubernetes.replacement`).

@@ -22,6 +22,8 @@ pub struct Cluster {
     pub token: String,
     /// How a `worker` fault's pod is replaced.
     pub replacement: crate::scenario::KubeReplacement,
+    /// Where each pod's metrics are scraped (`None`: they are not).
+    pub metrics: Option<crate::scenario::KubeMetrics>,
     /// The runtime the client's connections live on (heals run off it).
     runtime: tokio::runtime::Handle,
     /// The scale-downs faults made, by replica (`replacement: scale`).
@@ -58,6 +60,7 @@ impl Cluster {
             selector,
             token,
             replacement: k.replacement,
+            metrics: k.metrics.clone(),
             runtime: tokio::runtime::Handle::current(),
             scaled: Default::default(),
             cordons: Default::default(),
