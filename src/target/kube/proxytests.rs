@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::mock::{self, ApiServer, list, pod};
-use super::tests::{PODS, Trace, WATCH_SLICES, plan, slice, slices_listed};
+use super::tests::{PODS, Trace, WATCH_SLICES, plan, slice, slices_listed, three_pods};
 use super::*;
 use crate::trace::Event;
 
@@ -50,15 +50,7 @@ async fn through(proxy: u16, body: String) -> String {
 /// Discovery (w2 = llama-b on 127.0.0.1), the EndpointSlices listed; once `go`, w2's
 /// pod goes and llama-d on 127.0.0.2 takes its place.
 async fn cluster_script(mut server: ApiServer, go: tokio::sync::oneshot::Receiver<()>) {
-    let pods = list(
-        "PodList",
-        vec![
-            pod("llama-a", "u-a", "node-a", "10.0.0.1", true),
-            pod("llama-b", "u-b", "node-a", "127.0.0.1", true),
-            pod("llama-c", "u-c", "node-b", "10.0.0.3", true),
-        ],
-        "100",
-    );
+    let pods = three_pods("127.0.0.1", true);
     server.expect("GET", PODS, None, 200, pods).await;
     let a = ("llama-a", "u-a", "10.0.0.1", "node-a", true, false);
     let c = ("llama-c", "u-c", "10.0.0.3", "node-b", true, false);

@@ -71,19 +71,23 @@ impl Trace {
     }
 }
 
+/// The three serving pods as listed (version 100): llama-b (`w2`) at `b_ip`, Ready
+/// or not.
+pub fn three_pods(b_ip: &str, b_ready: bool) -> serde_json::Value {
+    list(
+        "PodList",
+        vec![
+            pod("llama-c", "u-c", "node-b", "10.0.0.3", true),
+            pod("llama-a", "u-a", "node-a", "10.0.0.1", true),
+            pod("llama-b", "u-b", "node-a", b_ip, b_ready),
+        ],
+        "100",
+    )
+}
+
 /// Discovery answered with three pods, `w2`'s not ready at first.
 pub async fn discovered(server: &mut ApiServer) {
-    let pods = |ready: bool| {
-        list(
-            "PodList",
-            vec![
-                pod("llama-c", "u-c", "node-b", "10.0.0.3", true),
-                pod("llama-a", "u-a", "node-a", "10.0.0.1", true),
-                pod("llama-b", "u-b", "node-a", "10.0.0.2", ready),
-            ],
-            "100",
-        )
-    };
+    let pods = |ready: bool| three_pods("10.0.0.2", ready);
     server.expect("GET", PODS, None, 200, pods(false)).await;
     server.expect("GET", PODS, None, 200, pods(true)).await;
 }
