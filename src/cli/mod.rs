@@ -6,6 +6,7 @@ mod args;
 pub mod capacity;
 mod dry_run;
 mod exit;
+mod proxyd;
 mod sim;
 
 pub use args::*;
@@ -95,7 +96,7 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
             Exit::Pass
         }
         Command::Init(a) => init(a),
-        Command::Proxy(a) => proxy_daemon(a, cancel).await,
+        Command::Proxy(a) => proxyd::proxy_daemon(a, cancel).await,
         Command::Sim(s) => sim::sim(s.command, cancel).await,
         Command::Bench(b) => bench(b.command).await,
         Command::Agent(a) => agent(a, cancel).await,
@@ -251,66 +252,6 @@ fn dry_run(plan: &crate::plan::Plan) -> Exit {
             Exit::Unusable
         }
     }
-}
-
-/// `haq proxy`: the scenario's listen addresses served until Ctrl-C.
-async fn proxy_daemon(a: ValidateArgs, cancel: CancellationToken) -> Exit {
-    let plan = match crate::plan::load(&a.scenario, &a.overrides.set, a.overrides.seed) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Unusable;
-        }
-    };
-    let mut specs = Vec::new();
-    for d in &plan.replica_decls {
-        let (Some(l), Some(up)) = (&d.listen, &d.upstream) else {
-            continue;
-        };
-        match l.parse() {
-            Ok(listen) => specs.push(crate::proxy::ProxySpec {
-                name: d.name.clone(),
-                listen,
-                upstream: Some(up.clone()),
-            }),
-            Err(e) => {
-                eprintln!("error: replica {}: listen {l}: {e}", d.name);
-                return Exit::Unusable;
-            }
-        }
-    }
-    if specs.is_empty() {
-        eprintln!(
-            "error: {}: no replica declares both `listen` and `upstream`: haq proxy has nothing to hold",
-            a.scenario.display()
-        );
-        return Exit::Unusable;
-    }
-    let say = std::sync::Arc::new(|s: String| eprintln!("haq proxy: {s}"));
-    let paths = match crate::proxy::daemon::start(&specs, say) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return Exit::Unusable;
-        }
-    };
-    for (s, p) in specs.iter().zip(&paths) {
-        println!(
-            "{} {} -> {} (control {})",
-            s.name,
-            s.listen,
-            s.upstream.as_deref().unwrap_or("-"),
-            p.display()
-        );
-    }
-    println!(
-        "haq proxy: serving; start the gateway against these addresses, then `haq run` — Ctrl-C stops"
-    );
-    cancel.cancelled().await;
-    for p in &paths {
-        let _ = std::fs::remove_file(p);
-    }
-    Exit::Pass
 }
 
 fn init(a: InitArgs) -> Exit {

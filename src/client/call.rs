@@ -73,7 +73,43 @@ pub struct Attribution {
     /// proxy for it and of the replica itself): a gateway that names its upstream by
     /// address or URL (`x-upstream: http://127.0.0.1:9101`) names that replica.
     pub replicas: Vec<(String, Vec<String>)>,
+    /// Addresses learned while the run goes (a kubernetes replica's replacement pod).
+    pub learned: Option<Arc<Learned>>,
 }
+
+/// Addresses that name a replica from when they are learned on (the pod a kubernetes
+/// replica's replacement runs in, as the watches attribute it): a gateway naming the
+/// replacement by its address names the replica.
+#[derive(Debug, Default)]
+pub struct Learned(std::sync::RwLock<Vec<(String, String)>>);
+
+impl Learned {
+    /// From now on `address` (`IP:PORT`) names `replica`.
+    pub fn learn(&self, replica: &str, address: &str) {
+        let mut g = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if !g.iter().any(|(r, a)| r == replica && a == address) {
+            g.push((replica.to_string(), address.to_string()));
+        }
+    }
+
+    /// The replica the address was last learned for.
+    pub fn replica_of(&self, address: &str) -> Option<String> {
+        let g = self.0.read().unwrap_or_else(|e| e.into_inner());
+        g.iter()
+            .rev()
+            .find(|(_, a)| a.eq_ignore_ascii_case(address))
+            .map(|(r, _)| r.clone())
+    }
+}
+
+/// One book of learned addresses is equal only to itself.
+impl PartialEq for Learned {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for Learned {}
 
 impl Attribution {
     /// The replica a worker header's value names: a replica's name as it is, else the
@@ -83,11 +119,31 @@ impl Attribution {
             return value;
         }
         let a = crate::wire::headers::authority(value);
-        self.replicas
+        if let Some((n, _)) = self
+            .replicas
             .iter()
-            .find(|(_, addrs)| addrs.iter().any(|x| x.eq_ignore_ascii_case(a)))
+            .find(|(_, addrs)| addrs.iter().any(|x| names(x, a)))
+        {
+            return n;
+        }
+        let learned = self.learned.as_ref().and_then(|l| l.replica_of(a));
+        learned
+            .and_then(|r| self.replicas.iter().find(|(n, _)| *n == r))
             .map_or(value, |(n, _)| n.as_str())
     }
+}
+
+/// Address `a` is `known`: the same, or `known` is haq's proxy listening on every
+/// address of its host (`0.0.0.0:PORT`, in a pod) and `a` reaches that port (the
+/// gateway names the proxy by its Service's address, whose port is the proxy's).
+fn names(known: &str, a: &str) -> bool {
+    if known.eq_ignore_ascii_case(a) {
+        return true;
+    }
+    let any = known
+        .strip_prefix("0.0.0.0:")
+        .or_else(|| known.strip_prefix("[::]:"));
+    any.is_some_and(|port| a.rsplit_once(':').is_some_and(|(_, p)| p == port))
 }
 
 impl Call {
@@ -136,9 +192,22 @@ mod tests {
                     vec!["127.0.0.1:9101".into(), "10.0.0.11:8000".into()],
                 ),
                 ("vllm-b".into(), vec!["127.0.0.1:9102".into()]),
+                // haq's proxy in a pod, reached through its Service.
+                (
+                    "w3".into(),
+                    vec!["0.0.0.0:9003".into(), "10.0.0.13:8080".into()],
+                ),
             ],
+            learned: Some(Default::default()),
         };
+        // w3's replacement pod, learned while the run goes.
+        if let Some(l) = &a.learned {
+            l.learn("w3", "10.0.0.23:8080");
+        }
         for (v, want) in [
+            ("10.96.0.40:9003", "w3"),
+            ("http://10.0.0.23:8080", "w3"),
+            ("10.96.0.40:9004", "10.96.0.40:9004"),
             ("vllm-b", "vllm-b"),
             ("http://127.0.0.1:9101", "vllm-a"),
             ("127.0.0.1:9102", "vllm-b"),

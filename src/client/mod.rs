@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::scenario::Leave;
 
-pub use self::call::{Attribution, Call, CallResult, Observe, Seen, Timeouts};
+pub use self::call::{Attribution, Call, CallResult, Learned, Observe, Seen, Timeouts};
 pub use self::record::{MAX_HEADER_BYTES, MAX_HEADERS, record_headers};
 use self::record::{failed, finish, response_event};
 use self::transport::Resp;

@@ -95,6 +95,8 @@ struct Ready {
 pub(super) struct Aim<'a> {
     pub api_url: &'a str,
     pub replicas: &'a [ReplicaInfo],
+    /// Addresses the target learns while the run goes (kubernetes replacements).
+    pub learned: Option<&'a Arc<client::Learned>>,
 }
 
 /// What the load shares with the rest of the run.
@@ -179,7 +181,7 @@ pub(super) async fn drive(
             .max_concurrency
             .map(|n| Arc::new(Semaphore::new(n as usize))),
         load_start,
-        attribution: attribution(plan, target.replicas),
+        attribution: attribution(plan, target.replicas, target.learned),
         left,
         marker,
         part,
@@ -219,6 +221,7 @@ pub(super) fn emit_trace_stats(tw: &TraceWriter, clock: &Clock) {
 pub(super) fn attribution(
     plan: &Plan,
     replicas: &[ReplicaInfo],
+    learned: Option<&Arc<client::Learned>>,
 ) -> Option<Arc<client::Attribution>> {
     let ev = &plan.scenario.evidence;
     let by_address = plan.scenario.target.kind != crate::scenario::TargetKind::Sim;
@@ -240,6 +243,7 @@ pub(super) fn attribution(
                     (r.name.clone(), addrs)
                 })
                 .collect(),
+            learned: learned.cloned(),
         })
     })
 }

@@ -97,7 +97,7 @@ fn fault_env(
             url: format!("{}/chat/completions", target.api_url),
             model: plan.scenario.target.model.clone(),
             marker: r.marker,
-            attribution: load::attribution(plan, &target.replicas),
+            attribution: load::attribution(plan, &target.replicas, target.learned.as_ref()),
             timeouts: client::Timeouts {
                 first_token: c.first_token_timeout.0,
                 idle: c.idle_timeout.0,
@@ -315,6 +315,7 @@ async fn drive(
     let aim = load::Aim {
         api_url: &target.api_url,
         replicas: &target.replicas,
+        learned: target.learned.as_ref(),
     };
     let ctx = load::Ctx {
         clock: &r.clock,

@@ -59,6 +59,7 @@ pub fn env(f: &FaultPlan, r: &Replica, cx: &Context) -> Vec<(String, String)> {
         v.push(("HAQ_NAMESPACE", of_pod(|p| p.cluster.namespace.clone())));
         v.push(("HAQ_CONTAINER", of_pod(|p| p.pod.container.clone())));
         v.push(("HAQ_KUBE_CONTEXT", of_pod(|p| p.cluster.context.clone())));
+        v.push(("HAQ_GPU_IDS", of_pod(|p| p.pod.gpu_ids.join(","))));
     }
     v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }

@@ -4,8 +4,8 @@
 //! leaves the entry open; `haq heal RUN_DIR` — and the next `haq run` in the same
 //! reports directory — undoes it from the ledger: SIGCONT to the pid only while it is
 //! the same process (its start time), the heal command with the fault's environment,
-//! and for a kubernetes target the node uncordoned, the NetworkPolicy deleted (in the
-//! context the run acted in).
+//! and for a kubernetes target the node uncordoned, the NetworkPolicy deleted, the
+//! workload scaled back (in the context the run acted in).
 //!
 //! Each line is written with one `write` to a file opened for appending, so a killed
 //! run leaves whole lines (the kernel keeps what was written; no flush is needed).
@@ -47,6 +47,15 @@ pub enum Remedy {
         policy: String,
         pod: String,
         label: String,
+    },
+    /// Scale a workload a `replacement: scale` fault scaled down back to `replicas`
+    /// (`plural`: `deployments` or `statefulsets`).
+    KubeScale {
+        context: String,
+        namespace: String,
+        plural: String,
+        name: String,
+        replicas: i32,
     },
 }
 
@@ -256,6 +265,21 @@ fn remedy(r: &Remedy) -> (bool, String) {
                 policy: policy.clone(),
                 pod: pod.clone(),
                 label: label.clone(),
+            },
+        ),
+        Remedy::KubeScale {
+            context,
+            namespace,
+            plural,
+            name,
+            replicas,
+        } => heal_blocking(
+            context,
+            Leftover::Scale {
+                namespace: namespace.clone(),
+                plural: plural.clone(),
+                name: name.clone(),
+                replicas: *replicas,
             },
         ),
     }

@@ -4,7 +4,8 @@
 //! of the load — and written to the trace as `engine_metrics` lines in haq's names,
 //! from vLLM's (also the sim's), SGLang's or llama.cpp's. The checks compare them
 //! before and after each fault's reroute (`check::cache_effects`). A replica whose
-//! address gives no Prometheus text (down, or no such endpoint) gets no line.
+//! address gives no Prometheus text (down, or no such endpoint) gets no line. A
+//! kubernetes replica's pod is read only when `target.kubernetes.metrics` asks.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -126,21 +127,41 @@ pub fn parse(text: &str) -> Option<(&'static str, BTreeMap<String, f64>)> {
     Some((engine, m))
 }
 
-/// Reads one replica's metrics and writes the line.
-async fn one(env: &Env, r: &Replica) {
-    let Some(base) = r.direct_url() else { return };
-    let got = env
-        .admin
-        .get(format!("{base}/metrics"))
+/// Where a replica's metrics are read: its own address's `/metrics`; a kubernetes
+/// replica's pod (its address now) only when `target.kubernetes.metrics` asks, at
+/// the path and port it gives. `None`: not scraped.
+pub fn url(r: &Replica) -> Option<String> {
+    match r.pod() {
+        Some(p) => {
+            let m = p.cluster.metrics.as_ref()?;
+            let mut pod = p.pod.clone();
+            pod.port = m.port.unwrap_or(pod.port);
+            (!pod.ip.is_empty()).then(|| format!("http://{}{}", pod.authority(), m.path))
+        }
+        None => Some(format!("{}/metrics", r.direct_url()?)),
+    }
+}
+
+/// Reads one replica's metrics: its engine and the metrics in haq's names.
+pub async fn read(
+    admin: &reqwest::Client,
+    r: &Replica,
+) -> Option<(&'static str, BTreeMap<String, f64>)> {
+    let resp = admin
+        .get(url(r)?)
         .timeout(Duration::from_secs(1))
         .send()
-        .await;
-    let Ok(resp) = got else { return };
+        .await
+        .ok()?;
     if !resp.status().is_success() {
-        return;
+        return None;
     }
-    let Ok(text) = resp.text().await else { return };
-    if let Some((engine, m)) = parse(&text) {
+    parse(&resp.text().await.ok()?)
+}
+
+/// Reads one replica's metrics and writes the line.
+async fn one(env: &Env, r: &Replica) {
+    if let Some((engine, m)) = read(&env.admin, r).await {
         env.trace.emit(Event::EngineMetrics {
             t: env.clock.now_us(),
             replica: r.name.clone(),

@@ -74,6 +74,8 @@ fn plan(action: FaultAction) -> FaultPlan {
         restart: None,
         command: None,
         exec: None,
+        reset_connections: None,
+        grace: None,
         verify: true,
     }
 }

@@ -98,20 +98,28 @@ fn target(plan: &Plan) -> Vec<String> {
             v
         }
         TargetKind::Kubernetes => match &t.kubernetes {
-            Some(k) => vec![
-                format!(
-                    "kubernetes: namespace {}, serving pods `{}` discovered as replicas (node: their failure domain), gateway {}",
-                    k.namespace,
-                    k.selector,
-                    k.gateway_url()
-                ),
-                match &k.serving_service {
-                    Some(s) => format!("traffic removal read from Service {s}'s EndpointSlices"),
-                    None => {
-                        "no serving Service: traffic removal is not read from EndpointSlices".into()
-                    }
-                },
-            ],
+            Some(k) => {
+                let mut v = kube_lines(k);
+                if let Some(m) = &k.metrics {
+                    let port = m.port.map_or_else(|| "PORT".to_string(), |p| p.to_string());
+                    v.push(format!(
+                        "each pod's metrics read at http://POD_IP:{port}{} while faults are due",
+                        m.path
+                    ));
+                }
+                if !k.proxies.is_empty() {
+                    let each: Vec<String> = k
+                        .proxies
+                        .iter()
+                        .map(|(r, a)| format!("{r} on {a}"))
+                        .collect();
+                    v.push(format!(
+                        "haq's proxy in front of each replica's pod (the gateway points at it): {}",
+                        each.join(", ")
+                    ));
+                }
+                v
+            }
             None => vec!["kubernetes: no `target.kubernetes` section".into()],
         },
     };
@@ -120,6 +128,21 @@ fn target(plan: &Plan) -> Vec<String> {
         t.model, plan.seed, plan.scenario.protected_load
     ));
     out
+}
+
+fn kube_lines(k: &crate::scenario::KubeTarget) -> Vec<String> {
+    vec![
+        format!(
+            "kubernetes: namespace {}, serving pods `{}` discovered as replicas (node: their failure domain), gateway {}",
+            k.namespace,
+            k.selector,
+            k.gateway_url()
+        ),
+        match &k.serving_service {
+            Some(s) => format!("traffic removal read from Service {s}'s EndpointSlices"),
+            None => "no serving Service: traffic removal is not read from EndpointSlices".into(),
+        },
+    ]
 }
 
 fn phases(plan: &Plan) -> Vec<String> {
@@ -327,9 +350,15 @@ fn kube_action(f: &FaultPlan) -> String {
         (FailureDomain::Network, _) => {
             "labels the replica's pod and creates a NetworkPolicy that admits no ingress to it (the pod stays alive); deletes both on heal".to_string()
         }
-        (FailureDomain::Worker, FaultAction::Kill) => {
-            "deletes the replica's pod (grace 0), verified from the API".to_string()
-        }
+        (FailureDomain::Worker, FaultAction::Kill) => match f.grace {
+            None | Some(crate::scenario::KubeGrace::Seconds(0)) => {
+                "deletes the replica's pod (grace 0), verified from the API".to_string()
+            }
+            Some(crate::scenario::KubeGrace::Seconds(s)) => format!(
+                "deletes the replica's pod with grace {s}s (SIGTERM first), verified from the API by the pod terminating"
+            ),
+            Some(_) => "deletes the replica's pod with its own grace period (SIGTERM first), verified from the API by the pod terminating".to_string(),
+        },
         _ => format!(
             "execs `{}` in the replica's container, verified by its restart count",
             f.exec.clone().unwrap_or_default().join(" ")

@@ -168,6 +168,40 @@ pub fn restart(
     Ok(())
 }
 
+/// `target.kubernetes.proxies`: each key a declared replica, each address `IP:PORT`
+/// with a fixed port of its own; the replica's declaration gets it as its `listen`
+/// (haq's proxy in front of it: probe points and the proxy's evidence).
+pub fn proxies(k: &KubeTarget, decls: &mut [crate::scenario::ReplicaDecl]) -> Result<(), Issue> {
+    let mut taken = std::collections::BTreeSet::new();
+    for (replica, addr) in &k.proxies {
+        let field = format!("{FIELD}.proxies.{replica}");
+        let Some(d) = decls.iter_mut().find(|d| &d.name == replica) else {
+            let names: Vec<&str> = decls.iter().map(|d| d.name.as_str()).collect();
+            return Err(Issue::new(
+                field,
+                replica,
+                format!("is not a declared replica ({})", names.join(", ")),
+            ));
+        };
+        let a: std::net::SocketAddr = addr.parse().map_err(|_| {
+            Issue::new(
+                &field,
+                addr,
+                "must be `IP:PORT` where haq's proxy listens for this replica, e.g. 0.0.0.0:9001",
+            )
+        })?;
+        if a.port() == 0 || !taken.insert(a.port()) {
+            return Err(Issue::new(
+                &field,
+                addr,
+                "needs a fixed port of its own (the replica's Service points at it)",
+            ));
+        }
+        d.listen = Some(addr.clone());
+    }
+    Ok(())
+}
+
 /// The allow-lists are given, and the named context and namespace are in them.
 fn allow_lists(k: &KubeTarget) -> Result<(), Issue> {
     if k.allowed_contexts.is_empty() || k.allowed_contexts.iter().any(|c| c.trim().is_empty()) {
@@ -245,6 +279,22 @@ fn names(k: &KubeTarget) -> Result<(), Issue> {
             &k.ready_path,
             "must start with `/`",
         ));
+    }
+    if let Some(m) = &k.metrics {
+        if !m.path.starts_with('/') {
+            return Err(Issue::new(
+                format!("{FIELD}.metrics.path"),
+                &m.path,
+                "must start with `/`",
+            ));
+        }
+        if m.port == Some(0) {
+            return Err(Issue::new(
+                format!("{FIELD}.metrics.port"),
+                0,
+                "must be a port (1-65535)",
+            ));
+        }
     }
     if let Some(s) = &k.serving_service
         && !dns_label_ok(s)
@@ -534,6 +584,41 @@ pub(crate) mod tests {
                 "blackhole",
             ),
             (&["faults[0].restart={}"], "replaces the pod itself"),
+            (
+                &["faults[0].domain=drain", "faults[0].grace=pod"],
+                "`faults[0].grace`: is only for a `worker` kill",
+            ),
+            (
+                &["target.kubernetes.replacement=scale", "faults[0].grace=5"],
+                "not with `replacement: scale`",
+            ),
+            (&["faults[0].grace=soon"], "`faults[0].grace`"),
+            (
+                &["target.kubernetes.metrics={path: metrics}"],
+                "`target.kubernetes.metrics.path`: must start with `/`",
+            ),
+            (
+                &["target.kubernetes.metrics={port: 0}"],
+                "`target.kubernetes.metrics.port`",
+            ),
+            (
+                &["faults[0].reset_connections=proxy"],
+                "is only for `backend: kubernetes` faults of domain `network`",
+            ),
+            (
+                &[
+                    "faults[0].domain=network",
+                    "faults[0].reset_connections=proxy",
+                ],
+                "needs haq's proxy in front of replica `w2`: give its address in target.kubernetes.proxies",
+            ),
+            (
+                &[
+                    "faults[0].domain=network",
+                    "faults[0].reset_connections={exec: []}",
+                ],
+                "`faults[0].reset_connections.exec`: is empty",
+            ),
         ];
         for (sets, want) in cases {
             let e = err(&kube_scenario(), sets);
@@ -562,6 +647,18 @@ pub(crate) mod tests {
             &["faults[0].domain=node"],
             &["faults[0].domain=node", "faults[0].action=drain"],
             &["faults[0].domain=network", "faults[0].duration=2s"],
+            &["faults[0].grace=pod"],
+            &["target.kubernetes.metrics={}"],
+            &["faults[0].grace=30"],
+            &[
+                "faults[0].domain=network",
+                "faults[0].reset_connections={exec: [ss, -K, dst, 10.0.0.9]}",
+            ],
+            &[
+                "faults[0].domain=network",
+                "faults[0].reset_connections=proxy",
+                "target.kubernetes.proxies={w2: \"0.0.0.0:9002\"}",
+            ],
             &[
                 "faults[0].domain=gpu",
                 "faults[0].exec=[pkill, -KILL, llama-server]",
@@ -569,6 +666,69 @@ pub(crate) mod tests {
         ] {
             let p = load(&kube_scenario(), sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
             assert_eq!(p.faults[0].replicas, vec!["w2"], "{sets:?}");
+        }
+    }
+
+    /// `target.kubernetes.proxies` puts haq's proxy in front of the replicas it names
+    /// (their `listen`): probe points and the proxy backend need it, and a bad entry is
+    /// refused where it is written.
+    #[test]
+    fn proxies_are_checked_where_written_and_enable_probe_points() {
+        let with = |entries: &str| {
+            kube_scenario().replace(
+                "    serving_service: llama",
+                &format!("    serving_service: llama\n    proxies:\n{entries}"),
+            )
+        };
+        let all = "      w1: 0.0.0.0:9001\n      w2: 0.0.0.0:9002\n      w3: 0.0.0.0:9003\n";
+        let probe = ["faults[0].when={probe: first_delta}"];
+        let p = load(&with(all), &probe).unwrap_or_else(|e| panic!("{e}"));
+        let listen: Vec<Option<&str>> = p
+            .replica_decls
+            .iter()
+            .map(|d| d.listen.as_deref())
+            .collect();
+        assert_eq!(
+            listen,
+            [
+                Some("0.0.0.0:9001"),
+                Some("0.0.0.0:9002"),
+                Some("0.0.0.0:9003")
+            ]
+        );
+        let e = err(&kube_scenario(), &probe);
+        assert!(
+            e.contains("replica `w1` has no address in target.kubernetes.proxies"),
+            "{e}"
+        );
+        let line = |text: &str, key: &str| {
+            text.lines()
+                .position(|l| l.trim_start().starts_with(key))
+                .expect("line")
+                + 1
+        };
+        for (entries, key, want) in [
+            (
+                "      w4: 0.0.0.0:9004\n",
+                "w4:",
+                "is not a declared replica (w1, w2, w3)",
+            ),
+            ("      w2: localhost:9002\n", "w2:", "must be `IP:PORT`"),
+            (
+                "      w1: 0.0.0.0:9001\n      w2: 127.0.0.1:9001\n",
+                "w2:",
+                "a fixed port of its own",
+            ),
+        ] {
+            let text = with(entries);
+            let e = err(&text, &[]);
+            let at = format!("k.yaml:{}:", line(&text, key));
+            assert!(e.starts_with(&at), "{e}");
+            assert!(
+                e.contains(&format!("`target.kubernetes.proxies.{}`", &key[..2])),
+                "{e}"
+            );
+            assert!(e.contains(want), "{e}");
         }
     }
 

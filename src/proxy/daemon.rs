@@ -26,13 +26,45 @@ fn serve_here(s: &ProxySpec, master: &std::net::TcpListener) -> Option<ProxySet>
     }
 }
 
+/// One address the daemon holds: its spec (the upstream may change: a kubernetes
+/// replica's pod replaced) and the proxy serving it while no run borrows it.
+pub struct Held {
+    pub name: String,
+    /// The control socket runs borrow the address through.
+    pub control: PathBuf,
+    spec: Mutex<ProxySpec>,
+    current: Mutex<Option<ProxySet>>,
+}
+
+impl Held {
+    /// The address it holds.
+    pub fn listen(&self) -> std::net::SocketAddr {
+        lock(&self.spec).listen
+    }
+
+    /// The upstream it forwards to now.
+    pub fn upstream(&self) -> Option<String> {
+        lock(&self.spec).upstream.clone()
+    }
+
+    /// Forwards new connections to `up` (now, and once a run gives the address back).
+    pub fn set_upstream(&self, up: &str) {
+        lock(&self.spec).upstream = Some(up.to_string());
+        if let Some(p) = lock(&self.current).as_ref() {
+            for r in &p.replicas {
+                r.set_upstream(up);
+            }
+        }
+    }
+}
+
 /// Binds every address and its control socket (all or nothing), then serves them
 /// in their own threads until the process ends; `say` is told when a run borrows an
-/// address and when it gives it back. Returns the control sockets' paths.
+/// address and when it gives it back.
 pub fn start(
     specs: &[ProxySpec],
     say: Arc<dyn Fn(String) + Send + Sync>,
-) -> anyhow::Result<Vec<PathBuf>> {
+) -> anyhow::Result<Vec<Arc<Held>>> {
     let dir = handover::dir();
     let mut bound = Vec::new();
     for s in specs {
@@ -40,26 +72,30 @@ pub fn start(
         let lender = Lender::bind(&dir, s.listen)?;
         bound.push((s.clone(), master, lender));
     }
-    let paths = specs
-        .iter()
-        .map(|s| handover::control_path(&dir, s.listen))
-        .collect();
+    let mut out = Vec::new();
     for (s, master, lender) in bound {
+        let held = Arc::new(Held {
+            name: s.name.clone(),
+            control: handover::control_path(&dir, s.listen),
+            current: Mutex::new(serve_here(&s, &master)),
+            spec: Mutex::new(s),
+        });
+        out.push(held.clone());
         let say = say.clone();
         std::thread::Builder::new()
-            .name(format!("haq-proxyd-{}", s.name))
+            .name(format!("haq-proxyd-{}", held.name))
             .spawn(move || {
-                let current = Mutex::new(serve_here(&s, &master));
                 lender.serve(master.as_raw_fd(), |lent| {
+                    let s = lock(&held.spec).clone();
                     if lent {
                         // Its connections close with it: a router's pooled connection
                         // reconnects, to the run's proxy.
-                        if let Some(p) = lock(&current).take() {
+                        if let Some(p) = lock(&held.current).take() {
                             p.stop();
                         }
                         say(format!("{} ({}): lent to a haq run", s.listen, s.name));
                     } else {
-                        *lock(&current) = serve_here(&s, &master);
+                        *lock(&held.current) = serve_here(&s, &master);
                         say(format!(
                             "{} ({}): back, served by haq proxy",
                             s.listen, s.name
@@ -68,5 +104,5 @@ pub fn start(
                 });
             })?;
     }
-    Ok(paths)
+    Ok(out)
 }

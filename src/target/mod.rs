@@ -41,6 +41,9 @@ pub struct Running {
     /// a `listen` address).
     pub proxies: Option<ProxySet>,
     pub registry: Arc<Registry>,
+    /// Addresses of replacements the target learns while the run goes (a kubernetes
+    /// replica's new pod, from the watches): the response attribution reads them.
+    pub learned: Option<Arc<crate::client::Learned>>,
     kind: Kind,
 }
 
@@ -163,6 +166,7 @@ async fn start_sim(
         replicas: info,
         kind: Kind::Sim(Box::new(sim)),
         proxies: Some(proxies),
+        learned: None,
         registry: Arc::new(Registry {
             replicas,
             respawn: Respawn::Sim(Box::new(SimSpawner {
@@ -206,6 +210,7 @@ async fn start_url(
         replicas,
         proxies,
         registry,
+        learned: None,
     })
 }
 
@@ -221,6 +226,9 @@ async fn start_kube(
     let http = crate::client::http_client(Duration::from_secs(5), headers)?;
     if let Err(e) = wait_ready(&http, &k.api_url, plan.scenario.target.ready_timeout.0, say).await {
         k.stop.cancel();
+        if let Some(p) = &k.proxies {
+            p.stop();
+        }
         return Err(e);
     }
     let replicas = k
@@ -233,8 +241,9 @@ async fn start_kube(
         api_url: k.api_url,
         kind: Kind::Kube(k.stop),
         replicas,
-        proxies: None,
+        proxies: k.proxies,
         registry: k.registry,
+        learned: Some(k.learned),
     })
 }
 

@@ -125,6 +125,7 @@ async fn attribution_headers_named_in_the_scenario_are_recorded() {
         worker: "x-backend".into(),
         attempt: "x-try".into(),
         replicas: Vec::new(),
+        learned: None,
     }));
     let timeouts = Timeouts {
         first_token: Duration::from_secs(5),

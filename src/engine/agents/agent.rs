@@ -124,6 +124,7 @@ async fn drive(
     let aim = Aim {
         api_url: &a.api_url,
         replicas: &a.replicas,
+        learned: None,
     };
     let ctx = load::Ctx {
         clock,

@@ -10,9 +10,12 @@
 mod net;
 mod node;
 mod pods;
+mod reset;
 mod scale;
 mod undo;
 
+#[cfg(test)]
+mod nettests;
 #[cfg(test)]
 mod scaletests;
 #[cfg(test)]
@@ -44,12 +47,15 @@ impl Injector for KubeInjector {
             };
             match (f.domain, f.action) {
                 (D::Worker, A::Kill | A::Drain) if p.cluster.replacement == Scale => {
-                    scale::down(&p, &r.name).await
+                    scale::down(&p, &f.name, &r.name, cx).await
                 }
-                (D::Worker, A::Kill) => (pods::kill(&p).await, None),
+                (D::Worker, A::Kill) => {
+                    let grace = crate::scenario::KubeGrace::seconds(f.grace);
+                    (pods::kill(&p, grace).await, None)
+                }
                 (D::Drain, A::Drain) => (pods::evict(&p).await, None),
                 (D::Node, a) => node::node(&p, a, &f.name, &r.name, cx).await,
-                (D::Network, A::Blackhole) => net::isolate(&p, &f.name, &r.name, cx).await,
+                (D::Network, A::Blackhole) => net::isolate(&p, f, r, cx).await,
                 (D::Process | D::Gpu, A::Kill) => {
                     let cmd = f.exec.clone().unwrap_or_default();
                     (pods::exec_kill(&p, &cmd).await, None)

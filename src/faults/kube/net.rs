@@ -2,8 +2,9 @@
 //! (`haq.dev/isolate`) and a NetworkPolicy labelled `haq.dev/run=<token>` admits no
 //! ingress to it — the path from the gateway is cut, the pod stays alive. Verified by
 //! the API (the label on the pod, the policy in place); the CNI enforces it, and
-//! connections established before may survive it (conntrack: docs/kubernetes.md).
-//! Healed by deleting the policy and the label, in the ledger before it is applied.
+//! connections established before may survive it (conntrack: docs/kubernetes.md) —
+//! unless the fault's `reset_connections` resets them ([`super::reset`]). Healed by
+//! deleting the policy and the label, in the ledger before it is applied.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,13 +16,39 @@ use super::super::backend::{Context, Injected};
 use super::super::guard::{Healed, Undo};
 use super::super::ledger::{Ledger, Remedy};
 use super::undo::heal_with;
+use crate::plan::FaultPlan;
 use crate::target::kube::calls::{self, ISOLATE_LABEL, dns_name};
 use crate::target::kube::cluster::{Cluster, api_error};
 use crate::target::kube::heal;
 use crate::target::kube::pod::PodRef;
+use crate::target::registry::Replica;
+
+/// Labels the pod and creates the isolating NetworkPolicy, then resets the
+/// connections established before it when the fault asks.
+pub async fn isolate(
+    p: &PodRef,
+    f: &FaultPlan,
+    r: &Replica,
+    cx: &Context,
+) -> (Injected, Option<Box<dyn Undo>>) {
+    let (mut inj, undo) = policy(p, &f.name, &r.name, cx).await;
+    if let (true, Some(how)) = (inj.verified, &f.reset_connections) {
+        match super::reset::reset(p, r, how).await {
+            Ok(d) => inj.detail = format!("{}; {d}", inj.detail),
+            Err(why) => {
+                inj.verified = false;
+                inj.detail = format!(
+                    "{}; the established connections were not reset: {why}",
+                    inj.detail
+                );
+            }
+        }
+    }
+    (inj, undo)
+}
 
 /// Labels the pod and creates the isolating NetworkPolicy.
-pub async fn isolate(
+async fn policy(
     p: &PodRef,
     fault: &str,
     replica: &str,

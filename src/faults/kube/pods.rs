@@ -1,5 +1,6 @@
 //! What the kubernetes backend does to one pod, each verified from the API: a delete
-//! with grace 0 (the pod is gone, or back under a new uid), an eviction (a
+//! with grace 0 (the pod is gone, or back under a new uid) or with a grace period
+//! (the pod terminating), an eviction (a
 //! PodDisruptionBudget's 429 is *blocked*, never success; verified by the pod
 //! terminating or gone), and a kill exec'd in the engine's container (verified by the
 //! container's restart count or its terminated state).
@@ -110,11 +111,12 @@ pub(super) fn terminating_or_gone(p: &PodRef, at: Instant, now: &Now) -> Option<
     }
 }
 
-/// Deletes the pod with grace 0, verified by the pod gone (or a new uid).
-pub async fn kill(p: &PodRef) -> Injected {
+/// Deletes the pod with `grace` seconds (`None`: its own grace period), verified by
+/// the pod gone (or a new uid) — with a grace period, by the pod terminating.
+pub async fn kill(p: &PodRef, grace: Option<u32>) -> Injected {
     let c = &p.cluster;
     let at = Instant::now();
-    let call = calls::delete_pod(&c.namespace, &p.pod.name, 0);
+    let call = calls::delete_pod(&c.namespace, &p.pod.name, grace);
     if let Err(e) = c.send::<serde_json::Value>(call).await {
         let (code, why) = api_error(&e);
         let why = if code == 404 {
@@ -124,13 +126,22 @@ pub async fn kill(p: &PodRef) -> Injected {
         };
         return Injected::failed(at, None, why);
     }
-    match until(p, VERIFY_TIMEOUT, |now| gone_or_replaced(p, at, now)).await {
+    let with = match grace {
+        Some(g) => format!("grace {g}"),
+        None => "its own grace period".into(),
+    };
+    let verdict = if grace == Some(0) {
+        until(p, VERIFY_TIMEOUT, |now| gone_or_replaced(p, at, now)).await
+    } else {
+        until(p, VERIFY_TIMEOUT, |now| terminating_or_gone(p, at, now)).await
+    };
+    match verdict {
         Ok(d) => Injected {
             at,
             pid: None,
             verified: true,
             detail: format!(
-                "deleted pod {} (uid {}) with grace 0; {d}",
+                "deleted pod {} (uid {}) with {with}; {d}",
                 p.pod.name, p.pod.uid
             ),
         },
@@ -138,7 +149,7 @@ pub async fn kill(p: &PodRef) -> Injected {
             at,
             None,
             format!(
-                "deleted pod {} with grace 0; {last} after {VERIFY_TIMEOUT:?}",
+                "deleted pod {} with {with}; {last} after {VERIFY_TIMEOUT:?}",
                 p.pod.name
             ),
         ),

@@ -5,21 +5,30 @@
 //! must be that one — verified by the scale read back and the pod terminating or gone
 //! (another pod going instead is not this fault: unverified). The fault's `restart`
 //! scales back up (`target::kube::scale::respawn`); the heal restores the original
-//! count whatever happened (idempotent: a count already restored is set again).
+//! count whatever happened (idempotent: a count already restored is set again), and
+//! the heal ledger has that count before the scale changes (`haq heal` after a
+//! killed run).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::super::backend::{Injected, VERIFY_TIMEOUT};
+use super::super::backend::{Context, Injected, VERIFY_TIMEOUT};
 use super::super::guard::{Healed, Undo};
+use super::super::ledger::{Ledger, Remedy};
 use super::pods::{terminating_or_gone, until};
 use crate::target::kube::calls;
 use crate::target::kube::cluster::{Cluster, api_error};
 use crate::target::kube::pod::PodRef;
 use crate::target::kube::scale::{self, Scaled, Workload};
 
-/// Scales the pod's workload down by one, that pod first.
-pub async fn down(p: &PodRef, replica: &str) -> (Injected, Option<Box<dyn Undo>>) {
+/// Scales the pod's workload down by one, that pod first; the original count is in
+/// the heal ledger before the scale changes.
+pub async fn down(
+    p: &PodRef,
+    fault: &str,
+    replica: &str,
+    cx: &Context,
+) -> (Injected, Option<Box<dyn Undo>>) {
     let (c, at) = (&p.cluster, Instant::now());
     let w = match scale::workload_of(p).await {
         Ok(w) => w,
@@ -44,10 +53,19 @@ pub async fn down(p: &PodRef, replica: &str) -> (Injected, Option<Box<dyn Undo>>
             pod_uid: p.pod.uid.clone(),
         },
     );
+    let remedy = Remedy::KubeScale {
+        context: c.context.clone(),
+        namespace: c.namespace.clone(),
+        plural: w.plural.to_string(),
+        name: w.name.clone(),
+        replicas: n,
+    };
+    let entry = cx.ledger.intend(fault, replica, remedy);
     let undo: Box<dyn Undo> = Box::new(ScaleBack {
         cluster: c.clone(),
         workload: w.clone(),
         original: n,
+        ledger: (cx.ledger.clone(), entry),
     });
     let scaled = match scale::set(c, &w, n - 1).await {
         Ok(d) => d,
@@ -101,21 +119,21 @@ async fn first_to_go(p: &PodRef, w: &Workload, n: i32) -> Result<(), String> {
         })
 }
 
-/// The heal: the workload back to its original count.
+/// The heal: the workload back to its original count; a verified heal closes the
+/// ledger entry.
 struct ScaleBack {
     cluster: Arc<Cluster>,
     workload: Workload,
     original: i32,
+    ledger: (Arc<Ledger>, u64),
 }
 
 impl Undo for ScaleBack {
     fn undo(&mut self) -> Healed {
         let (c, w, n) = (self.cluster.clone(), self.workload.clone(), self.original);
         let late = format!("scaling {w} back to {n} did not finish");
-        super::undo::healed(
-            &self.cluster,
-            late,
-            async move { scale::set(&c, &w, n).await },
-        )
+        super::undo::heal_with(&self.cluster, &self.ledger, late, async move {
+            scale::set(&c, &w, n).await
+        })
     }
 }

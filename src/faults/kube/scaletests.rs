@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::super::ledger::{Remedy, open_entries};
 use super::tests::{POD, b, done, fire, heal, setup_with, terminating, verified_as};
 use crate::target::kube::calls::DELETION_COST;
 use crate::target::kube::mock::{ApiServer, pod};
@@ -55,7 +56,7 @@ async fn deployment_found(api: &mut ApiServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scale_replacement_scales_the_deployment_down_that_pod_first_then_back_up() {
-    let (r, mut api, cx, _dir) = setup_with("scale", SETS);
+    let (r, mut api, cx, dir) = setup_with("scale", SETS);
     owned_by(&r, "ReplicaSet", "llama-5d9f", "llama-b");
     let server = tokio::spawn(async move {
         deployment_found(&mut api).await;
@@ -78,6 +79,22 @@ async fn a_scale_replacement_scales_the_deployment_down_that_pod_first_then_back
         &inj,
         "deployments/llama scaled to 2 (read back) from 3; pod llama-b terminating",
     );
+    // The original count is in the heal ledger: `haq heal` restores it after a kill.
+    let open = open_entries(&dir).expect("ledger").0;
+    assert_eq!(
+        open.iter().map(|o| &o.remedy).collect::<Vec<_>>(),
+        vec![&Remedy::KubeScale {
+            context: "kind-haq".into(),
+            namespace: "llm".into(),
+            plural: "deployments".into(),
+            name: "llama".into(),
+            replicas: 3,
+        }]
+    );
+    assert_eq!(
+        (open[0].fault.as_str(), open[0].replica.as_str()),
+        ("kill-w2", "w2")
+    );
     let (pid, how) = scale::respawn(&r).await.expect("scaled back");
     assert_eq!(pid, None);
     assert_eq!(
@@ -99,6 +116,10 @@ async fn a_scale_replacement_scales_the_deployment_down_that_pod_first_then_back
     let h = heal(undo.expect("a heal")).await;
     assert!(h.verified, "{}", h.detail);
     assert_eq!(h.detail, "deployments/llama scaled to 3 (read back)");
+    assert!(
+        open_entries(&dir).expect("ledger").0.is_empty(),
+        "the heal closes the entry"
+    );
     done(server).await;
 }
 

@@ -39,6 +39,8 @@ pub(super) fn setup_with(
         container: "llama".into(),
         port: 8080,
         gpus: 0,
+        gpu_ids: Vec::new(),
+        gpu_ids_from: None,
         restarts: 0,
         owner: None,
     };
@@ -428,4 +430,172 @@ async fn a_command_fault_sees_the_replicas_pod() {
     assert_eq!(get("HAQ_CONTAINER"), Some("llama"));
     assert_eq!(get("HAQ_NODE"), Some("node-a"));
     assert_eq!(get("HAQ_KUBE_CONTEXT"), Some("kind-haq"));
+    // No GPU ids stated by the pod: empty (the count is in the trace).
+    assert_eq!(get("HAQ_GPU_IDS"), Some(""));
+}
+
+/// `grace: pod` deletes the pod with its own grace period (the delete names none) and
+/// `grace: 5` with five seconds: SIGTERM first, so the pod terminating verifies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_kill_with_a_grace_period_is_verified_by_the_pod_terminating() {
+    let (r, mut api, cx, _) = setup("grace");
+    let server = tokio::spawn(async move {
+        let uri = format!("{POD}?");
+        api.expect("DELETE", &uri, Some(json!({})), 200, terminating(b()))
+            .await;
+        api.expect("GET", POD, None, 200, terminating(b())).await;
+        let five = Some(json!({"gracePeriodSeconds": 5}));
+        api.expect("DELETE", &uri, five, 200, b()).await;
+        api.expect("GET", POD, None, 200, b()).await;
+        api.expect("GET", POD, None, 200, terminating(b())).await;
+        api
+    });
+    let (inj, undo) = fire(&["faults[0].grace=pod"], &r, &cx).await;
+    assert!(undo.is_none());
+    verified_as(
+        &inj,
+        "deleted pod llama-b (uid u-b) with its own grace period; pod llama-b terminating (deletion timestamp 2026-12-01T00:00:00Z, its own grace period)",
+    );
+    let (inj, _) = fire(&["faults[0].grace=5"], &r, &cx).await;
+    verified_as(
+        &inj,
+        "deleted pod llama-b (uid u-b) with grace 5; pod llama-b terminating",
+    );
+    done(server).await;
+}
+
+/// A node fault on a replica whose node runs two selected pods hits both at once (as
+/// `faults::fire` does): the node is read and cordoned once — the second injection
+/// waits for the first and finds it done — both pods are deleted, and only the
+/// injection that cordoned heals it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_fault_on_two_pods_of_one_node_cordons_it_once() {
+    let (w2, mut api, cx, dir) = setup_with("node-twice", &["faults[0].domain=node"]);
+    let p = w2.pod().expect("pod");
+    let mut info = p.pod.clone();
+    (info.replica, info.name, info.uid, info.ip) = (
+        "w1".into(),
+        "llama-a".into(),
+        "u-a".into(),
+        "10.0.0.1".into(),
+    );
+    let w1 = replica(&p.cluster, info, "/health");
+    let server = tokio::spawn(async move {
+        api.expect("GET", NODE, None, 200, node(false)).await;
+        let cordon = Some(json!({"spec": {"unschedulable": true}}));
+        api.expect("PATCH", &format!("{NODE}?"), cordon, 200, node(true))
+            .await;
+        // Each pod deleted and read back gone, in whatever order the two go.
+        let a = pod("llama-a", "u-a", "node-a", "10.0.0.1", true);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let (req, send) = api.next().await;
+            let answer = match req.as_str() {
+                "DELETE /api/v1/namespaces/llm/pods/llama-a?" => (200, terminating(a.clone())),
+                "DELETE /api/v1/namespaces/llm/pods/llama-b?" => (200, terminating(b())),
+                "GET /api/v1/namespaces/llm/pods/llama-a"
+                | "GET /api/v1/namespaces/llm/pods/llama-b" => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound", "message": "gone"}),
+                ),
+                other => panic!("unexpected request {other}"),
+            };
+            ApiServer::answer(send, answer.0, answer.1);
+            seen.push(req);
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                "DELETE /api/v1/namespaces/llm/pods/llama-a?",
+                "DELETE /api/v1/namespaces/llm/pods/llama-b?",
+                "GET /api/v1/namespaces/llm/pods/llama-a",
+                "GET /api/v1/namespaces/llm/pods/llama-b",
+            ]
+        );
+        // The heal: one uncordon.
+        let uncordon = Some(json!({"spec": {"unschedulable": false}}));
+        api.expect("PATCH", &format!("{NODE}?"), uncordon, 200, node(false))
+            .await;
+        api
+    });
+    let p = plan(&["faults[0].domain=node"]);
+    let inj = injector(FaultBackend::Kubernetes);
+    let (one, two) = tokio::join!(
+        inj.inject(&p.faults[0], &w2, &cx),
+        inj.inject(&p.faults[0], &w1, &cx)
+    );
+    let fault = &p.faults[0].name;
+    let mut undos = Vec::new();
+    let mut winner = None;
+    let mut firsts = Vec::new();
+    for (name, (i, undo)) in [("w2", one), ("w1", two)] {
+        assert!(i.verified, "{}", i.detail);
+        if undo.is_some() {
+            winner = Some(name);
+        }
+        firsts.push(i.detail.split("; ").next().unwrap_or_default().to_string());
+        undos.extend(undo);
+    }
+    let winner = winner.expect("one injection cordoned");
+    firsts.sort();
+    assert_eq!(
+        firsts,
+        [
+            "node node-a cordoned".to_string(),
+            format!("node node-a cordoned by {fault} (with {winner}'s pod)"),
+        ]
+    );
+    assert_eq!(undos.len(), 1, "one cordon, one heal");
+    assert_eq!(open_entries(&dir).expect("ledger").0.len(), 1);
+    let h = heal(undos.pop().expect("the heal")).await;
+    assert!(h.verified, "{}", h.detail);
+    done(server).await;
+}
+
+/// `target.kubernetes.metrics` makes each pod's Prometheus metrics read at the pod's
+/// address, path and port (a local server stands in for the pod's IP); without it a
+/// kubernetes replica is not scraped at all.
+#[tokio::test]
+async fn a_pods_metrics_are_scraped_only_when_the_target_asks() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let hits = Arc::new(AtomicU32::new(0));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let h = hits.clone();
+    let app = axum::Router::new().route(
+        "/stats/prom",
+        axum::routing::get(move || {
+            h.fetch_add(1, Ordering::Relaxed);
+            async { "llamacpp:kv_cache_usage_ratio 0.25\nllamacpp:requests_processing 2\n" }
+        }),
+    );
+    tokio::spawn(axum::serve(l, app).into_future());
+    let at_local = |r: &Replica| {
+        let p = r.pod().expect("pod");
+        let mut info = p.pod.clone();
+        info.ip = "127.0.0.1".into();
+        replica(&p.cluster, info, "/health")
+    };
+    crate::wire::tls::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let asked = format!("target.kubernetes.metrics={{path: /stats/prom, port: {port}}}");
+    let (r, _api, _, _) = setup_with("metrics", &[&asked]);
+    let r = at_local(&r);
+    let url = crate::faults::scrape::url(&r);
+    assert_eq!(url, Some(format!("http://127.0.0.1:{port}/stats/prom")));
+    let (engine, m) = crate::faults::scrape::read(&http, &r)
+        .await
+        .expect("the pod's metrics");
+    assert_eq!(
+        (engine, m["kv_usage"], m["running"]),
+        ("llamacpp", 0.25, 2.0)
+    );
+    let (r, _api, _, _) = setup_with("no-metrics", &[]);
+    let r = at_local(&r);
+    assert_eq!(crate::faults::scrape::url(&r), None);
+    assert!(crate::faults::scrape::read(&http, &r).await.is_none());
+    assert_eq!(hits.load(Ordering::Relaxed), 1, "read once, when asked");
 }

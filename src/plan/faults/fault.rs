@@ -4,6 +4,7 @@
 
 use super::action::action;
 use super::context::Ctx;
+use super::kube::kube_params;
 use super::params::{params, restart};
 use super::replicas::name_ok;
 use super::targets::{reachable, targets};
@@ -29,6 +30,7 @@ pub(super) fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> 
     }
     trigger_fits(cx, field, f, action, &trigger, &replicas)?;
     params(field, f, action)?;
+    kube_params(cx, field, f, &replicas)?;
     if let Some(r) = &f.restart {
         restart(cx, field, r, action, &replicas)?;
     }
@@ -56,6 +58,8 @@ pub(super) fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> 
         restart: f.restart.clone(),
         command: f.command.clone(),
         exec: f.exec.clone(),
+        reset_connections: f.reset_connections.clone(),
+        grace: f.grace,
         verify: f.verify,
     })
 }

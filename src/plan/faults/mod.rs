@@ -7,6 +7,7 @@
 mod action;
 mod context;
 mod fault;
+mod kube;
 mod params;
 mod replicas;
 mod targets;

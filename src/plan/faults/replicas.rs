@@ -15,7 +15,14 @@ pub(super) fn name_ok(s: &str) -> bool {
 
 /// Checks `target.replicas` (the list form) and returns the resolved declarations.
 pub fn validate_replicas(t: &Target) -> Result<Vec<ReplicaDecl>, Issue> {
-    let decls = t.replica_decls();
+    let mut decls = t.replica_decls();
+    if let Some(k) = t
+        .kubernetes
+        .as_ref()
+        .filter(|_| t.kind == TargetKind::Kubernetes)
+    {
+        crate::plan::kubernetes::proxies(k, &mut decls)?;
+    }
     let Some(Replicas::List(list)) = &t.replicas else {
         return Ok(decls);
     };

@@ -133,9 +133,15 @@ pub(super) fn reachable(
         )),
         FaultBackend::Proxy if !cx.has_proxy(d) => Err(Issue::missing(
             format!("{field}.backend"),
-            format!(
-                "the proxy backend needs replica `{r}` to declare `listen` (haq's proxy in front of it)"
-            ),
+            if cx.kube() {
+                format!(
+                    "the proxy backend needs haq's proxy in front of replica `{r}`: give its address in target.kubernetes.proxies"
+                )
+            } else {
+                format!(
+                    "the proxy backend needs replica `{r}` to declare `listen` (haq's proxy in front of it)"
+                )
+            },
         )),
         _ => Ok(()),
     }

@@ -144,10 +144,15 @@ fn probe_fits(
 ) -> Result<(), Issue> {
     // The proxy tells which replica serves the probe and holds it at its point.
     if let Some(d) = cx.decls.iter().find(|d| !cx.has_proxy(d)) {
+        let how = if cx.kube() {
+            "no address in target.kubernetes.proxies (docs/kubernetes.md, haq's proxy in the cluster)"
+        } else {
+            "no `listen`"
+        };
         return Err(Issue::missing(
             format!("{field}.when.probe"),
             format!(
-                "needs haq's proxy in front of every replica; replica `{}` has no `listen`",
+                "needs haq's proxy in front of every replica; replica `{}` has {how}",
                 d.name
             ),
         ));

@@ -73,6 +73,12 @@ pub struct FaultPlan {
     /// `kubernetes` backend, `process` / `gpu`: the kill command exec'd in the pod.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec: Option<Vec<String>>,
+    /// `kubernetes` backend, `network`: how the established connections are reset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_connections: Option<crate::scenario::ResetConnections>,
+    /// `kubernetes` backend, `worker` kill: the grace period (default 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace: Option<crate::scenario::KubeGrace>,
     pub verify: bool,
 }
 

@@ -302,6 +302,16 @@ pub struct Fault {
     /// the pod's process namespace (docs/kubernetes.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<Vec<String>>,
+    /// `kubernetes` backend, domain `network`: also reset the connections established
+    /// before the NetworkPolicy, which many CNIs let live on (conntrack): `proxy`
+    /// (haq's proxy in front of the replica resets its connections of it) or
+    /// `{exec: [ss, -K, …], container: C}` (a command exec'd in the pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_connections: Option<super::kubernetes::ResetConnections>,
+    /// `kubernetes` backend, `worker` kill: the pod's grace period — `pod` (its own
+    /// `terminationGracePeriodSeconds`: SIGTERM first) or seconds. Default 0 (SIGKILL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<super::kubernetes::KubeGrace>,
     /// Check that the fault took effect (default true). Unverified faults make
     /// Failure-Domain fail.
     #[serde(default = "yes")]
@@ -447,7 +457,8 @@ fn default_ready_timeout() -> Dur {
 /// `command` backend. Each runs with `sh -c` and these variables: `HAQ_FAULT`,
 /// `HAQ_DOMAIN`, `HAQ_REPLICA`, `HAQ_NODE`, `HAQ_PID`, `HAQ_UPSTREAM`, `HAQ_LISTEN`,
 /// `HAQ_PROBE_ID`, `HAQ_RUN_DIR`, `HAQ_SEED`, `HAQ_T_US` (trace time); for a kubernetes
-/// replica also `HAQ_POD`, `HAQ_NAMESPACE`, `HAQ_CONTAINER`, `HAQ_KUBE_CONTEXT`.
+/// replica also `HAQ_POD`, `HAQ_NAMESPACE`, `HAQ_CONTAINER`, `HAQ_KUBE_CONTEXT`,
+/// `HAQ_GPU_IDS`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandSpec {

@@ -56,6 +56,37 @@ pub struct KubeTarget {
     /// the fault's `restart` asks for the replacement).
     #[serde(default)]
     pub replacement: KubeReplacement,
+    /// haq's proxy in the cluster: each replica (`w1`, or a listed pod's name) → the
+    /// address haq's proxy listens on for it, in the pod haq runs in (the `haq-proxy`
+    /// Deployment of examples/kubernetes/haq-proxy.yaml, whose Service per replica the
+    /// gateway points at). It forwards to the replica's pod (following its
+    /// replacement): probe points, body-marker attribution and the proxy's evidence
+    /// need it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub proxies: std::collections::BTreeMap<String, String>,
+    /// Scrape each pod's Prometheus metrics while faults are due (`engine_metrics`
+    /// lines: KV cache, queue, prefix cache before, during and after each fault), at
+    /// `http://POD_IP:PORT/PATH`. Off by default: pod IPs are reachable from inside
+    /// the cluster (haq in a pod) only. `metrics: {}` scrapes the engine's port at
+    /// `/metrics`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<KubeMetrics>,
+}
+
+/// `target.kubernetes.metrics`: where each pod serves its Prometheus metrics.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KubeMetrics {
+    /// Default `/metrics`.
+    #[serde(default = "default_metrics_path")]
+    pub path: String,
+    /// Default: the engine's port (`target.kubernetes.port`, or the container's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+fn default_metrics_path() -> String {
+    "/metrics".into()
 }
 
 /// How a `worker` fault's pod is replaced (`target.kubernetes.replacement`).
@@ -111,4 +142,57 @@ impl KubeTarget {
 
 fn default_ready_path() -> String {
     "/health".into()
+}
+
+/// How a kubernetes network fault resets the connections established before its
+/// NetworkPolicy (`faults[].reset_connections`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(untagged)]
+pub enum ResetConnections {
+    /// `proxy`: haq's proxy in front of the replica (`target.kubernetes.proxies`)
+    /// resets (RST) its connections of that replica — the gateway's to the proxy and
+    /// the proxy's to the pod; new ones then meet the policy.
+    Word(ResetBy),
+    /// A command exec'd in the pod: in `container` (default: the engine's), e.g. a
+    /// sidecar with NET_ADMIN running `[ss, -K, sport, "= :8080"]`.
+    Exec {
+        exec: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        container: Option<String>,
+    },
+}
+
+/// `reset_connections: proxy`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetBy {
+    Proxy,
+}
+
+/// A `worker` kill's grace period (`faults[].grace`): the pod's own, or seconds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum KubeGrace {
+    /// `pod`: the pod's own `terminationGracePeriodSeconds` (the delete names none).
+    Own(GraceOf),
+    /// Seconds between SIGTERM and SIGKILL.
+    Seconds(u32),
+}
+
+/// `grace: pod`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GraceOf {
+    Pod,
+}
+
+impl KubeGrace {
+    /// The delete's `gracePeriodSeconds` (`None`: the pod's own).
+    pub fn seconds(grace: Option<KubeGrace>) -> Option<u32> {
+        match grace {
+            None => Some(0),
+            Some(KubeGrace::Seconds(s)) => Some(s),
+            Some(KubeGrace::Own(_)) => None,
+        }
+    }
 }

@@ -153,16 +153,18 @@ pub fn get_pod(ns: &str, pod: &str) -> Call {
     )
 }
 
-/// Deletes a pod with `grace` seconds (0: at once, SIGKILL to its containers).
-pub fn delete_pod(ns: &str, pod: &str, grace: u32) -> Call {
+/// Deletes a pod with `grace` seconds (0: at once, SIGKILL to its containers; `None`:
+/// the pod's own grace period).
+pub fn delete_pod(ns: &str, pod: &str, grace: Option<u32>) -> Call {
     let dp = DeleteParams {
-        grace_period_seconds: Some(grace),
+        grace_period_seconds: grace,
         ..DeleteParams::default()
     };
-    Call::new(
-        format!("delete pod {pod} (grace {grace}s)"),
-        pods(ns).delete(pod, &dp),
-    )
+    let what = match grace {
+        Some(g) => format!("delete pod {pod} (grace {g}s)"),
+        None => format!("delete pod {pod} (its own grace period)"),
+    };
+    Call::new(what, pods(ns).delete(pod, &dp))
 }
 
 /// The Eviction API: a planned removal a PodDisruptionBudget may refuse (429).

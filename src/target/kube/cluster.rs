@@ -22,10 +22,25 @@ pub struct Cluster {
     pub token: String,
     /// How a `worker` fault's pod is replaced.
     pub replacement: crate::scenario::KubeReplacement,
+    /// Where each pod's metrics are scraped (`None`: they are not).
+    pub metrics: Option<crate::scenario::KubeMetrics>,
     /// The runtime the client's connections live on (heals run off it).
     runtime: tokio::runtime::Handle,
     /// The scale-downs faults made, by replica (`replacement: scale`).
     scaled: std::sync::Mutex<std::collections::BTreeMap<String, super::workload::Scaled>>,
+    /// The nodes node faults found cordoned or cordoned, by node: held while a node
+    /// is read and cordoned, so the injections of one fault into several pods of a
+    /// node cordon it once.
+    pub cordons: tokio::sync::Mutex<std::collections::BTreeMap<String, Cordoned>>,
+}
+
+/// A node a node fault of this run cordoned, or found cordoned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cordoned {
+    /// By fault `fault`, with replica `replica`'s pod (its injection heals it).
+    ByHaq { fault: String, replica: String },
+    /// Before haq (left so on heal).
+    Before,
 }
 
 impl Cluster {
@@ -45,8 +60,10 @@ impl Cluster {
             selector,
             token,
             replacement: k.replacement,
+            metrics: k.metrics.clone(),
             runtime: tokio::runtime::Handle::current(),
             scaled: Default::default(),
+            cordons: Default::default(),
         })
     }
 

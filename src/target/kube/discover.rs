@@ -1,6 +1,8 @@
 //! Discovery: the pods the selector finds in the namespace become the replicas — pod
 //! name, uid, node (the failure domain `node`), pod IP, the engine's container and
-//! port, its GPU count (`nvidia.com/gpu` requests, else limits). A count names them
+//! port, its GPU count (`nvidia.com/gpu` requests, else limits) and, where the pod
+//! says them, the GPUs' ids (`NVIDIA_VISIBLE_DEVICES` in its env, a scheduler's
+//! annotation). A count names them
 //! `w1..wN` in pod-name order; a list names the pods themselves. Pods on their way
 //! out (a deletion timestamp, a finished phase) are not replicas; the start waits
 //! (up to `target.ready_timeout`) until every replica is scheduled, has an IP and
@@ -151,6 +153,7 @@ pub fn pod_info(replica: String, p: &Pod, k: &KubeTarget) -> Result<PodInfo, Not
     if !ready {
         return Err(NotYet::Wait(format!("pod {name} is not Ready")));
     }
+    let ids = gpu_ids(p, c);
     Ok(PodInfo {
         replica,
         uid: p.metadata.uid.clone().unwrap_or_default(),
@@ -159,6 +162,8 @@ pub fn pod_info(replica: String, p: &Pod, k: &KubeTarget) -> Result<PodInfo, Not
         container: c.name.clone(),
         port,
         gpus: gpus(c),
+        gpu_ids: ids.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
+        gpu_ids_from: ids.map(|i| i.1),
         restarts: restarts(p, &c.name),
         owner: super::pod::Owner::of(p),
         name,
@@ -176,6 +181,42 @@ fn gpus(c: &Container) -> u32 {
                 .and_then(|m| m.get(GPU_RESOURCE))
         });
     q.and_then(|q| q.0.trim().parse().ok()).unwrap_or(0)
+}
+
+/// The env variables whose value lists the container's GPUs (set in the pod's spec).
+const GPU_ENV: [&str; 2] = ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"];
+
+/// Pod annotations of GPU schedulers that name the GPUs they gave the pod (Volcano's
+/// GPU sharing: `volcano.sh/gpu-index: "0,1"`).
+const GPU_ANNOTATIONS: [&str; 1] = ["volcano.sh/gpu-index"];
+
+/// The GPUs' ids of container `c` and where they were read: its env (a literal list,
+/// not `all` / `none` / `void`), else a scheduler's annotation; `None` when the pod
+/// does not say (the NVIDIA device plugin sets the env at container creation, which
+/// the API does not show: then the count is all there is).
+fn gpu_ids(p: &Pod, c: &Container) -> Option<(Vec<String>, String)> {
+    let list = |v: &str| -> Option<Vec<String>> {
+        let ids: Vec<String> = v
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let words = ["all", "none", "void"];
+        (!ids.is_empty() && !ids.iter().any(|i| words.contains(&i.as_str()))).then_some(ids)
+    };
+    let env = c.env.iter().flatten();
+    for e in env {
+        if GPU_ENV.contains(&e.name.as_str())
+            && let Some(ids) = e.value.as_deref().and_then(list)
+        {
+            return Some((ids, format!("env {}", e.name)));
+        }
+    }
+    let notes = p.metadata.annotations.as_ref()?;
+    GPU_ANNOTATIONS.iter().find_map(|k| {
+        let ids = notes.get(*k).and_then(|v| list(v))?;
+        Some((ids, format!("annotation {k}")))
+    })
 }
 
 /// The restart count of container `c` of the pod.

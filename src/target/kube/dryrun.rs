@@ -2,25 +2,39 @@
 //! method, path and query, body — in order, built by the same functions the run sends
 //! ([`super::calls`]), and none made (no client is even built). Pods and nodes are
 //! discovered at the start, so the calls name them `POD_OF_w2` / `NODE_OF_w2` (a
-//! listed replica names its pod); a `_` never appears in a real pod or node name.
+//! listed replica names its pod; the replica serving a probe is `PROBED`); a `_`
+//! never appears in a real pod or node name. haq's proxies make no call: their
+//! addresses are listed first.
 
 use super::calls::ISOLATE_LABEL;
 use super::calls::{self, Call};
 use crate::plan::{FaultPlan, Plan};
 use crate::scenario::{
-    FailureDomain as D, FaultAction as A, FaultBackend, KubeReplacement, KubeTarget, Replicas,
+    FailureDomain as D, FaultAction as A, FaultBackend, KubeGrace, KubeReplacement, KubeTarget,
+    Replicas, ResetConnections,
 };
 
-/// One call and when the run makes it.
+/// One call and when the run makes it — or, with no call, what haq does itself then
+/// (haq's proxy resetting a replica's connections).
 pub struct Step {
     pub when: String,
-    pub call: Call,
+    pub call: Option<Call>,
+    pub note: String,
 }
 
 fn step(when: &str, call: Call) -> Step {
     Step {
         when: when.to_string(),
-        call,
+        note: call.describe(),
+        call: Some(call),
+    }
+}
+
+fn note(when: &str, note: String) -> Step {
+    Step {
+        when: when.to_string(),
+        call: None,
+        note,
     }
 }
 
@@ -54,7 +68,14 @@ pub fn steps(plan: &Plan, k: &KubeTarget, token: &str) -> Vec<Step> {
         if f.backend != FaultBackend::Kubernetes {
             continue;
         }
-        for r in &f.replicas {
+        // A probe's fault with no target hits the replica serving the probe.
+        let probed = [String::from("PROBED")];
+        let targets = if f.replicas.is_empty() {
+            &probed[..]
+        } else {
+            &f.replicas[..]
+        };
+        for r in targets {
             let pod = pod_name(plan, r);
             if k.replacement == KubeReplacement::Scale && f.domain == D::Worker {
                 scale_steps(plan, f, k, r, &pod, &when, &mut out);
@@ -62,6 +83,11 @@ pub fn steps(plan: &Plan, k: &KubeTarget, token: &str) -> Vec<Step> {
                 fault_steps(f, k, token, r, &pod, &when, &mut out);
             }
         }
+    }
+    if k.serving_service.is_some() {
+        // Whenever a slice names a new pod while a replica is vacant.
+        let when = "watch (a new pod in a slice)";
+        out.push(step(when, calls::get_pod(ns, "NEW_POD")));
     }
     out
 }
@@ -127,7 +153,10 @@ fn fault_steps(
     let read = || step(when, calls::get_pod(ns, pod));
     match (f.domain, f.action) {
         (D::Worker, A::Kill) => {
-            out.push(step(when, calls::delete_pod(ns, pod, 0)));
+            out.push(step(
+                when,
+                calls::delete_pod(ns, pod, KubeGrace::seconds(f.grace)),
+            ));
             out.push(read());
         }
         (D::Drain, A::Drain) => {
@@ -141,7 +170,7 @@ fn fault_steps(
             let each = format!("{when} (each selected pod on {node})");
             out.push(match a {
                 A::Drain => step(&each, calls::evict_pod(ns, "POD_ON_NODE")),
-                _ => step(&each, calls::delete_pod(ns, "POD_ON_NODE", 0)),
+                _ => step(&each, calls::delete_pod(ns, "POD_ON_NODE", Some(0))),
             });
             out.push(step(&each, calls::get_pod(ns, "POD_ON_NODE")));
             out.push(step(&heal, calls::cordon(&node, false)));
@@ -155,6 +184,20 @@ fn fault_steps(
             ));
             out.push(step(when, calls::create_policy(ns, &np)));
             out.push(step(when, calls::get_policy(ns, &policy)));
+            match &f.reset_connections {
+                Some(ResetConnections::Word(_)) => out.push(note(
+                    when,
+                    format!(
+                        "haq's proxy of {replica} resets its established connections (no API call)"
+                    ),
+                )),
+                Some(ResetConnections::Exec { exec, container }) => {
+                    let c = container.clone().or_else(|| k.container.clone());
+                    let c = c.unwrap_or_else(|| "FIRST_CONTAINER".into());
+                    out.push(step(when, calls::exec(ns, pod, &c, exec)));
+                }
+                None => {}
+            }
             out.push(step(&heal, calls::delete_policy(ns, &policy)));
             out.push(step(&heal, calls::label_pod(ns, pod, ISOLATE_LABEL, None)));
             out.push(step(&heal, calls::get_policy(ns, &policy)));
@@ -185,8 +228,15 @@ pub fn render(plan: &Plan, context: &str) -> String {
         k.selector,
         k.gateway_url()
     );
+    let port = k.port.map_or_else(|| "PORT".to_string(), |p| p.to_string());
+    for (replica, addr) in &k.proxies {
+        s.push_str(&format!(
+            "{:<28} haq's proxy listens on {addr} → IP_OF_{replica}:{port} (the pod's address, followed to its replacement; no API call)\n",
+            format!("proxy {replica}")
+        ));
+    }
     for st in steps(plan, k, token) {
-        s.push_str(&format!("{:<28} {}\n", st.when, st.call.describe()));
+        s.push_str(&format!("{:<28} {}\n", st.when, st.note));
     }
     for f in plan
         .faults

@@ -1,10 +1,12 @@
 //! Undoing what a kubernetes fault left: uncordon a node haq cordoned, delete the
-//! NetworkPolicy haq created and take its label off the pod. The run's heals and
+//! NetworkPolicy haq created and take its label off the pod, scale a workload haq
+//! scaled down back to its count. The run's heals and
 //! `haq heal RUN_DIR` (from the heal ledger, after a killed run) call the same
 //! functions; each is verified by what the API answers.
 
 use std::time::Duration;
 
+use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
@@ -80,6 +82,29 @@ pub async fn unisolate(
     }
 }
 
+/// Scales workload `plural/name` to `n`, verified by its scale read back.
+pub async fn rescale(
+    client: &kube::Client,
+    ns: &str,
+    plural: &str,
+    name: &str,
+    n: i32,
+) -> Result<String, String> {
+    let w = format!("{plural}/{name}");
+    client
+        .request::<Scale>(calls::set_scale(ns, plural, name, n).req)
+        .await
+        .map_err(|e| format!("scaling {w} to {n}: {}", api_error(&e).1))?;
+    let s: Scale = client
+        .request(calls::get_scale(ns, plural, name).req)
+        .await
+        .map_err(|e| format!("reading the scale of {w}: {}", api_error(&e).1))?;
+    match s.spec.and_then(|s| s.replicas).unwrap_or(0) {
+        got if got == n => Ok(format!("{w} scaled to {n} (read back)")),
+        got => Err(format!("{w} scaled to {n}, but its scale reads {got}")),
+    }
+}
+
 /// What `haq heal` undoes in a cluster.
 pub enum Leftover {
     Cordon {
@@ -90,6 +115,12 @@ pub enum Leftover {
         policy: String,
         pod: String,
         label: String,
+    },
+    Scale {
+        namespace: String,
+        plural: String,
+        name: String,
+        replicas: i32,
     },
 }
 
@@ -119,6 +150,12 @@ pub fn heal_blocking(context: &str, what: Leftover) -> (bool, String) {
                     pod,
                     label,
                 } => unisolate(&client, namespace, policy, pod, label).await,
+                Leftover::Scale {
+                    namespace,
+                    plural,
+                    name,
+                    replicas,
+                } => rescale(&client, namespace, plural, name, *replicas).await,
             }
         });
         let _ = tx.send(got);

@@ -4,15 +4,19 @@
 //! new pod its controller made for it. A replica whose pod is gone or terminating is
 //! vacant; the first new live pod of the same controller (the `controller: true`
 //! owner reference: the ReplicaSet, the StatefulSet — any selected pod when the old
-//! one had none) fills the lowest vacant replica, and the registry's pod and direct
-//! URL become the new pod's, so later faults hit it. A StatefulSet's pod comes back
+//! one had none; observers give only pods they checked against the selector) fills
+//! the lowest vacant replica, and the registry's pod and direct
+//! URL become the new pod's, so later faults hit it, haq's proxy in front of the
+//! replica (if any) forwards to it, and the response attribution learns its address
+//! (a gateway naming the new pod names the replica: its first request served). A StatefulSet's pod comes back
 //! under the same name with a new uid: that is a new pod too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use super::pod::{Owner, PodRef};
-use crate::target::registry::{ProcRef, Registry};
+use super::pod::{Owner, PodInfo, PodRef};
+use crate::client::Learned;
+use crate::target::registry::{ProcRef, Registry, Replica};
 
 /// A pod an observer saw, as far as it knows it.
 #[derive(Debug, Clone, Default)]
@@ -44,6 +48,8 @@ pub struct Lineage {
     replacements: BTreeSet<String>,
     /// Uids of the pods that left a replica (never adopted again).
     retired: BTreeSet<String>,
+    /// Where a replica's new address is told (the response attribution).
+    learned: Option<Arc<Learned>>,
 }
 
 /// The lineage both observers of a run share.
@@ -63,11 +69,19 @@ impl Lineage {
             vacant: BTreeSet::new(),
             replacements: BTreeSet::new(),
             retired: BTreeSet::new(),
+            learned: None,
         }
     }
 
     pub fn shared(registry: Arc<Registry>) -> Shared {
         Arc::new(Mutex::new(Lineage::new(registry)))
+    }
+
+    /// Shared, telling `learned` each replica's new pod address (a replacement's).
+    pub fn learning(registry: Arc<Registry>, learned: Arc<Learned>) -> Shared {
+        let mut l = Lineage::new(registry);
+        l.learned = Some(learned);
+        Arc::new(Mutex::new(l))
     }
 
     /// The replica's name.
@@ -94,6 +108,11 @@ impl Lineage {
         self.replacements.contains(uid)
     }
 
+    /// Some replica's pod is gone or terminating (a new pod may take its place).
+    pub fn has_vacant(&self) -> bool {
+        !self.vacant.is_empty()
+    }
+
     /// The replica's pod is gone or terminating.
     pub fn vacate(&mut self, i: usize) {
         if let Some(p) = self.registry.replicas[i].pod() {
@@ -114,8 +133,10 @@ impl Lineage {
             let old = self.registry.replicas[i].pod();
             old.is_some_and(|o| match (&o.pod.owner, &s.owner) {
                 (Some(a), Some(b)) => a.uid == b.uid,
-                // A bare pod, or a slice that does not know the owner.
-                _ => true,
+                // A controller's pod is replaced by that controller's pods only.
+                (Some(_), None) => false,
+                // A bare pod: by any selected pod.
+                (None, _) => true,
             })
         })?;
         let r = &self.registry.replicas[i];
@@ -129,9 +150,7 @@ impl Lineage {
         if s.owner.is_some() {
             pod.owner.clone_from(&s.owner);
         }
-        if !pod.ip.is_empty() {
-            r.set_direct_url(pod.url());
-        }
+        self.follow(r, &pod);
         r.set_process(ProcRef::Pod(Arc::new(PodRef {
             cluster: old.cluster.clone(),
             pod,
@@ -162,12 +181,28 @@ impl Lineage {
         let mut pod = old.pod.clone();
         pod.ip.clone_from(ip);
         pod.node.clone_from(node);
-        if !pod.ip.is_empty() {
-            r.set_direct_url(pod.url());
-        }
+        self.follow(r, &pod);
         r.set_process(ProcRef::Pod(Arc::new(PodRef {
             cluster: old.cluster.clone(),
             pod,
         })));
+    }
+}
+
+impl Lineage {
+    /// The replica's direct URL and haq's proxy in front of it (its new connections)
+    /// go to the pod's address, once it has one, and the response attribution learns
+    /// that the address is the replica's.
+    fn follow(&self, r: &Replica, pod: &PodInfo) {
+        if pod.ip.is_empty() {
+            return;
+        }
+        r.set_direct_url(pod.url());
+        if let Some(p) = &r.proxy {
+            p.set_upstream(&pod.authority());
+        }
+        if let Some(l) = &self.learned {
+            l.learn(&r.name, &pod.authority());
+        }
     }
 }

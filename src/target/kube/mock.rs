@@ -96,6 +96,17 @@ impl ApiServer {
         (format!("{} {}", req.method(), req.uri()), send)
     }
 
+    /// Answers a request taken with [`ApiServer::next`]: `status` with `answer`.
+    pub fn answer(
+        send: tower_test::mock::SendResponse<Response<Body>>,
+        status: u16,
+        answer: Value,
+    ) {
+        let mut resp = Response::new(Body::from(serde_json::to_vec(&answer).expect("json")));
+        *resp.status_mut() = http::StatusCode::from_u16(status).expect("status");
+        send.send_response(resp);
+    }
+
     /// Nothing else is asked of the API server within `wait`.
     pub async fn no_more(mut self, wait: std::time::Duration) {
         if let Ok(Some((req, _))) = tokio::time::timeout(wait, self.0.next_request()).await {

@@ -15,6 +15,7 @@ pub mod calls;
 pub mod cluster;
 pub mod discover;
 pub mod dryrun;
+pub mod follow;
 pub mod heal;
 pub mod lineage;
 pub mod pod;
@@ -30,6 +31,8 @@ pub mod mock;
 #[cfg(test)]
 mod podtests;
 #[cfg(test)]
+mod proxytests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -39,6 +42,7 @@ pub use cluster::Cluster;
 pub use pod::{PodInfo, PodRef};
 
 use crate::plan::Plan;
+use crate::proxy::{ProxySet, ProxySpec, ReplicaProxy};
 use crate::target::registry::{ProcRef, Registry, Replica, Respawn};
 use crate::trace::{Clock, Event, TraceWriter};
 
@@ -56,6 +60,10 @@ pub struct Started {
     pub api_url: String,
     /// Stops the EndpointSlice and pod watches.
     pub stop: tokio_util::sync::CancellationToken,
+    /// haq's proxies in front of the replicas (`target.kubernetes.proxies`).
+    pub proxies: Option<ProxySet>,
+    /// The replacements' addresses, as the watches attribute them.
+    pub learned: Arc<crate::client::Learned>,
 }
 
 /// Connects to the allowed context, discovers the serving pods and starts the
@@ -85,6 +93,7 @@ pub async fn started(
     let (t, k) = (&plan.scenario.target, block(plan)?);
     let declared = t.replica_set();
     let pods = discover::discover(&cluster, k, &declared, t.ready_timeout.0, every, say).await?;
+    let proxies = proxies(plan, &pods, tw, clock).await?;
     let mut replicas = Vec::new();
     for p in pods {
         tw.emit(Event::Observation {
@@ -101,14 +110,16 @@ pub async fn started(
                 cluster.token
             )),
         });
-        replicas.push(replica(&cluster, p, &k.ready_path));
+        let proxy = proxies.as_ref().and_then(|s| s.get(&p.replica).cloned());
+        replicas.push(proxied(&cluster, p, &k.ready_path, proxy));
     }
     let registry = Arc::new(Registry {
         replicas,
         respawn: Respawn::Kube,
     });
     let stop = tokio_util::sync::CancellationToken::new();
-    let lineage = lineage::Lineage::shared(registry.clone());
+    let learned = Arc::new(crate::client::Learned::default());
+    let lineage = lineage::Lineage::learning(registry.clone(), learned.clone());
     if let Some(service) = &k.serving_service {
         tokio::spawn(slices::watch(
             cluster.clone(),
@@ -134,7 +145,36 @@ pub async fn started(
         cluster,
         api_url: k.gateway_url(),
         stop,
+        proxies,
+        learned,
     })
+}
+
+/// haq's proxies of `target.kubernetes.proxies` (each replica's `listen`), forwarding
+/// to the discovered pods — borrowed from `haq proxy` when it holds the addresses.
+async fn proxies(
+    plan: &Plan,
+    pods: &[PodInfo],
+    tw: &TraceWriter,
+    clock: &Clock,
+) -> anyhow::Result<Option<ProxySet>> {
+    let mut specs = Vec::new();
+    for d in &plan.replica_decls {
+        let (Some(l), Some(p)) = (&d.listen, pods.iter().find(|p| p.replica == d.name)) else {
+            continue;
+        };
+        specs.push(ProxySpec {
+            name: d.name.clone(),
+            listen: l
+                .parse()
+                .map_err(|e| anyhow::anyhow!("replica {}: proxy address {l}: {e}", d.name))?,
+            upstream: Some(p.authority()),
+        });
+    }
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ProxySet::start(&specs, tw, clock).await?))
 }
 
 fn block(plan: &Plan) -> anyhow::Result<&crate::scenario::KubeTarget> {
@@ -147,6 +187,16 @@ fn block(plan: &Plan) -> anyhow::Result<&crate::scenario::KubeTarget> {
 
 /// A discovered pod as a replica of the registry.
 pub fn replica(cluster: &Arc<Cluster>, p: PodInfo, ready_path: &str) -> Arc<Replica> {
+    proxied(cluster, p, ready_path, None)
+}
+
+/// A discovered pod as a replica, with haq's proxy in front of it.
+pub fn proxied(
+    cluster: &Arc<Cluster>,
+    p: PodInfo,
+    ready_path: &str,
+    proxy: Option<Arc<ReplicaProxy>>,
+) -> Arc<Replica> {
     Arc::new(Replica {
         name: p.replica.clone(),
         node: Some(p.node.clone()),
@@ -155,7 +205,7 @@ pub fn replica(cluster: &Arc<Cluster>, p: PodInfo, ready_path: &str) -> Arc<Repl
             cluster: cluster.clone(),
             pod: p,
         })))),
-        proxy: None,
+        proxy,
         ready_path: ready_path.to_string(),
         restart_cmd: None,
     })

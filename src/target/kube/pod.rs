@@ -20,6 +20,9 @@ pub struct PodInfo {
     pub container: String,
     pub port: u16,
     pub gpus: u32,
+    /// The GPUs' ids, where the pod says them (and where it said them), else empty.
+    pub gpu_ids: Vec<String>,
+    pub gpu_ids_from: Option<String>,
     /// The engine container's restart count when it was read.
     pub restarts: i32,
     /// The controller that owns the pod (its replacement has the same).
@@ -59,17 +62,26 @@ impl std::fmt::Display for Owner {
 impl PodInfo {
     /// `http://IP:PORT`.
     pub fn url(&self) -> String {
+        format!("http://{}", self.authority())
+    }
+
+    /// `IP:PORT` (`[IP]:PORT` for IPv6): haq's proxy's upstream.
+    pub fn authority(&self) -> String {
         if self.ip.contains(':') {
-            format!("http://[{}]:{}", self.ip, self.port)
+            format!("[{}]:{}", self.ip, self.port)
         } else {
-            format!("http://{}:{}", self.ip, self.port)
+            format!("{}:{}", self.ip, self.port)
         }
     }
 
     /// What discovery found, for the trace.
     pub fn describe(&self) -> String {
+        let ids = match &self.gpu_ids_from {
+            Some(from) => format!(", ids {} from {from}", self.gpu_ids.join(",")),
+            None => String::new(),
+        };
         format!(
-            "{} = pod {} (uid {}) on node {}, {}:{} container {}, {} GPU ({GPU_RESOURCE})",
+            "{} = pod {} (uid {}) on node {}, {}:{} container {}, {} GPU ({GPU_RESOURCE}{ids})",
             self.replica,
             self.name,
             self.uid,

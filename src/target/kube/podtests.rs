@@ -194,6 +194,8 @@ fn the_pod_observer_guards_the_selector_and_reports_a_failing_replacement() {
         container: "llama".into(),
         port: 8080,
         gpus: 0,
+        gpu_ids: Vec::new(),
+        gpu_ids_from: None,
         restarts: 0,
         owner: None,
     };

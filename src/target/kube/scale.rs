@@ -68,13 +68,7 @@ pub async fn read(c: &Cluster, w: &Workload) -> Result<i32, String> {
 
 /// Sets the workload's replicas, verified by reading the scale back.
 pub async fn set(c: &Cluster, w: &Workload, n: i32) -> Result<String, String> {
-    c.send::<Scale>(calls::set_scale(&c.namespace, w.plural, &w.name, n))
-        .await
-        .map_err(|e| format!("scaling {w} to {n}: {}", api_error(&e).1))?;
-    match read(c, w).await? {
-        got if got == n => Ok(format!("{w} scaled to {n} (read back)")),
-        got => Err(format!("{w} scaled to {n}, but its scale reads {got}")),
-    }
+    super::heal::rescale(&c.client, &c.namespace, w.plural, &w.name, n).await
 }
 
 /// The replacement of a replica whose fault scaled its workload down: back to the

@@ -5,7 +5,8 @@
 //! traffic removal as the cluster's own routing saw them — and `endpoint_ready`.
 //! A new pod whose endpoint appears while a replica's pod is gone or terminating takes
 //! that replica's place (`replacement_started`): the controller's replacement, in
-//! replica order.
+//! replica order — once the pod, read from the API, is in the target's namespace and
+//! selector and of the gone pod's controller (`not_adopted` otherwise).
 //!
 //! [`SliceState`] is the pure part (slices in, changes out), so a recorded event
 //! stream replays to the same observations; [`watch`] runs it in the shared
@@ -21,10 +22,12 @@ use tokio_util::sync::CancellationToken;
 use super::calls;
 use super::cluster::Cluster;
 use super::lineage::{Lineage, Seen, Shared};
+use super::pod::Owner;
 pub use super::watch::Applied;
 use super::watch::{Follow, Obs, Watched};
-use crate::target::registry::Registry;
+use crate::plan::kubernetes::{Requirement, selector_matches};
 use crate::trace::{Clock, TraceWriter};
+use k8s_openapi::api::core::v1::Pod;
 
 /// The source of the EndpointSlice watch's observations.
 pub const SOURCE: &str = "kubernetes EndpointSlice watch";
@@ -160,23 +163,32 @@ fn change(pod: &str, a: Option<&(String, Cond)>, b: Option<&(String, Cond)>) -> 
 }
 
 /// Maps endpoint changes onto replicas: a replica's own pod (or one that was), or a
-/// new pod taking the place of a replica whose pod is gone or terminating.
+/// new pod taking the place of a replica whose pod is gone or terminating — once the
+/// pod is read and found in the namespace and the selector (the slice names the pod,
+/// not its labels: the serving Service may select more than the target's selector)
+/// and of the same controller.
 pub struct Replicas {
     lineage: Shared,
+    namespace: String,
+    selector: Vec<Requirement>,
+    /// Changes of new pods that may fill a vacant replica, until the pod is read.
+    pending: Vec<Change>,
 }
 
 impl Replicas {
-    pub fn new(registry: Arc<Registry>) -> Replicas {
-        Replicas::shared(Lineage::shared(registry))
+    /// With the attribution the pod watch shares; new pods are adopted only inside
+    /// `namespace` and `selector` (the blast-radius guard).
+    pub fn guarded(lineage: Shared, namespace: &str, selector: Vec<Requirement>) -> Replicas {
+        Replicas {
+            lineage,
+            namespace: namespace.to_string(),
+            selector,
+            pending: Vec::new(),
+        }
     }
 
-    /// With the attribution the pod watch shares.
-    pub fn shared(lineage: Shared) -> Replicas {
-        Replicas { lineage }
-    }
-
-    /// The observations of one batch of changes (`replacement_started` before the
-    /// change of a pod that took a replica's place).
+    /// The observations of one batch of changes; a new pod that may fill a vacant
+    /// replica waits to be read ([`Replicas::read`]).
     pub fn observe(&mut self, changes: Vec<Change>) -> Vec<Obs> {
         let mut lin = self.lineage.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
@@ -190,22 +202,91 @@ impl Replicas {
                     }
                     Some(i)
                 }
-                None => adopt(&mut lin, &c, &mut out).or_else(|| lin.replica_of(&c.pod)),
+                None if !gone
+                    && lin.replica_of(&c.pod).is_none()
+                    && (lin.has_vacant() || self.pending.iter().any(|p| p.pod == c.pod)) =>
+                {
+                    self.pending.push(c);
+                    continue;
+                }
+                None => lin.replica_of(&c.pod),
             };
             out.push((i.map(|i| lin.name(i)), c.what, c.detail));
         }
         out
     }
+
+    /// The new pods waiting to be read.
+    pub fn to_read(&mut self) -> Vec<String> {
+        let mut names: Vec<String> = self.pending.iter().map(|c| c.pod.clone()).collect();
+        names.dedup();
+        names
+    }
+
+    /// The pod as the API has it (`None`: gone or unread): in the namespace and the
+    /// selector, it may fill a vacant replica of its controller (`replacement_started`
+    /// before its changes); else its changes are nobody's.
+    pub fn read(&mut self, pod: &str, got: Option<Pod>) -> Vec<Obs> {
+        let (changes, rest) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|c| c.pod == pod);
+        self.pending = rest;
+        let mut lin = self.lineage.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        let last = changes.iter().rev().find_map(|c: &Change| c.now.clone());
+        let i = match (&got, last) {
+            (Some(p), Some(now)) if self.ours(p) => adopt(&mut lin, pod, p, &now, &mut out),
+            (Some(_), _) => {
+                out.push((
+                    None,
+                    "not_adopted",
+                    format!(
+                        "pod {pod} is outside namespace {} and selector `{}`: no replica's (blast-radius guard)",
+                        self.namespace,
+                        show_selector(&self.selector)
+                    ),
+                ));
+                None
+            }
+            _ => None,
+        };
+        let i = i
+            .or_else(|| lin.current(pod, ""))
+            .or_else(|| lin.replica_of(pod));
+        for c in changes {
+            out.push((i.map(|i| lin.name(i)), c.what, c.detail));
+        }
+        out
+    }
+
+    fn ours(&self, p: &Pod) -> bool {
+        p.metadata
+            .namespace
+            .as_deref()
+            .is_none_or(|n| n == self.namespace)
+            && p.metadata.deletion_timestamp.is_none()
+            && selector_matches(
+                &self.selector,
+                p.metadata.labels.as_ref().unwrap_or(&Default::default()),
+            )
+    }
 }
 
-fn adopt(lin: &mut Lineage, c: &Change, out: &mut Vec<Obs>) -> Option<usize> {
-    let now = c.now.as_ref().filter(|n| !n.terminating)?;
+fn show_selector(reqs: &[Requirement]) -> String {
+    reqs.iter()
+        .map(|r| format!("{}{}{}", r.key, if r.equal { "=" } else { "!=" }, r.value))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Pod `name` (read: in the selector) fills a vacant replica of its controller.
+fn adopt(lin: &mut Lineage, name: &str, p: &Pod, now: &Cond, out: &mut Vec<Obs>) -> Option<usize> {
     let seen = Seen {
-        name: c.pod.clone(),
-        uid: now.uid.clone(),
+        name: name.to_string(),
+        uid: p.metadata.uid.clone().unwrap_or_else(|| now.uid.clone()),
         ip: now.address.clone(),
         node: now.node.clone(),
-        owner: None,
+        owner: Owner::of(p),
     };
     let a = lin.adopt(&seen)?;
     out.push((
@@ -230,6 +311,14 @@ impl Follow<EndpointSlice> for Observer {
         let changes = self.state.apply(ev);
         self.replicas.observe(changes)
     }
+
+    fn to_read(&mut self) -> Vec<String> {
+        self.replicas.to_read()
+    }
+
+    fn read(&mut self, pod: &str, got: Option<Pod>) -> Vec<Obs> {
+        self.replicas.read(pod, got)
+    }
 }
 
 /// Watches the EndpointSlices of `service` until `stop`, writing each change.
@@ -252,7 +341,7 @@ pub async fn watch(
     };
     let observer = Observer {
         state: SliceState::default(),
-        replicas: Replicas::shared(lineage),
+        replicas: Replicas::guarded(lineage, &ns, cluster.selector.clone()),
     };
     super::watch::run(&cluster, w, observer, clock, trace, stop).await;
 }

@@ -42,40 +42,52 @@ impl Trace {
         }
     }
 
-    /// The observations written: (replica, what, detail).
-    pub fn observations(mut self) -> Vec<(Option<String>, String, String)> {
+    /// Every event written.
+    pub fn events(mut self) -> Vec<Event> {
         drop(self.tw);
         if let Some(h) = self.handle.take() {
             h.finish().expect("finish");
         }
         crate::trace::read(&self.path)
             .expect("read")
+            .filter_map(Result::ok)
+            .collect()
+    }
+
+    /// The observations written: (replica, what, detail).
+    pub fn observations(self) -> Vec<(Option<String>, String, String)> {
+        self.events()
+            .into_iter()
             .filter_map(|e| match e {
-                Ok(Event::Observation {
+                Event::Observation {
                     replica,
                     what,
                     detail,
                     ..
-                }) => Some((replica, what, detail.unwrap_or_default())),
+                } => Some((replica, what, detail.unwrap_or_default())),
                 _ => None,
             })
             .collect()
     }
 }
 
+/// The three serving pods as listed (version 100): llama-b (`w2`) at `b_ip`, Ready
+/// or not.
+pub fn three_pods(b_ip: &str, b_ready: bool) -> serde_json::Value {
+    list(
+        "PodList",
+        vec![
+            pod("llama-c", "u-c", "node-b", "10.0.0.3", true),
+            pod("llama-a", "u-a", "node-a", "10.0.0.1", true),
+            pod("llama-b", "u-b", "node-a", b_ip, b_ready),
+        ],
+        "100",
+    )
+}
+
 /// Discovery answered with three pods, `w2`'s not ready at first.
 pub async fn discovered(server: &mut ApiServer) {
-    let pods = |ready: bool| {
-        list(
-            "PodList",
-            vec![
-                pod("llama-c", "u-c", "node-b", "10.0.0.3", true),
-                pod("llama-a", "u-a", "node-a", "10.0.0.1", true),
-                pod("llama-b", "u-b", "node-a", "10.0.0.2", ready),
-            ],
-            "100",
-        )
-    };
+    let pods = |ready: bool| three_pods("10.0.0.2", ready);
     server.expect("GET", PODS, None, 200, pods(false)).await;
     server.expect("GET", PODS, None, 200, pods(true)).await;
 }
@@ -222,6 +234,9 @@ async fn discovery_refuses_a_pod_outside_the_selector_and_a_wrong_count() {
 
 pub const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices?&labelSelector=kubernetes.io%2Fservice-name%3Dllama";
 
+/// The watch of the Service's EndpointSlices from the list's version 100.
+pub const WATCH_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices?&watch=true&timeoutSeconds=290&labelSelector=kubernetes.io%2Fservice-name%3Dllama&allowWatchBookmarks=true&resourceVersion=100";
+
 /// An EndpointSlice of Service `llama` with `(pod, uid, ip, node, ready, terminating)`.
 pub fn slice(
     name: &str,
@@ -298,8 +313,12 @@ async fn the_endpointslice_watch_writes_each_transition() {
             json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410, "reason": "Expired", "message": "too old"}}),
         ];
         let text: String = events.iter().map(|e| format!("{e}\n")).collect();
-        let watch = "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices?&watch=true&timeoutSeconds=290&labelSelector=kubernetes.io%2Fservice-name%3Dllama&allowWatchBookmarks=true&resourceVersion=100";
-        server.stream("GET", watch, text).await;
+        server.stream("GET", WATCH_SLICES, text).await;
+        // The new pod is read before it takes w2's place: it is in the selector.
+        let d = pod("llama-d", "u-d", "node-b", "10.0.0.4", false);
+        server
+            .expect("GET", "/api/v1/namespaces/llm/pods/llama-d", None, 200, d)
+            .await;
         // After the 410: a fresh list (the new pod is ready now), then a watch from it.
         let d = ("llama-d", "u-d", "10.0.0.4", "node-b", true, false);
         slices_listed(
@@ -390,6 +409,11 @@ fn the_dry_run_lists_every_call_of_each_fault() {
         kill[5].starts_with("+6.0s kill-w2 GET /api/v1/namespaces/llm/pods/POD_OF_w2 "),
         "{kill:?}"
     );
+    let own = lines(&["faults[0].grace=pod"]);
+    assert_eq!(
+        own[4],
+        "+6.0s kill-w2 DELETE /api/v1/namespaces/llm/pods/POD_OF_w2? {} (delete pod POD_OF_w2 (its own grace period))"
+    );
     let drain = lines(&["faults[0].domain=drain"]);
     assert!(drain[4].contains("POST /api/v1/namespaces/llm/pods/POD_OF_w2/eviction? {\"delete_options\":null,\"metadata\":{\"name\":\"POD_OF_w2\"}}"), "{drain:?}");
     let node = lines(&["faults[0].domain=node"]);
@@ -425,6 +449,41 @@ fn the_dry_run_lists_every_call_of_each_fault() {
         "target.kubernetes.container=llama",
     ]);
     assert!(gpu[5].contains("GET /api/v1/namespaces/llm/pods/POD_OF_w2/exec?&stdout=true&stderr=true&container=llama&command=pkill&command=-KILL&command=llama-server"), "{gpu:?}");
+    // The network fault's reset of the established connections.
+    let proxy = "target.kubernetes.proxies={w2: \"0.0.0.0:9002\"}";
+    let reset = lines(&[
+        "faults[0].domain=network",
+        proxy,
+        "faults[0].reset_connections=proxy",
+    ]);
+    // (After the line of w2's proxy.)
+    assert!(
+        reset[6].starts_with(
+            "+6.0s blackhole-w2 POST /apis/networking.k8s.io/v1/namespaces/llm/networkpolicies? "
+        ),
+        "{reset:?}"
+    );
+    assert_eq!(
+        reset[7..9]
+            .iter()
+            .map(|l| l.split(" (").next().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        vec![
+            "+6.0s blackhole-w2 GET /apis/networking.k8s.io/v1/namespaces/llm/networkpolicies/haq-runtoken-blackhole-w2-w2",
+            "+6.0s blackhole-w2 haq's proxy of w2 resets its established connections",
+        ]
+    );
+    let exec = lines(&[
+        "faults[0].domain=network",
+        "faults[0].reset_connections={exec: [ss, -K, dst, 10.0.0.9], container: net}",
+    ]);
+    assert!(exec[7].starts_with("+6.0s blackhole-w2 GET /api/v1/namespaces/llm/pods/POD_OF_w2/exec?&stdout=true&stderr=true&container=net&command=ss&command=-K&command=dst&command=10.0.0.9 "), "{exec:?}");
+    // haq's proxy in front of w2: where it listens and what it forwards to.
+    let proxied = lines(&["target.kubernetes.proxies={w2: \"0.0.0.0:9002\"}"]);
+    assert_eq!(
+        proxied[1],
+        "proxy w2 haq's proxy listens on 0.0.0.0:9002 → IP_OF_w2:PORT (the pod's address, followed to its replacement; no API call)"
+    );
     // A listed replica names its pod.
     let listed = lines(&[
         "target.replicas=[{name: llama-0}, {name: llama-1}]",
@@ -434,4 +493,143 @@ fn the_dry_run_lists_every_call_of_each_fault() {
         listed[4].contains("DELETE /api/v1/namespaces/llm/pods/llama-1?"),
         "{listed:?}"
     );
+}
+
+/// `pod` owned by ReplicaSet `rs` (its uid).
+fn owned(mut pod: serde_json::Value, rs: &str) -> serde_json::Value {
+    pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": rs, "controller": true}]);
+    pod
+}
+
+/// A pod an EndpointSlice names is read before it may take a vacant replica's place:
+/// one outside the target's selector (the serving Service selects more) is nobody's
+/// (`not_adopted`), one of another controller (a rollout's) is not the replacement,
+/// the gone pod's controller's new pod is.
+#[tokio::test]
+async fn a_pod_named_by_an_endpointslice_is_adopted_only_inside_the_selector_and_its_controller() {
+    let p = plan(&["target.kubernetes.pod_watch=false"]);
+    let k = p.scenario.target.kubernetes.clone().expect("k");
+    let (cluster, mut server) = mock::cluster(&k);
+    let api = tokio::spawn(async move {
+        let pods = ["a", "b", "c"].map(|x| {
+            let (ip, node) = match x {
+                "a" => ("10.0.0.1", "node-a"),
+                "b" => ("10.0.0.2", "node-a"),
+                _ => ("10.0.0.3", "node-b"),
+            };
+            owned(
+                pod(&format!("llama-{x}"), &format!("u-{x}"), node, ip, true),
+                "rs-1",
+            )
+        });
+        let listed = list("PodList", pods.to_vec(), "100");
+        server.expect("GET", PODS, None, 200, listed).await;
+        let b = |ready, term| ("llama-b", "u-b", "10.0.0.2", "node-a", ready, term);
+        slices_listed(
+            &mut server,
+            "100",
+            vec![slice("s", "100", &[A, b(true, false), C])],
+        )
+        .await;
+        let web = ("web-1", "u-w", "10.0.0.7", "node-b", true, false);
+        let rollout = ("llama-y", "u-y", "10.0.0.8", "node-b", true, false);
+        let d = ("llama-d", "u-d", "10.0.0.4", "node-b", true, false);
+        let events = [
+            json!({"type": "MODIFIED", "object": slice("s", "101", &[A, b(false, true), C])}),
+            json!({"type": "MODIFIED", "object": slice("s", "102", &[A, C])}),
+            json!({"type": "MODIFIED", "object": slice("s", "103", &[A, C, web])}),
+            json!({"type": "MODIFIED", "object": slice("s", "104", &[A, C, web, rollout])}),
+            json!({"type": "MODIFIED", "object": slice("s", "105", &[A, C, web, rollout, d])}),
+        ];
+        let text: String = events.iter().map(|e| format!("{e}\n")).collect();
+        server.stream("GET", WATCH_SLICES, text).await;
+        let mut w = pod("web-1", "u-w", "node-b", "10.0.0.7", true);
+        w["metadata"]["labels"] = json!({"app": "web"});
+        let at = |name: &str| format!("/api/v1/namespaces/llm/pods/{name}");
+        server
+            .expect("GET", &at("web-1"), None, 200, owned(w, "rs-9"))
+            .await;
+        let y = owned(pod("llama-y", "u-y", "node-b", "10.0.0.8", true), "rs-2");
+        server.expect("GET", &at("llama-y"), None, 200, y).await;
+        let d = owned(pod("llama-d", "u-d", "node-b", "10.0.0.4", true), "rs-1");
+        server.expect("GET", &at("llama-d"), None, 200, d).await;
+        let (_req, keep) = server.next().await;
+        (server, keep)
+    });
+    let (s, trace) = watched(&p, cluster, api, "guarded").await;
+    let w2 = s.registry.get("w2").expect("w2").pod().expect("pod");
+    assert_eq!(w2.pod.name, "llama-d");
+    let obs: Vec<(Option<String>, String, String)> = trace
+        .observations()
+        .into_iter()
+        .filter(|o| o.1 != "discovered")
+        .collect();
+    let got: Vec<(Option<&str>, &str)> =
+        obs.iter().map(|o| (o.0.as_deref(), o.1.as_str())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (Some("w2"), "draining"),
+            (Some("w2"), "endpoint_removed"),
+            (None, "not_adopted"),
+            (None, "endpoint_ready"),
+            (None, "endpoint_ready"),
+            (Some("w2"), "replacement_started"),
+            (Some("w2"), "endpoint_ready"),
+        ],
+        "{obs:?}"
+    );
+    assert_eq!(
+        obs[2].2,
+        "pod web-1 is outside namespace llm and selector `app=llama`: no replica's (blast-radius guard)"
+    );
+    assert!(obs[4].2.contains("pod llama-y"), "{obs:?}");
+}
+
+/// Discovery reads the GPUs' ids where the pod says them — the engine container's
+/// `NVIDIA_VISIBLE_DEVICES` (a list, not `all`), else a GPU scheduler's annotation —
+/// and the count alone otherwise.
+#[test]
+fn discovery_reads_the_gpu_ids_a_pod_states() {
+    let p = plan(&[]);
+    let k = p.scenario.target.kubernetes.clone().expect("k");
+    let reqs = crate::plan::kubernetes::parse_selector(&k.selector).expect("selector");
+    let mut a = pod("llama-a", "u-a", "node-a", "10.0.0.1", true);
+    a["spec"]["containers"][0]["env"] = json!([{"name": "HF_HOME", "value": "/x"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "0, 1"}]);
+    let mut b = pod("llama-b", "u-b", "node-a", "10.0.0.2", true);
+    b["metadata"]["annotations"] = json!({"volcano.sh/gpu-index": "3"});
+    let mut c = pod("llama-c", "u-c", "node-b", "10.0.0.3", true);
+    c["spec"]["containers"][0]["env"] = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]);
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = [a, b, c]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("pod"))
+        .collect();
+    let found = discover::replicas_from(&pods, &k, &reqs, &p.scenario.target.replica_set())
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let ids: Vec<(Vec<String>, Option<String>)> = found
+        .iter()
+        .map(|p| (p.gpu_ids.clone(), p.gpu_ids_from.clone()))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            (
+                vec!["0".to_string(), "1".to_string()],
+                Some("env NVIDIA_VISIBLE_DEVICES".to_string())
+            ),
+            (
+                vec!["3".to_string()],
+                Some("annotation volcano.sh/gpu-index".to_string())
+            ),
+            (Vec::new(), None),
+        ]
+    );
+    assert!(
+        found[0]
+            .describe()
+            .ends_with("2 GPU (nvidia.com/gpu, ids 0,1 from env NVIDIA_VISIBLE_DEVICES)"),
+        "{}",
+        found[0].describe()
+    );
+    assert!(found[2].describe().ends_with("2 GPU (nvidia.com/gpu)"));
 }

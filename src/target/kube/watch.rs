@@ -5,11 +5,14 @@
 //! makes of each event as `observation` lines of its source.
 //!
 //! The observer is a [`Follow`] (events in, observations out: pure but for the
-//! replica attribution it shares), so a recorded stream replays to the same lines.
+//! replica attribution it shares), so a recorded stream replays to the same lines;
+//! the pods it must read to attribute (an EndpointSlice's new pod: its labels) are
+//! read by the loop and handed back to it.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::core::WatchEvent;
 use tokio_util::sync::CancellationToken;
 
@@ -37,6 +40,30 @@ pub enum Applied<K> {
 /// An observer: each event applied, the observations it makes.
 pub trait Follow<K> {
     fn apply(&mut self, ev: Applied<K>) -> Vec<Obs>;
+
+    /// Pods it must read before it can attribute them (an EndpointSlice names a pod,
+    /// not its labels or its controller): the loop reads each after every event.
+    fn to_read(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// What the API answered for a pod it asked to read (`None`: gone, or not read).
+    fn read(&mut self, _pod: &str, _got: Option<Pod>) -> Vec<Obs> {
+        Vec::new()
+    }
+}
+
+/// Reads the pods the observer asks for, and gives it each answer.
+async fn read_asked<K>(cluster: &Cluster, follow: &mut impl Follow<K>) -> Vec<Obs> {
+    let mut out = Vec::new();
+    for name in follow.to_read() {
+        let got: Option<Pod> = cluster
+            .send(super::calls::get_pod(&cluster.namespace, &name))
+            .await
+            .ok();
+        out.extend(follow.read(&name, got));
+    }
+    out
 }
 
 /// What a watch lists and watches, and what its errors call it.
@@ -92,7 +119,8 @@ pub async fn run<K, F>(
         let listed: Result<k8s_openapi::List<K>, _> = cluster.send((w.list)()).await;
         let mut version = match listed {
             Ok(l) => {
-                let out = follow.apply(Applied::Reset(l.items));
+                let mut out = follow.apply(Applied::Reset(l.items));
+                out.extend(read_asked(cluster, &mut follow).await);
                 if !first {
                     emit(out);
                 }
@@ -128,7 +156,7 @@ pub async fn run<K, F>(
                 }
             };
             let Some(expired) =
-                follow_stream(events, &mut version, &mut follow, &emit, &stop).await
+                follow_stream(cluster, events, &mut version, &mut follow, &emit, &stop).await
             else {
                 return;
             };
@@ -148,6 +176,7 @@ fn version_of<K: kube::Resource>(k: &K, version: &mut String) {
 /// Applies one watch stream's events until it ends (`Some(false)`: watch again from
 /// `version`), expires or fails (`Some(true)`: list again), or `stop` (`None`).
 async fn follow_stream<K: kube::Resource>(
+    cluster: &Cluster,
     events: impl futures_util::Stream<Item = Result<WatchEvent<K>, kube::Error>> + Send,
     version: &mut String,
     follow: &mut impl Follow<K>,
@@ -177,7 +206,9 @@ async fn follow_stream<K: kube::Resource>(
             // A 410 (expired) or any other error: list again.
             Some(Ok(WatchEvent::Error(_)) | Err(_)) => return Some(true),
         };
-        emit(follow.apply(applied));
+        let mut out = follow.apply(applied);
+        out.extend(read_asked(cluster, follow).await);
+        emit(out);
     }
 }
 
