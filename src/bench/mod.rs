@@ -247,6 +247,7 @@ fn run_options(
             count: cfg.agents,
             scenario: scenario_file,
             sets: Vec::new(),
+            kube: None,
         }),
     })
 }

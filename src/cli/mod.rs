@@ -183,6 +183,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
             count: a.agents,
             scenario: a.scenario.clone(),
             sets: a.overrides.set.clone(),
+            kube: crate::engine::agents::OnKube::of(&plan),
         }),
         out: a.out,
         reports_dir: a.reports_dir,
@@ -224,7 +225,23 @@ async fn agent(a: AgentArgs, cancel: CancellationToken) -> Exit {
             return Exit::Unusable;
         }
     };
-    match crate::engine::agents::agent(plan, &a.assignment, cancel).await {
+    let done = match (&a.assignment, &a.coordinator) {
+        (Some(file), _) => crate::engine::agents::agent(plan, file, cancel).await,
+        (None, Some(url)) => {
+            let (Some(index), Some(key)) = (a.index, a.key.as_deref()) else {
+                eprintln!(
+                    "haq agent: --coordinator needs --index (or JOB_COMPLETION_INDEX) and --key (or HAQ_AGENT_KEY)"
+                );
+                return Exit::Unusable;
+            };
+            let work = a.work_dir.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("haq-agent-{index}-{}", std::process::id()))
+            });
+            crate::engine::agents::remote_agent(plan, (url, key), index, &work, cancel).await
+        }
+        (None, None) => Err(anyhow::anyhow!("--assignment or --coordinator is needed")),
+    };
+    match done {
         Ok(()) => Exit::Pass,
         Err(e) => {
             eprintln!("haq agent: {e:#}");

@@ -44,6 +44,7 @@ fn options(name: &str, agents: u64) -> RunOptions {
             count: agents,
             scenario: root().join(SCENARIO),
             sets: sets(),
+            kube: None,
         }),
     }
 }

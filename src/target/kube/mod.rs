@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod discover;
 pub mod dryrun;
 pub mod heal;
+pub mod jobs;
 pub mod lineage;
 pub mod pod;
 pub mod podwatch;
