@@ -143,10 +143,14 @@ pub(super) async fn coordinate(
     };
     let driven = load::drive(c.plan, c.aim, c.marker, started, edges).await;
     let bound = c.plan.scenario.client.drain_timeout.0 + EXIT_GRACE;
-    if tokio::time::timeout(bound, &mut watcher).await.is_err() {
-        stop.cancel();
+    let ended = match tokio::time::timeout(bound, &mut watcher).await {
+        Ok(ended) => ended,
+        Err(_) => {
+            stop.cancel();
+            watcher.await
+        }
     }
-    let ended = watcher.await.context("the agents' watch")?;
+    .context("the agents' watch")?;
     left.fetch_max(ended.left_us, std::sync::atomic::Ordering::Relaxed);
     copy_logs(&api, c.run_dir, &ended.pods).await;
     let _ = api
