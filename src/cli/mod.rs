@@ -176,7 +176,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         }
     };
     if a.dry_run {
-        return dry_run(&plan);
+        return dry_run(&plan, &a);
     }
     let opts = RunOptions {
         agents: (a.agents > 1).then(|| crate::engine::agents::Agents {
@@ -251,8 +251,9 @@ async fn agent(a: AgentArgs, cancel: CancellationToken) -> Exit {
 }
 
 /// `haq run --dry-run`: the plan in words, and for a `kind: kubernetes` target every
-/// API call the run would make; nothing is started, no call is made.
-fn dry_run(plan: &crate::plan::Plan) -> Exit {
+/// API call the run would make (with `--agents N` and `agents.kubernetes`, the agents'
+/// Job's too); nothing is started, no call is made.
+fn dry_run(plan: &crate::plan::Plan, a: &RunArgs) -> Exit {
     use crate::plan::kubernetes::{ContextSource, check_context};
     print!("{}", dry_run::render(plan));
     let Some(k) = plan.scenario.target.kubernetes.as_ref() else {
@@ -261,6 +262,18 @@ fn dry_run(plan: &crate::plan::Plan) -> Exit {
     match check_context(k, &ContextSource::read()) {
         Ok(context) => {
             print!("\n{}", crate::target::kube::dryrun::render(plan, &context));
+            let file = a.scenario.file_name().and_then(|f| f.to_str());
+            let agents = (a.agents > 1).then(|| {
+                crate::target::kube::jobs::dry_steps(
+                    plan,
+                    a.agents,
+                    file.unwrap_or_default(),
+                    &a.overrides.set,
+                )
+            });
+            for st in agents.into_iter().flatten() {
+                println!("{:<28} {}", st.when, st.call.describe());
+            }
             Exit::Pass
         }
         Err(i) => {

@@ -536,9 +536,13 @@ fn the_role_grants_exactly_the_verbs_the_examples_use() {
         let run = haq::target::kube::dryrun::steps(&plan, &k, "t")
             .into_iter()
             .map(|s| s.call);
-        // `haq heal`'s sweep reads besides.
+        // `haq heal`'s sweep reads besides, and `--agents 2` the agents' Job's calls.
         let sweep = haq::target::kube::sweep::reads(&k.namespace, "t");
-        for c in run.chain(sweep) {
+        let file = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+        let agents = haq::target::kube::jobs::dry_steps(&plan, 2, file, &[])
+            .into_iter()
+            .map(|s| s.call);
+        for c in run.chain(sweep).chain(agents) {
             let (m, u) = (c.req.method().to_string(), c.req.uri().to_string());
             used.insert(rbac_of(&m, &u));
         }

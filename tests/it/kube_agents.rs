@@ -9,7 +9,7 @@
 //! INVALID, naming its agent.
 //!
 //! On a real cluster: `real_cluster_agents_in_an_indexed_job` (ignored; its comment has
-//! the kind commands).
+//! the kind and k3d commands).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -328,46 +328,47 @@ async fn an_agent_pod_killed_mid_run_makes_the_run_invalid_naming_it() {
     assert_eq!(states, vec!["done", "lost"]);
 }
 
-/// The same on a real cluster (kind), by hand:
+/// The same on a real cluster: the coordinator in a pod (examples/kubernetes/
+/// coordinator.yaml runs `haq run agents-kill-pod.yaml --agents 3`), its three agents an
+/// Indexed Job on the cluster's nodes. This test applies the coordinator, waits for it
+/// and reads its log. First (kind; for k3d: `k3d cluster create haq --agents 2` and
+/// `k3d image import haq:dev -c haq` instead of the two kind lines):
 ///
 /// ```text
 /// kind create cluster --name haq --config examples/kubernetes/kind.yaml
 /// docker build -t haq:dev -f examples/kubernetes/Dockerfile . && kind load docker-image haq:dev --name haq
 /// kubectl apply -f examples/kubernetes/namespace.yaml -f examples/kubernetes/rbac.yaml \
 ///   -f examples/kubernetes/llama.yaml -f examples/kubernetes/gateway.yaml
-/// kubectl -n haq-demo create configmap haq-scenarios --from-file=examples/kubernetes/
-/// kubectl apply -f examples/kubernetes/coordinator.yaml
-/// kubectl -n haq-demo wait --for=condition=complete --timeout=15m job/haq-coordinator
-/// HAQ_REAL_CLUSTER=kind-haq cargo test --test it real_cluster_agents -- --ignored
+/// kubectl -n haq-demo rollout status deploy/llama deploy/gateway --timeout=10m
+/// cargo test --test it kube_agents::real_cluster -- --ignored
 /// ```
-///
-/// (k3d: `k3d cluster create haq --agents 2` and `k3d image import haq:dev -c haq`
-/// instead of the kind lines.) It reads the coordinator's log: three agents done,
-/// their clocks set over the pod network, the run judged.
 #[test]
-#[ignore = "needs a real cluster: kind or k3d, with the examples applied (see the comment)"]
+#[ignore = "needs a kind/k3d cluster with examples/kubernetes applied (see its comment)"]
 fn real_cluster_agents_in_an_indexed_job() {
-    let Ok(context) = std::env::var("HAQ_REAL_CLUSTER") else {
-        panic!("set HAQ_REAL_CLUSTER to the kubeconfig context of the cluster");
+    let kubectl = |args: &[&str]| {
+        let out = std::process::Command::new("kubectl")
+            .args(["-n", "haq-demo"])
+            .args(args)
+            .current_dir(root())
+            .output()
+            .expect("kubectl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success(), text, String::from_utf8_lossy(&out.stderr).into_owned())
     };
-    let out = std::process::Command::new("kubectl")
-        .args([
-            "--context",
-            &context,
-            "-n",
-            "haq-demo",
-            "logs",
-            "job/haq-coordinator",
-        ])
-        .output()
-        .expect("kubectl");
-    let log = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let _ = kubectl(&["delete", "job", "haq-coordinator", "--ignore-not-found"]);
+    let _ = kubectl(&["delete", "configmap", "haq-scenarios", "--ignore-not-found"]);
+    let (ok, _, err) = kubectl(&["create", "configmap", "haq-scenarios", "--from-file=examples/kubernetes/"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = kubectl(&["apply", "-f", "examples/kubernetes/coordinator.yaml"]);
+    assert!(ok, "{err}");
+    // Complete (every verdict PASS) or failed (a FAIL, exit 1): either way it ran.
+    let (_, _, _) = kubectl(&["wait", "--for=condition=complete", "--timeout=10m", "job/haq-coordinator"]);
+    let (ok, log, err) = kubectl(&["logs", "job/haq-coordinator"]);
+    assert!(ok, "{err}");
     assert!(log.contains("3 agents sent"), "{log}");
     assert!(log.contains("clocks set over the network"), "{log}");
     assert!(!log.contains("INVALID"), "{log}");
+    // The agents' Job is gone with its pods.
+    let (_, jobs, _) = kubectl(&["get", "jobs", "-l", "haq.dev/role=agent", "-o", "name"]);
+    assert!(jobs.trim().is_empty(), "left behind: {jobs}");
 }
