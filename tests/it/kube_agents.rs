@@ -353,16 +353,30 @@ fn real_cluster_agents_in_an_indexed_job() {
             .output()
             .expect("kubectl");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        (out.status.success(), text, String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.success(),
+            text,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let _ = kubectl(&["delete", "job", "haq-coordinator", "--ignore-not-found"]);
     let _ = kubectl(&["delete", "configmap", "haq-scenarios", "--ignore-not-found"]);
-    let (ok, _, err) = kubectl(&["create", "configmap", "haq-scenarios", "--from-file=examples/kubernetes/"]);
+    let (ok, _, err) = kubectl(&[
+        "create",
+        "configmap",
+        "haq-scenarios",
+        "--from-file=examples/kubernetes/",
+    ]);
     assert!(ok, "{err}");
     let (ok, _, err) = kubectl(&["apply", "-f", "examples/kubernetes/coordinator.yaml"]);
     assert!(ok, "{err}");
     // Complete (every verdict PASS) or failed (a FAIL, exit 1): either way it ran.
-    let (_, _, _) = kubectl(&["wait", "--for=condition=complete", "--timeout=10m", "job/haq-coordinator"]);
+    let (_, _, _) = kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "--timeout=10m",
+        "job/haq-coordinator",
+    ]);
     let (ok, log, err) = kubectl(&["logs", "job/haq-coordinator"]);
     assert!(ok, "{err}");
     assert!(log.contains("3 agents sent"), "{log}");

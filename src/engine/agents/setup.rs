@@ -93,7 +93,7 @@ pub fn start_within(count: u64) -> Duration {
 pub const EXIT_GRACE: Duration = Duration::from_secs(30);
 
 /// What the load shares with the coordinator.
-pub(in crate::engine) struct Coordinator<'a> {
+pub struct Coordinator<'a> {
     pub plan: &'a Plan,
     pub aim: Aim<'a>,
     pub marker: BodyMarker,
