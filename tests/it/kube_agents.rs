@@ -23,24 +23,8 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{LOOSE_SLO, haq_bin, plan, root, scratch};
-
-const SCENARIO: &str = "scenarios/quickstart.yaml";
-
-fn sets() -> Vec<String> {
-    let mut s: Vec<String> = [
-        "phases[0].duration=3s",
-        "phases[1].duration=4s",
-        "phases[2].duration=3s",
-        "faults[0].at.offset=2s",
-        "workload.mix.classes[0].output_tokens={uniform: [40, 80]}",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    s.extend(LOOSE_SLO.iter().map(|s| s.to_string()));
-    s
-}
+use crate::agents::{SCENARIO, sets};
+use crate::support::{haq_bin, plan, root, scratch};
 
 /// One agent "pod": its process and where its stderr goes.
 struct PodProc {
@@ -307,21 +291,12 @@ fn token(r: &RunResult) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_pod_killed_mid_run_makes_the_run_invalid_naming_it() {
     let (r, _) = run_on_fake("kube-agents-killed", 2, Some((1, 3))).await;
-    assert!(r.judgement.invalid(), "{:?}", r.judgement.client);
-    let breach = r
-        .judgement
-        .client
-        .breaches
-        .iter()
-        .find(|b| b.message.contains("agent-1"))
-        .unwrap_or_else(|| panic!("{:?}", r.judgement.client.breaches));
-    assert_eq!(breach.rule.as_str(), "agent");
+    let breach = crate::agents::agent_breach(&r, "agent-1");
     assert!(
-        breach.message.contains(
+        breach.contains(
             "was lost: its pod haq-agents-1-x (Failed: terminated: Error, exit code 137)"
         ),
-        "{}",
-        breach.message
+        "{breach}"
     );
     let h = r.judgement.client.agents.as_ref().expect("agents");
     let states: Vec<&str> = h.agents.iter().map(|a| a.state).collect();
