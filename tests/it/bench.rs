@@ -83,3 +83,52 @@ fn bench_client_reads_every_stamped_event() {
     assert!(r["cpu_load_s"].as_f64().is_some_and(|v| v > 0.0), "{r}");
     assert!(r["peak_rss_mib"].as_f64().is_some_and(|v| v > 1.0), "{r}");
 }
+
+/// `haq bench client --agents 2` (issue 17 item 4), short and bounded: the load is sent
+/// by two agent processes, every stamped event is still read, and the report counts
+/// the agents' CPU (part of the load's).
+#[test]
+fn bench_client_with_two_agents_reports_their_cpu() {
+    let dir = scratch("bench-agents");
+    let out = std::process::Command::new(haq_bin())
+        .args([
+            "bench",
+            "client",
+            "--streams",
+            "4",
+            "--tokens",
+            "10",
+            "--itl",
+            "5ms",
+            "--ttft",
+            "5ms",
+            "--duration",
+            "2s",
+            "--agents",
+            "2",
+            "--json",
+            "--out",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json report");
+    assert_eq!(r["agents"], 2, "{r}");
+    let requests = r["requests"].as_u64().expect("requests");
+    assert!(requests >= 50, "{r}");
+    assert_eq!(r["completed"], requests, "{r}");
+    assert_eq!(r["events"].as_u64(), Some(requests * 14), "{r}");
+    assert!(r["events_per_s"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    let (load, agents) = (
+        r["cpu_load_s"].as_f64().expect("load"),
+        r["cpu_agents_s"].as_f64().expect("agents' CPU"),
+    );
+    assert!(agents > 0.0 && agents <= load, "{r}");
+    assert_eq!(r["valid"], true, "{r}");
+}
