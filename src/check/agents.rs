@@ -36,6 +36,10 @@ pub struct AgentHealth {
     /// its trace time (ms), the most its stamps can be off the coordinator's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clock_sync_ms: Option<f64>,
+    /// An agent on another host: how far its clock drifted from the coordinator's
+    /// while it sent (ms, from a second exchange after its share).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_drift_ms: Option<f64>,
     /// Its pod (`agents.kubernetes`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
@@ -159,6 +163,7 @@ impl AgentAcc {
                 ready_margin_ms: None,
                 clock_offset_ms: None,
                 clock_sync_ms: None,
+                clock_drift_ms: None,
                 pod: None,
                 reason: Some("never started".into()),
             };
@@ -180,6 +185,7 @@ impl AgentAcc {
                 .map(|(r, d)| ms(d as i64 - r as i64)),
             clock_offset_ms: n.offset_us.map(ms),
             clock_sync_ms: n.sync_rtt_us.map(|r| ms(r as i64) / 2.0),
+            clock_drift_ms: n.sync_drift_us.map(ms),
             pod: n.pod.clone(),
             reason: n.reason.clone(),
         }

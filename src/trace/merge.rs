@@ -87,6 +87,9 @@ pub struct AgentNote {
     /// coordinator's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_rtt_us: Option<u64>,
+    /// The drift of its clock from the coordinator's over its share (µs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_drift_us: Option<i64>,
     /// Its pod (an agent of `agents.kubernetes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,

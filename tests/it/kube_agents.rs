@@ -266,12 +266,21 @@ async fn agents_in_an_indexed_job_send_the_schedule_and_return_their_traces() {
         // Its clock set over the network (loopback: well under a millisecond).
         let sync = a.clock_sync_ms.expect("clock set by the exchange");
         assert!(sync < 20.0, "{a:?}");
+        // One host's clock: no drift beyond the exchanges' precision.
+        let drift = a.clock_drift_ms.expect("a second exchange after its share");
+        assert!(drift.abs() < 20.0, "{a:?}");
         assert_eq!(a.pod.as_deref(), Some(format!("haq-agents-{k}-x").as_str()));
         let dir = r.run_dir.join(format!("agents/agent-{k}"));
         let log = std::fs::read_to_string(dir.join("agent.log")).expect("its log copied");
         assert!(log.contains("clock set by an exchange"), "{log}");
         assert!(dir.join("trace.jsonl").exists() && dir.join("result.json").exists());
     }
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(r.run_dir.join("report.json")).expect("report"),
+    )
+    .expect("json");
+    crate::report::assert_valid_report(&report);
+    assert!(report["client"]["agents"]["agents"][1]["clock_sync_ms"].is_number());
     assert_eq!(
         haq::check::judge_dir(&r.run_dir)
             .expect("judged")

@@ -73,7 +73,10 @@ pub async fn run_remote(
     );
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
     let rtt = Some(synced.rtt_us);
-    let (result, driven) = send_share(&plan, &a, &synced, rtt, work, &cancel).await?;
+    let (mut result, driven) = send_share(&plan, &a, &synced, rtt, work, &cancel).await?;
+    if let Ok(end) = remote.sync().await {
+        result.sync_drift_us = Some(end.clock.now_us() as i64 - synced.clock.now_us() as i64);
+    }
     remote
         .send_trace(index, &work.join(trace::TRACE_FILE))
         .await
@@ -117,6 +120,7 @@ async fn send_share(
         left_us: 0,
         offset_us: synced.offset_us,
         sync_rtt_us,
+        sync_drift_us: None,
     };
     let driven = if result.late {
         Ok(0)

@@ -80,6 +80,11 @@ pub struct AgentResult {
     /// (µs; its stamps are within half of it of the coordinator's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_rtt_us: Option<u64>,
+    /// On another host: a second clock exchange after its share, against the clock
+    /// set at its start: how far the two hosts' clocks drifted apart while it sent
+    /// (µs; within the two exchanges' half round trips).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_drift_us: Option<i64>,
 }
 
 /// The coordinator's answer to a clock exchange (`GET /clock`): its trace time and

@@ -205,6 +205,7 @@ mod tests {
             left_us: 0,
             offset_us: 4,
             sync_rtt_us: None,
+            sync_drift_us: None,
         }
     }
 

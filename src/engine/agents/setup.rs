@@ -137,6 +137,7 @@ pub(super) fn reported(mut note: AgentNote, r: &AgentResult) -> (AgentState, Age
     note.ready_us = Some(r.ready_us);
     note.offset_us = Some(r.offset_us);
     note.sync_rtt_us = r.sync_rtt_us;
+    note.sync_drift_us = r.sync_drift_us;
     if r.late {
         note.reason = Some(format!(
             "ready {:.3} s after the start deadline, so it sent nothing",

@@ -240,6 +240,7 @@ async fn an_agents_trace_and_result_come_back_over_the_endpoint_and_end_it_done(
         left_us: 42,
         offset_us: synced.offset_us,
         sync_rtt_us: Some(synced.rtt_us),
+        sync_drift_us: Some(-3),
     };
     remote.send_result(&result).await.expect("result sent");
     let kept = c.dir.join("agents/agent-0");
