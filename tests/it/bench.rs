@@ -3,9 +3,9 @@
 
 use crate::support::{haq_bin, scratch};
 
-#[test]
-fn bench_client_reads_every_stamped_event() {
-    let dir = scratch("bench");
+/// `haq bench client` of 4 short streams for 2 s, with `extra` flags, kept in `dir`:
+/// its JSON report.
+fn bench_json(dir: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(haq_bin())
         .args([
             "bench",
@@ -21,9 +21,10 @@ fn bench_client_reads_every_stamped_event() {
             "--duration",
             "2s",
             "--json",
-            "--out",
         ])
-        .arg(&dir)
+        .args(extra)
+        .arg("--out")
+        .arg(dir)
         .output()
         .expect("runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -32,7 +33,13 @@ fn bench_client_reads_every_stamped_event() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json report");
+    serde_json::from_str(stdout.trim()).expect("json report")
+}
+
+#[test]
+fn bench_client_reads_every_stamped_event() {
+    let dir = scratch("bench");
+    let r = bench_json(&dir, &[]);
     let requests = r["requests"].as_u64().expect("requests");
     assert!(requests >= 50, "{r}");
     assert_eq!(r["completed"], requests);
@@ -89,36 +96,7 @@ fn bench_client_reads_every_stamped_event() {
 /// the agents' CPU (part of the load's).
 #[test]
 fn bench_client_with_two_agents_reports_their_cpu() {
-    let dir = scratch("bench-agents");
-    let out = std::process::Command::new(haq_bin())
-        .args([
-            "bench",
-            "client",
-            "--streams",
-            "4",
-            "--tokens",
-            "10",
-            "--itl",
-            "5ms",
-            "--ttft",
-            "5ms",
-            "--duration",
-            "2s",
-            "--agents",
-            "2",
-            "--json",
-            "--out",
-        ])
-        .arg(&dir)
-        .output()
-        .expect("runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json report");
+    let r = bench_json(&scratch("bench-agents"), &["--agents", "2"]);
     assert_eq!(r["agents"], 2, "{r}");
     let requests = r["requests"].as_u64().expect("requests");
     assert!(requests >= 50, "{r}");
