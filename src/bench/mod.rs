@@ -56,9 +56,13 @@ pub struct BenchReport {
     /// SSE events the client read (content deltas counted in `deltas`).
     pub events: u64,
     pub deltas: u64,
+    /// Events read per second of load offered (`--duration`).
+    pub events_per_s: f64,
     /// CPU seconds of the whole haq process during the load (dispatcher, client,
     /// parsing, trace writing), and of judging the trace afterwards.
     pub cpu_load_s: f64,
+    /// Of `cpu_load_s`, what the agent processes used (`--agents N`; 0 without).
+    pub cpu_agents_s: f64,
     pub cpu_judge_s: f64,
     pub cpu_load_per_100k_events_s: f64,
     pub cpu_total_per_100k_events_s: f64,
@@ -116,6 +120,11 @@ pub fn peak_rss_mib() -> f64 {
         })
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
+}
+
+/// Events per second over `d`, to 0.1.
+fn per_s(events: u64, d: Duration) -> f64 {
+    (events as f64 / d.as_secs_f64().max(1e-3) * 10.0).round() / 10.0
 }
 
 fn ms(v: u64) -> f64 {
@@ -247,6 +256,7 @@ fn run_options(
             count: cfg.agents,
             scenario: scenario_file,
             sets: Vec::new(),
+            kube: None,
         }),
     })
 }
@@ -317,7 +327,9 @@ pub async fn run(cfg: BenchConfig) -> anyhow::Result<BenchReport> {
         completed: phase.map_or(0, |p| p.completed),
         events: a.events,
         deltas: a.deltas,
+        events_per_s: per_s(a.events, cfg.duration),
         cpu_load_s: (cpu_load * 1000.0).round() / 1000.0,
+        cpu_agents_s: (agents_cpu * 1000.0).round() / 1000.0,
         cpu_judge_s: (cpu_judge * 1000.0).round() / 1000.0,
         cpu_load_per_100k_events_s: per100k(cpu_load),
         cpu_total_per_100k_events_s: per100k(cpu_load + cpu_judge),
@@ -390,7 +402,9 @@ async fn bare(cfg: &BenchConfig, url: &str, rate: f64) -> anyhow::Result<BenchRe
         completed: n,
         events,
         deltas: 0,
+        events_per_s: per_s(events, cfg.duration),
         cpu_load_s: (cpu * 1000.0).round() / 1000.0,
+        cpu_agents_s: 0.0,
         cpu_judge_s: 0.0,
         cpu_load_per_100k_events_s: per100k,
         cpu_total_per_100k_events_s: per100k,
@@ -420,12 +434,13 @@ impl std::fmt::Display for BenchReport {
         if self.bare {
             return write!(
                 f,
-                "bare reqwest client (reads only) · {} streams × {} tokens, ITL {} ms · {} requests, {} reads · {:.3} CPU-s, {:.3} CPU-s per 100k reads · peak RSS {:.1} MiB",
+                "bare reqwest client (reads only) · {} streams × {} tokens, ITL {} ms · {} requests, {} reads ({:.0}/s) · {:.3} CPU-s, {:.3} CPU-s per 100k reads · peak RSS {:.1} MiB",
                 self.streams,
                 self.tokens,
                 self.itl_ms,
                 self.requests,
                 self.events,
+                self.events_per_s,
                 self.cpu_load_s,
                 self.cpu_load_per_100k_events_s,
                 self.peak_rss_mib
@@ -460,11 +475,17 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "client CPU: load {:.3} s ({:.3} s per 100k events) · judging {:.3} s · total {:.3} s per 100k events",
+            "client CPU: load {:.3} s ({:.3} s per 100k events){} · judging {:.3} s · total {:.3} s per 100k events · {:.0} events/s",
             self.cpu_load_s,
             self.cpu_load_per_100k_events_s,
+            if self.agents > 1 {
+                format!(", of it the agents' {:.3} s", self.cpu_agents_s)
+            } else {
+                String::new()
+            },
             self.cpu_judge_s,
-            self.cpu_total_per_100k_events_s
+            self.cpu_total_per_100k_events_s,
+            self.events_per_s
         )?;
         writeln!(
             f,

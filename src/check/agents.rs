@@ -32,6 +32,17 @@ pub struct AgentHealth {
     /// Its wall clock against the coordinator's (ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clock_offset_ms: Option<f64>,
+    /// An agent on another host: half the round trip of the clock exchange that set
+    /// its trace time (ms), the most its stamps can be off the coordinator's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_sync_ms: Option<f64>,
+    /// An agent on another host: how far its clock drifted from the coordinator's
+    /// while it sent (ms, from a second exchange after its share).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_drift_ms: Option<f64>,
+    /// Its pod (`agents.kubernetes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -62,13 +73,21 @@ impl AgentsHealth {
             .filter_map(|a| a.clock_offset_ms)
             .map(f64::abs)
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        let sync = self
+            .agents
+            .iter()
+            .filter_map(|a| a.clock_sync_ms)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         format!(
-            "{} agents sent {} ({}){}",
+            "{} agents sent {} ({}){}{}",
             self.count,
             crate::scenario::words::plural(total, "request"),
             each.join(" · "),
             offset.map_or(String::new(), |o| format!(
                 " · clock offsets within {o:.3} ms"
+            )),
+            sync.map_or(String::new(), |s| format!(
+                " · clocks set over the network within ±{s:.3} ms"
             ))
         )
     }
@@ -143,6 +162,9 @@ impl AgentAcc {
                 reported: None,
                 ready_margin_ms: None,
                 clock_offset_ms: None,
+                clock_sync_ms: None,
+                clock_drift_ms: None,
+                pod: None,
                 reason: Some("never started".into()),
             };
         };
@@ -162,6 +184,9 @@ impl AgentAcc {
                 .zip(n.deadline_us)
                 .map(|(r, d)| ms(d as i64 - r as i64)),
             clock_offset_ms: n.offset_us.map(ms),
+            clock_sync_ms: n.sync_rtt_us.map(|r| ms(r as i64) / 2.0),
+            clock_drift_ms: n.sync_drift_us.map(ms),
+            pod: n.pod.clone(),
             reason: n.reason.clone(),
         }
     }

@@ -81,9 +81,28 @@ pub enum Command {
 pub struct AgentArgs {
     /// The scenario file the coordinator runs.
     pub scenario: PathBuf,
-    /// The agent's assignment (its share, the clock epoch, the start deadline).
+    /// The agent's assignment (its share, the clock epoch, the start deadline): a
+    /// local agent.
+    #[arg(
+        long,
+        required_unless_present = "coordinator",
+        conflicts_with = "coordinator"
+    )]
+    pub assignment: Option<PathBuf>,
+    /// The coordinator's endpoint: an agent pod of `agents.kubernetes`, which fetches
+    /// its assignment there, sets its clock by it and returns its trace to it.
     #[arg(long)]
-    pub assignment: PathBuf,
+    pub coordinator: Option<String>,
+    /// The share, with `--coordinator` (an Indexed Job's pod: its completion index).
+    #[arg(long, env = "JOB_COMPLETION_INDEX")]
+    pub index: Option<u64>,
+    /// The coordinator endpoint's key, with `--coordinator`.
+    #[arg(long, env = "HAQ_AGENT_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+    /// Where a remote agent keeps its trace until it is sent (default: a directory
+    /// of the system's temporary directory).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
     #[command(flatten)]
     pub overrides: Overrides,
 }

@@ -177,13 +177,14 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         }
     };
     if a.dry_run {
-        return dry_run(&plan);
+        return dry_run(&plan, &a);
     }
     let opts = RunOptions {
         agents: (a.agents > 1).then(|| crate::engine::agents::Agents {
             count: a.agents,
             scenario: a.scenario.clone(),
             sets: a.overrides.set.clone(),
+            kube: crate::engine::agents::OnKube::of(&plan),
         }),
         out: a.out,
         reports_dir: a.reports_dir,
@@ -225,7 +226,23 @@ async fn agent(a: AgentArgs, cancel: CancellationToken) -> Exit {
             return Exit::Unusable;
         }
     };
-    match crate::engine::agents::agent(plan, &a.assignment, cancel).await {
+    let done = match (&a.assignment, &a.coordinator) {
+        (Some(file), _) => crate::engine::agents::agent(plan, file, cancel).await,
+        (None, Some(url)) => {
+            let (Some(index), Some(key)) = (a.index, a.key.as_deref()) else {
+                eprintln!(
+                    "haq agent: --coordinator needs --index (or JOB_COMPLETION_INDEX) and --key (or HAQ_AGENT_KEY)"
+                );
+                return Exit::Unusable;
+            };
+            let work = a.work_dir.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("haq-agent-{index}-{}", std::process::id()))
+            });
+            crate::engine::agents::remote_agent(plan, (url, key), index, &work, cancel).await
+        }
+        (None, None) => Err(anyhow::anyhow!("--assignment or --coordinator is needed")),
+    };
+    match done {
         Ok(()) => Exit::Pass,
         Err(e) => {
             eprintln!("haq agent: {e:#}");
@@ -235,8 +252,9 @@ async fn agent(a: AgentArgs, cancel: CancellationToken) -> Exit {
 }
 
 /// `haq run --dry-run`: the plan in words, and for a `kind: kubernetes` target every
-/// API call the run would make; nothing is started, no call is made.
-fn dry_run(plan: &crate::plan::Plan) -> Exit {
+/// API call the run would make (with `--agents N` and `agents.kubernetes`, the agents'
+/// Job's too); nothing is started, no call is made.
+fn dry_run(plan: &crate::plan::Plan, a: &RunArgs) -> Exit {
     use crate::plan::kubernetes::{ContextSource, check_context};
     print!("{}", dry_run::render(plan));
     let Some(k) = plan.scenario.target.kubernetes.as_ref() else {
@@ -245,6 +263,18 @@ fn dry_run(plan: &crate::plan::Plan) -> Exit {
     match check_context(k, &ContextSource::read()) {
         Ok(context) => {
             print!("\n{}", crate::target::kube::dryrun::render(plan, &context));
+            let file = a.scenario.file_name().and_then(|f| f.to_str());
+            let agents = (a.agents > 1).then(|| {
+                crate::target::kube::jobs::dry_steps(
+                    plan,
+                    a.agents,
+                    file.unwrap_or_default(),
+                    &a.overrides.set,
+                )
+            });
+            for st in agents.into_iter().flatten() {
+                println!("{:<28} {}", st.when, st.note);
+            }
             Exit::Pass
         }
         Err(i) => {

@@ -2,6 +2,7 @@
 //! — validated, resolved, ready to run — or one error that says what and where;
 //! nothing runs before the whole plan is valid.
 
+mod agents;
 pub mod budget;
 pub mod capacity;
 mod checks;

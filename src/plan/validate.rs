@@ -91,6 +91,7 @@ pub fn validate_all(s: Scenario) -> Result<Plan, Vec<Issue>> {
     };
     k.check(validate_criteria(&s.criteria));
     k.check(validate_client(&s.client));
+    k.check(super::agents::validate(&s));
     match (k.0.is_empty(), load, faults, replica_decls, mix) {
         (true, Some(l), Some(faults), Some(replica_decls), Some(mix)) => Ok(Plan {
             seed: s.workload.seed,

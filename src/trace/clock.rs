@@ -30,6 +30,19 @@ impl Clock {
         })
     }
 
+    /// The clock of a process on another host whose trace time was `us` at this
+    /// process's instant `at` (a clock exchange over the network: `at` is the middle
+    /// of its round trip). `None` when that puts the clock's start before this host's
+    /// monotonic clock began.
+    pub fn synced(us: u64, at: Instant) -> Option<Self> {
+        let base = at.checked_sub(Duration::from_micros(us))?;
+        let since = Instant::now().saturating_duration_since(base);
+        Some(Clock {
+            base,
+            base_mono_ns: mono_ns().checked_sub(since.as_nanos() as u64)?,
+        })
+    }
+
     /// Microseconds since the clock started.
     #[inline]
     pub fn now_us(&self) -> u64 {

@@ -82,6 +82,17 @@ pub struct AgentNote {
     /// Its wall clock against the coordinator's (µs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset_us: Option<i64>,
+    /// An agent on another host (a pod): the round trip of the clock exchange its
+    /// trace time was set by (µs); its stamps are within half of it of the
+    /// coordinator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_rtt_us: Option<u64>,
+    /// The drift of its clock from the coordinator's over its share (µs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_drift_us: Option<i64>,
+    /// Its pod (an agent of `agents.kubernetes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
     /// Why it was late or lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::{LOOSE_SLO, haq_bin, plan, root, scratch, verdict};
 
-const SCENARIO: &str = "scenarios/quickstart.yaml";
+pub(crate) const SCENARIO: &str = "scenarios/quickstart.yaml";
 
 /// The quickstart with short phases: w2 killed 2 s into the fault phase.
-fn sets() -> Vec<String> {
+pub(crate) fn sets() -> Vec<String> {
     let mut s: Vec<String> = [
         "phases[0].duration=4s",
         "phases[1].duration=5s",
@@ -44,6 +44,7 @@ fn options(name: &str, agents: u64) -> RunOptions {
             count: agents,
             scenario: root().join(SCENARIO),
             sets: sets(),
+            kube: None,
         }),
     }
 }
@@ -282,22 +283,27 @@ async fn an_agent_killed_mid_run_makes_the_run_invalid_naming_it() {
         libc::kill(pid, libc::SIGKILL);
     }
     let r = run.await.expect("joined").expect("the run ends");
+    let breach = agent_breach(&r, "agent-1");
+    assert!(
+        breach.contains("lost") && breach.contains("signal 9"),
+        "{breach}"
+    );
+    let h = r.judgement.client.agents.as_ref().expect("agents");
+    let states: Vec<&str> = h.agents.iter().map(|a| a.state).collect();
+    assert_eq!(states, vec!["done", "lost", "done"]);
+    assert_eq!(r.judgement.result().to_string(), "INVALID");
+}
+
+/// The run is INVALID, and the breach of rule `agent` naming `agent` says why.
+pub(crate) fn agent_breach(r: &RunResult, agent: &str) -> String {
     assert!(r.judgement.invalid(), "{:?}", r.judgement.client);
     let breach = r
         .judgement
         .client
         .breaches
         .iter()
-        .find(|b| b.message.contains("agent-1"))
+        .find(|b| b.message.contains(agent))
         .unwrap_or_else(|| panic!("{:?}", r.judgement.client.breaches));
     assert_eq!(breach.rule.as_str(), "agent");
-    assert!(
-        breach.message.contains("lost") && breach.message.contains("signal 9"),
-        "{}",
-        breach.message
-    );
-    let h = r.judgement.client.agents.as_ref().expect("agents");
-    let states: Vec<&str> = h.agents.iter().map(|a| a.state).collect();
-    assert_eq!(states, vec!["done", "lost", "done"]);
-    assert_eq!(r.judgement.result().to_string(), "INVALID");
+    breach.message.clone()
 }

@@ -3,9 +3,9 @@
 
 use crate::support::{haq_bin, scratch};
 
-#[test]
-fn bench_client_reads_every_stamped_event() {
-    let dir = scratch("bench");
+/// `haq bench client` of 4 short streams for 2 s, with `extra` flags, kept in `dir`:
+/// its JSON report.
+fn bench_json(dir: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(haq_bin())
         .args([
             "bench",
@@ -21,9 +21,10 @@ fn bench_client_reads_every_stamped_event() {
             "--duration",
             "2s",
             "--json",
-            "--out",
         ])
-        .arg(&dir)
+        .args(extra)
+        .arg("--out")
+        .arg(dir)
         .output()
         .expect("runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -32,7 +33,13 @@ fn bench_client_reads_every_stamped_event() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json report");
+    serde_json::from_str(stdout.trim()).expect("json report")
+}
+
+#[test]
+fn bench_client_reads_every_stamped_event() {
+    let dir = scratch("bench");
+    let r = bench_json(&dir, &[]);
     let requests = r["requests"].as_u64().expect("requests");
     assert!(requests >= 50, "{r}");
     assert_eq!(r["completed"], requests);
@@ -82,4 +89,24 @@ fn bench_client_reads_every_stamped_event() {
     assert!(on_warm >= 4, "requests on warmed connections: {on_warm}");
     assert!(r["cpu_load_s"].as_f64().is_some_and(|v| v > 0.0), "{r}");
     assert!(r["peak_rss_mib"].as_f64().is_some_and(|v| v > 1.0), "{r}");
+}
+
+/// `haq bench client --agents 2` (issue 17 item 4), short and bounded: the load is sent
+/// by two agent processes, every stamped event is still read, and the report counts
+/// the agents' CPU (part of the load's).
+#[test]
+fn bench_client_with_two_agents_reports_their_cpu() {
+    let r = bench_json(&scratch("bench-agents"), &["--agents", "2"]);
+    assert_eq!(r["agents"], 2, "{r}");
+    let requests = r["requests"].as_u64().expect("requests");
+    assert!(requests >= 50, "{r}");
+    assert_eq!(r["completed"], requests, "{r}");
+    assert_eq!(r["events"].as_u64(), Some(requests * 14), "{r}");
+    assert!(r["events_per_s"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    let (load, agents) = (
+        r["cpu_load_s"].as_f64().expect("load"),
+        r["cpu_agents_s"].as_f64().expect("agents' CPU"),
+    );
+    assert!(agents > 0.0 && agents <= load, "{r}");
+    assert_eq!(r["valid"], true, "{r}");
 }

@@ -101,9 +101,12 @@ fn dry_run_prints_the_api_calls_of_every_example_and_makes_none() {
             "DELETE /api/v1/namespaces/haq-demo/pods/POD_OF_w2? {\"gracePeriodSeconds\":0}"
         };
         assert!(out.contains(want), "{path}: wanted {want}\n{out}");
-        // Every example puts haq's proxy in front of the pods (gateway.yaml goes through it).
-        assert!(
+        // Every example run in the haq-proxy pod puts haq's proxy in front of the pods
+        // (gateway.yaml goes through it); the agents' coordinator runs in a pod of its
+        // own, where the haq-proxy daemon relays for it without lending its addresses.
+        assert_eq!(
             out.contains("proxy w2 haq's proxy listens on 0.0.0.0:9002 → IP_OF_w2:8080"),
+            !text.contains("\nagents:"),
             "{path}: {out}"
         );
     }
@@ -677,9 +680,13 @@ fn the_role_grants_exactly_the_verbs_the_examples_use() {
         let run = haq::target::kube::dryrun::steps(&plan, &k, "t")
             .into_iter()
             .filter_map(|s| s.call);
-        // `haq heal`'s sweep reads besides.
+        // `haq heal`'s sweep reads besides, and `--agents 2` the agents' Job's calls.
         let sweep = haq::target::kube::sweep::reads(&k.namespace, "t");
-        for c in run.chain(sweep) {
+        let file = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+        let agents = haq::target::kube::jobs::dry_steps(&plan, 2, file, &[])
+            .into_iter()
+            .filter_map(|s| s.call);
+        for c in run.chain(sweep).chain(agents) {
             let (m, u) = (c.req.method().to_string(), c.req.uri().to_string());
             used.insert(rbac_of(&m, &u));
         }

@@ -15,6 +15,7 @@ mod gateway;
 mod hostile;
 mod interrupt;
 mod kube;
+mod kube_agents;
 mod layers;
 mod load;
 mod m9;

@@ -2,6 +2,7 @@
 //! and what the agent tells back (its result file): the types both sides share.
 
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +15,13 @@ pub const AGENTS_DIR: &str = "agents";
 pub const ASSIGNMENT_FILE: &str = "assignment.json";
 pub const RESULT_FILE: &str = "result.json";
 pub const LOG_FILE: &str = "agent.log";
+
+/// Nanoseconds since the UNIX epoch, now.
+pub fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
 
 /// The directory of agent `index` in run directory `run_dir`.
 pub fn agent_dir(run_dir: &Path, index: u64) -> PathBuf {
@@ -65,6 +73,24 @@ pub struct AgentResult {
     pub left_us: u64,
     /// Its wall clock against the coordinator's, measured at its start: trace time from
     /// the UNIX clock minus trace time from the monotonic clock (µs). Its events are
-    /// stamped on the monotonic clock.
+    /// stamped on the monotonic clock. On another host (a pod): its wall clock minus
+    /// the coordinator's, from the clock exchange.
     pub offset_us: i64,
+    /// On another host: the round trip of the clock exchange that set its trace time
+    /// (µs; its stamps are within half of it of the coordinator's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_rtt_us: Option<u64>,
+    /// On another host: a second clock exchange after its share, against the clock
+    /// set at its start: how far the two hosts' clocks drifted apart while it sent
+    /// (µs; within the two exchanges' half round trips).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_drift_us: Option<i64>,
+}
+
+/// The coordinator's answer to a clock exchange (`GET /clock`): its trace time and
+/// its UNIX time, read together.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClockReading {
+    pub t_us: u64,
+    pub wall_ns: u64,
 }

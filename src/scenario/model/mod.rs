@@ -2,6 +2,7 @@
 //! Every struct denies unknown fields; defaults live here, semantic checks in
 //! `validate.rs`.
 
+mod agents;
 mod client;
 mod criteria;
 mod evidence;
@@ -12,6 +13,7 @@ mod slo;
 mod target;
 mod workload;
 
+pub use agents::*;
 pub use client::*;
 pub use criteria::*;
 pub use evidence::*;
@@ -65,4 +67,7 @@ pub struct Scenario {
     /// Outputs.
     #[serde(default)]
     pub report: ReportCfg,
+    /// Where the agents of `haq run --agents N` run (default: local processes).
+    #[serde(default, skip_serializing_if = "AgentsCfg::is_default")]
+    pub agents: AgentsCfg,
 }

@@ -27,7 +27,7 @@ pub struct Call {
 }
 
 impl Call {
-    fn new(
+    pub fn new(
         what: impl Into<String>,
         req: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     ) -> Call {

@@ -17,6 +17,7 @@ pub mod discover;
 pub mod dryrun;
 pub mod follow;
 pub mod heal;
+pub mod jobs;
 pub mod lineage;
 pub mod pod;
 pub mod podwatch;
