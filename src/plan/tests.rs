@@ -470,3 +470,23 @@ fn load_path(p: &str) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// `target.engine.speed` scales the sim's step times (issue 19 item 3): a factor in
+/// [0.001, 1000], refused where it is written.
+#[test]
+fn the_engine_speed_is_a_bounded_factor_refused_at_its_line() {
+    let text = GOOD.replace(
+        "target: {kind: sim, replicas: 3}",
+        "target:\n  kind: sim\n  replicas: 3\n  engine: {speed: 0}",
+    );
+    let e = err(&text, &[]);
+    assert_eq!(e.field, "target.engine.speed");
+    assert!(e.reason.contains("between 0.001 and 1000"), "{}", e.reason);
+    assert!(e.to_string().starts_with("s.yaml:5:"), "{e}");
+    assert_eq!(
+        err(GOOD, &["target.engine.speed=1e9"]).field,
+        "target.engine.speed"
+    );
+    let p = load(GOOD, &["target.engine.speed=2.5"]).expect("2.5 is fine");
+    assert_eq!(p.scenario.target.engine.speed, 2.5);
+}

@@ -38,12 +38,18 @@ pub struct StepModel {
 }
 
 impl StepModel {
+    /// The configured step times, scaled by `speed` (`target.engine.speed`).
     pub fn from_cfg(c: &EngineCfg) -> StepModel {
+        let k = if c.speed.is_finite() && c.speed > 0.0 {
+            c.speed
+        } else {
+            1.0
+        };
         StepModel {
-            base: c.decode_step.0,
-            per_seq: c.decode_step_per_seq.0,
-            per_1k_context: c.decode_step_per_1k_context.0,
-            prefill_tokens_per_s: c.prefill_tokens_per_s,
+            base: c.decode_step.0.div_f64(k),
+            per_seq: c.decode_step_per_seq.0.div_f64(k),
+            per_1k_context: c.decode_step_per_1k_context.0.div_f64(k),
+            prefill_tokens_per_s: c.prefill_tokens_per_s * k,
         }
     }
 
@@ -146,6 +152,17 @@ struct Engine<P: Publisher> {
     arrivals: std::collections::HashMap<u64, (Instant, Option<Instant>)>,
 }
 
+/// When a step of `dur` that follows the step due at `prev` (`None`: the engine was
+/// idle) ends, the step published at `now`: right after `prev` when `now` is less than
+/// `dur` (at least [`RESYNC`]) past it — the lateness is made up, the step never ends
+/// before `now` by more than [`RESYNC`] — else after `now` (a stall is lost).
+pub fn deadline_after(prev: Option<Instant>, now: Instant, dur: Duration) -> Instant {
+    match prev {
+        Some(t) if now.saturating_duration_since(t) < dur.max(RESYNC) => t + dur,
+        _ => now + dur,
+    }
+}
+
 /// A nanosecond-resolution one-shot timer in the tokio reactor.
 struct Timer(AsyncFd<Tfd>);
 
@@ -235,8 +252,9 @@ pub fn spawn<P: Publisher>(
     })
 }
 
-/// Steps whose outputs come later than this after their deadline restart the clock
-/// (a frozen or starved process must not burst to catch up).
+/// Steps whose outputs come later than this (or than the next step's modelled
+/// duration, when that is longer) after their deadline restart the clock: a frozen or
+/// starved process must not burst to catch up.
 const RESYNC: Duration = Duration::from_millis(5);
 
 impl<P: Publisher> Engine<P> {
@@ -399,18 +417,16 @@ impl<P: Publisher> Engine<P> {
 
     /// When the step computing `work` ends: its modelled duration (times the `slow`
     /// factor) after the previous step's deadline, or after now when that is more than
-    /// [`RESYNC`] ago.
+    /// the step's duration (at least [`RESYNC`]) ago. A step published late is made up
+    /// by the next one, which then ends no earlier than now: the engine's throughput is
+    /// its model's on a machine that wakes it a few milliseconds late (a busy CI box),
+    /// and a longer stall (a frozen process) is lost, never burst through.
     fn step_deadline(&self, work: &Work, next_start: Option<Instant>) -> Instant {
         let dur = self
             .model
             .duration(work)
             .mul_f64(self.controls.slow().max(0.0));
-        let now = Instant::now();
-        let start = match next_start {
-            Some(t) if now.saturating_duration_since(t) < RESYNC => t,
-            _ => now,
-        };
-        start + dur
+        deadline_after(next_start, Instant::now(), dur)
     }
 
     /// Publishes the tokens of the step that ended at `deadline`: step lateness, TTFT,
