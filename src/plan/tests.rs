@@ -490,3 +490,57 @@ fn the_engine_speed_is_a_bounded_factor_refused_at_its_line() {
     let p = load(GOOD, &["target.engine.speed=2.5"]).expect("2.5 is fine");
     assert_eq!(p.scenario.target.engine.speed, 2.5);
 }
+
+/// `criteria.capacity.search` is the adaptive search (issue 19 item 1): the fixed
+/// ladder's fields are refused where they are written, naming what replaced them; a
+/// fault the degraded topology cannot hold (no named replica) is refused too.
+#[test]
+fn the_capacity_searchs_old_ladder_fields_are_refused_at_their_line() {
+    let text =
+        format!("{GOOD}criteria:\n  capacity:\n    search: {{from: 4/s, to: 20/s, steps: 5}}\n");
+    let e = err(&text, &[]);
+    assert_eq!(e.field, "criteria.capacity.search.to");
+    assert!(
+        e.reason.contains("the fixed ladder is gone"),
+        "{}",
+        e.reason
+    );
+    assert!(e.reason.contains("`precision`"), "{}", e.reason);
+    assert!(e.to_string().starts_with("s.yaml:18:29:"), "{e}");
+    let e = err(GOOD, &["criteria.capacity.search={settle: 5s}"]);
+    assert_eq!(e.field, "criteria.capacity.search.settle");
+    for (set, field) in [
+        ("{factor: 1}", "factor"),
+        ("{precision: 0%}", "precision"),
+        ("{max_steps: 1}", "max_steps"),
+        ("{overload: [0.5]}", "overload"),
+        ("{from: 0/s}", "from"),
+    ] {
+        let e = err(GOOD, &[&format!("criteria.capacity.search={set}")]);
+        assert_eq!(
+            e.field,
+            format!("criteria.capacity.search.{field}"),
+            "{set}: {e}"
+        );
+    }
+    let e = err(
+        GOOD,
+        &["criteria.capacity.search={}", "faults[0].target=null"],
+    );
+    assert_eq!(e.field, "faults[0].target");
+    assert!(e.reason.contains("name the replica"), "{}", e.reason);
+    // The defaults: from the protected load, doubling, ±5%, 8 steps, 1.5× and 2×.
+    let p = load(GOOD, &["criteria.capacity.search={}"]).expect("defaults");
+    let s = crate::plan::capacity::Params::of(&p).expect("search");
+    assert_eq!(
+        (s.bisect.start, s.bisect.factor, s.bisect.precision),
+        (4.0, 2.0, 0.05)
+    );
+    assert_eq!(
+        (s.bisect.max_steps, s.overload.as_slice()),
+        (8, &[1.5, 2.0][..])
+    );
+    assert_eq!(s.topologies.len(), 2);
+    // The plan's phases are the scenario's own: the search runs after them.
+    assert_eq!(p.phases.len(), 2);
+}

@@ -43,16 +43,25 @@ fn fate_name(f: Fate) -> String {
     f.as_str().to_string()
 }
 
-/// The worksheet as sections.
+/// The worksheet as sections (with the capacity search's steps, when it ran).
 pub fn build(plan: &Plan, j: &Judgement) -> Vec<Section> {
-    vec![
+    let mut v = vec![
         objective(plan),
         topology(plan),
         budget(plan, j),
         healthy_vs_degraded(plan, j),
-        recovery(plan, j),
-        fate_matrix(plan, j),
-    ]
+    ];
+    if let Some(c) = &j.capacity {
+        let mut o = Section::new(
+            "Capacity search steps (Q4, Q10: each a run in capacity/)",
+            &super::capacity::STEP_HEAD,
+        );
+        o.rows = super::capacity::step_rows(c);
+        v.push(o);
+    }
+    v.push(recovery(plan, j));
+    v.push(fate_matrix(plan, j));
+    v
 }
 
 fn objective(plan: &Plan) -> Section {
@@ -296,27 +305,28 @@ fn capacity_rows(o: &mut Section, plan: &Plan, j: &Judgement) {
         cap,
         plan.scenario.protected_load.to_string(),
     ]);
-    let rate = |x: Option<f64>| {
-        x.map(|v| format!("{v:.2}/s"))
-            .unwrap_or_else(|| "below the lowest step".into())
-    };
     match &j.capacity {
         Some(c) => {
-            o.row([
-                "capacity, measured (search)".into(),
-                rate(c.healthy.capacity),
-                rate(c.degraded.capacity),
-                format!("≥ {}", plan.scenario.protected_load),
-            ]);
-            let spacing = |l: &crate::check::capacity::search::Ladder| match (l.next, l.precision) {
-                (Some(n), Some(p)) => format!("< {n:.2}/s (+{:.0}%)", p * 100.0),
-                _ => "—".into(),
+            let b = |t: &Option<crate::check::capacity::adaptive::TopologyResult>| {
+                t.as_ref()
+                    .map_or("not searched".into(), super::capacity::bracket)
             };
             o.row([
-                "capacity lies below (the ladder's next rung: its precision)".into(),
-                spacing(&c.healthy),
-                spacing(&c.degraded),
-                "`haq capacity` searches to a chosen precision".into(),
+                "capacity, measured (search)".into(),
+                b(&c.healthy),
+                b(&c.degraded),
+                format!("≥ {}", plan.scenario.protected_load),
+            ]);
+            let precision = |t: &Option<crate::check::capacity::adaptive::TopologyResult>| {
+                t.as_ref()
+                    .and_then(|t| t.precision)
+                    .map_or("—".into(), |p| format!("{:.1}%", p * 100.0))
+            };
+            o.row([
+                "bracket width (the search's precision)".into(),
+                precision(&c.healthy),
+                precision(&c.degraded),
+                format!("asked ≤ {:.1}%", c.precision * 100.0),
             ]);
             let signed = |x: Option<f64>| x.map_or("—".into(), |v| format!("{v:+.2}/s"));
             o.row([
@@ -339,6 +349,12 @@ fn capacity_rows(o: &mut Section, plan: &Plan, j: &Judgement) {
                     String::new(),
                 ]);
             }
+            o.row([
+                "overload past C_degraded (Q10)".into(),
+                String::new(),
+                format!("{}: {}", c.overload_status.as_str(), c.overload_summary),
+                "fast explicit rejections, admitted work in SLO, no retry cascade, back in SLO after".into(),
+            ]);
         }
         None => o.row([
             "capacity, measured (search)".into(),

@@ -291,6 +291,7 @@ impl Folder {
             | Event::ProxyWatch { .. }
             | Event::ProxyListener { .. }
             | Event::Warmed { .. }
+            | Event::OwnLoad { .. }
             | Event::TraceStats { .. } => {}
         }
     }

@@ -114,6 +114,9 @@ pub trait Publisher: Send + 'static {
     fn token(&mut self, seq: &mut Seq<Self::Job>, i: u32, now: Instant, due: Instant) -> Verdict;
     /// The sequence finished (after the token that ended it).
     fn finished(&mut self, _seq: Seq<Self::Job>) {}
+    /// The engine's clock restarted: it published a step `lost` after the next one
+    /// was due to end (a stall longer than a step: modelled time not made up).
+    fn stalled(&mut self, _lost: Duration) {}
     /// The sequence was dropped because it was no longer live.
     fn dropped(&mut self, _seq: Seq<Self::Job>) {}
     /// The engine died (a lost GPU) with the sequence in it: it gets the engine's error.
@@ -368,6 +371,7 @@ impl<P: Publisher> Engine<P> {
                 continue;
             }
             let deadline = self.step_deadline(&work, next_start);
+            self.account_stall(next_start, deadline, &work);
             // Until the step's deadline (woken early by a death: its outputs never come).
             while Instant::now() < deadline && !self.controls.dead.load(Ordering::Relaxed) {
                 if !self.wait(&mut rx, &timer, Some(deadline)).await {
@@ -427,6 +431,25 @@ impl<P: Publisher> Engine<P> {
             .duration(work)
             .mul_f64(self.controls.slow().max(0.0));
         deadline_after(next_start, Instant::now(), dur)
+    }
+
+    /// A step that restarted the clock after a stall: the time between the previous
+    /// deadline and the new step's start is lost (counted, and told the publisher).
+    fn account_stall(&mut self, prev: Option<Instant>, deadline: Instant, work: &Work) {
+        let Some(prev) = prev else { return };
+        let dur = self
+            .model
+            .duration(work)
+            .mul_f64(self.controls.slow().max(0.0));
+        let start = deadline.checked_sub(dur).unwrap_or(deadline);
+        if start > prev {
+            let lost = start - prev;
+            self.stats
+                .c
+                .lost_us
+                .fetch_add(lost.as_micros() as u64, Ordering::Relaxed);
+            self.publisher.stalled(lost);
+        }
     }
 
     /// Publishes the tokens of the step that ended at `deadline`: step lateness, TTFT,

@@ -226,6 +226,8 @@ pub async fn timing(State(w): State<Arc<Worker>>) -> Response {
         "worker": w.name,
         "step_lateness_us": recorded(&w.engine.stats.step_lateness.snapshot()),
         "event_lateness_us": recorded(&super::out::event_lateness().snapshot()),
+        "steps": w.engine.stats.c.steps.load(Ordering::Relaxed),
+        "lost_us": w.engine.stats.c.lost_us.load(Ordering::Relaxed),
     }))
     .into_response()
 }
@@ -405,7 +407,7 @@ fn engine_rows(s: &Stats) -> [Row; 9] {
 }
 
 /// The sim's own gauges and counters (`haq_sim_*`).
-fn sim_rows(w: &Worker) -> [Row; 6] {
+fn sim_rows(w: &Worker) -> [Row; 7] {
     let c = &w.engine.stats.c;
     let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
     let state = w.state_name();
@@ -433,6 +435,12 @@ fn sim_rows(w: &Worker) -> [Row; 6] {
             "counter",
             "Engine steps run.",
             ld(&c.steps),
+        ),
+        (
+            "haq_sim_step_lost_seconds_total",
+            "counter",
+            "Modelled engine time not made up after stalls longer than a step (the machine, not the model, set the pace).",
+            (c.lost_us.load(Ordering::Relaxed) as f64 / 1e6).to_string(),
         ),
         (
             "haq_sim_engine_dead",
