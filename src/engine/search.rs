@@ -110,12 +110,17 @@ pub async fn run(
     judge: Judge<'_>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<bool> {
-    std::fs::create_dir_all(&o.out).with_context(|| format!("creating {}", o.out.display()))?;
-    if o.params.topologies.contains(&Topology::Degraded) && plan.scenario.faults.is_empty() {
-        anyhow::bail!(
-            "the degraded topology is the scenario's faults applied and held: this scenario declares none"
-        );
+    if o.params.topologies.contains(&Topology::Degraded) {
+        if plan.scenario.faults.is_empty() {
+            anyhow::bail!(
+                "the degraded topology is the scenario's faults applied and held: this scenario declares none"
+            );
+        }
+        // Before any step runs: a fault the degraded topology cannot hold.
+        capacity::step_plan(plan, o.params.bisect.start, Topology::Degraded, &o.params)
+            .map_err(anyhow::Error::msg)?;
     }
+    std::fs::create_dir_all(&o.out).with_context(|| format!("creating {}", o.out.display()))?;
     for t in &o.params.topologies {
         let (b, interrupted) = topology(plan, *t, o, judge, cancel).await?;
         if interrupted {

@@ -277,3 +277,87 @@ async fn a_run_searches_capacity_and_rejecting_protected_traffic_fails_it() {
     let (_, j) = haq::check::judge_dir(&r.run_dir).expect("re-judged");
     assert_eq!(j.capacity.as_ref().map(|x| x.status), Some(Status::Fail));
 }
+
+/// `haq capacity` and `haq sim capacity` as a user runs them: a bad argument, an
+/// unusable scenario or a search that cannot run is one clear error and exit 2, before
+/// anything starts (issue 19 item 5).
+#[test]
+fn capacity_commands_refuse_bad_arguments_with_exit_2() {
+    use crate::cli::haq;
+    let q = "scenarios/quickstart.yaml";
+    for (args, want) in [
+        (vec!["--factor", "1"], "--factor 1: must be above 1"),
+        (vec!["--precision", "0%"], "--precision 0%"),
+        (
+            vec!["--max-steps", "0"],
+            "--max-steps 0: must be between 1 and 50",
+        ),
+        (vec!["--step", "0s"], "--step 0s"),
+        (vec!["--from", "0/s"], "the first rate must be above 0"),
+        (
+            vec!["--overload", "0.5"],
+            "not a multiple of C_degraded above 1",
+        ),
+        (vec!["--topology", "sideways"], "invalid value 'sideways'"),
+        (
+            vec!["--set", "target.engine.speed=0"],
+            "target.engine.speed",
+        ),
+        (
+            vec!["--set", "criteria.capacity.search={to: 20/s}"],
+            "the fixed ladder is gone",
+        ),
+        // A degraded topology needs faults to hold, and each its named replica.
+        (
+            vec!["--topology", "degraded", "--set", "faults=[]"],
+            "declares none",
+        ),
+        (
+            vec![
+                "scenarios/m9-1-kill-in-prefill.yaml",
+                "--topology",
+                "degraded",
+            ],
+            "needs a named target",
+        ),
+    ] {
+        let out = crate::support::scratch("capacity-args");
+        let (file, args) = match args[0].ends_with(".yaml") {
+            true => (args[0], &args[1..]),
+            false => (q, &args[..]),
+        };
+        let mut a = vec!["capacity", file, "--out", out.to_str().expect("utf8")];
+        a.extend(args.iter().copied());
+        let (code, _, err) = haq(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        // Nothing ran: no step directory.
+        let steps = std::fs::read_dir(&out).map_or(0, |d| d.count());
+        assert_eq!(steps, 0, "{args:?}");
+    }
+    let (code, _, err) = haq(&["capacity", "no/such.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    // `haq sim capacity`: the model's figure for a sim target, exit 0; none for a url
+    // target or a missing file, exit 2.
+    let (code, out, err) = haq(&["sim", "capacity", q]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("the sim engine model sustains") && out.contains("per replica"),
+        "{out}"
+    );
+    let (code, _, err) = haq(&[
+        "sim",
+        "capacity",
+        q,
+        "--set",
+        "target={kind: url, url: 'http://127.0.0.1:9/v1'}",
+        "--set",
+        "faults=[]",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("needs a `kind: sim` target"), "{err}");
+    let (code, _, err) = haq(&["sim", "capacity", "no/such.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = haq(&["sim", "capacity"]);
+    assert_eq!(code, 2, "{err}");
+}
