@@ -129,7 +129,7 @@ pub fn params(a: &super::CapacityArgs, plan: &Plan) -> Result<Params, String> {
     if !(factor > 1.0 && factor <= 16.0) {
         return Err(format!("--factor {factor}: must be above 1 and at most 16"));
     }
-    if !(precision > 0.0) {
+    if precision.is_nan() || precision <= 0.0 {
         return Err("--precision 0%: the bracket can never be that narrow (give e.g. 5%)".into());
     }
     if !(1..=50).contains(&max_steps) {

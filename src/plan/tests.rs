@@ -543,4 +543,11 @@ fn the_capacity_searchs_old_ladder_fields_are_refused_at_their_line() {
     assert_eq!(s.topologies.len(), 2);
     // The plan's phases are the scenario's own: the search runs after them.
     assert_eq!(p.phases.len(), 2);
+    // Its overload steps exercise Overload (a required Overload is judged by them).
+    let ex = crate::plan::implied::exercised(&p);
+    assert!(
+        ex.iter()
+            .any(|(v, why)| *v == VerdictName::Overload && why.contains("overload steps")),
+        "{ex:?}"
+    );
 }

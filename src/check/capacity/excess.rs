@@ -211,7 +211,7 @@ mod tests {
         );
         assert_eq!(conclude(&[], None).0, Status::Unknown);
         let ok = step(Status::Pass, "fine");
-        let (s, why) = conclude(&[ok.clone()], None);
+        let (s, why) = conclude(std::slice::from_ref(&ok), None);
         assert_eq!(s, Status::Pass);
         assert!(why.contains("1.5× C_degraded (42.00/s)"), "{why}");
         let bad = step(Status::Fail, "queued instead of shedding");
