@@ -559,3 +559,91 @@ fn fate_matrix(plan: &Plan, j: &Judgement) -> Section {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::capacity::adaptive::{Context, RanStep, Search, TopologyResult, conclude};
+    use crate::check::capacity::steps::fake;
+    use crate::check::testkit::*;
+    use crate::plan::capacity::{Bracket, Outcome, Stop, Topology};
+
+    fn topo(t: Topology, steps: &[(f64, Outcome)]) -> TopologyResult {
+        let mut b = Bracket::default();
+        let mut ran = Vec::new();
+        for (i, (r, o)) in steps.iter().enumerate() {
+            b.record(*r, *o);
+            ran.push(RanStep {
+                dir: crate::plan::capacity::step_dir(t.as_str(), i, *r),
+                judged: fake(*r, *o),
+            });
+        }
+        TopologyResult::new(t, &b, Stop::Precise, ran)
+    }
+
+    /// The Q5 rows of report.md's worksheet with a capacity search (issue 19 item 5):
+    /// headroom from the normal peak beside failover reserve above L_protected, the
+    /// brackets and their width, and every step in a section of its own.
+    #[test]
+    fn the_worksheet_shows_headroom_and_failover_reserve_of_a_search() {
+        use Outcome::*;
+        let p = plan(&[]);
+        let mut j = standard(&p).judge(&p);
+        let h = topo(
+            Topology::Healthy,
+            &[(10.0, Sustained), (20.0, Broken), (19.5, Sustained)],
+        );
+        let d = topo(
+            Topology::Degraded,
+            &[
+                (10.0, Sustained),
+                (20.0, Broken),
+                (13.0, Sustained),
+                (13.5, Broken),
+            ],
+        );
+        let c = Context {
+            protected_load: 10.0,
+            normal_peak: 10.0,
+            replicas: 3,
+            lost: 1,
+        };
+        let (status, summary, [hypothesis, headroom, failover_reserve]) =
+            conclude(&c, Some(&h), Some(&d));
+        j.capacity = Some(Search {
+            scenario: "t".into(),
+            precision: 0.05,
+            max_steps: 8,
+            step_s: 3.0,
+            warmup_s: 3.0,
+            protected_load: 10.0,
+            normal_peak: 10.0,
+            replicas: 3,
+            lost: 1,
+            healthy: Some(h),
+            degraded: Some(d),
+            hypothesis,
+            headroom,
+            failover_reserve,
+            gate: true,
+            status,
+            summary,
+            overload: Vec::new(),
+            overload_status: crate::check::Status::NotEvaluated,
+            overload_summary: "the search asked for no overload step (`overload: []`)".into(),
+            model_per_replica: None,
+        });
+        let md = super::super::markdown(&p, &j);
+        for row in [
+            "| headroom = C_healthy − normal peak (Q5) | +9.50/s |  | normal peak 10.00/s |",
+            "| failover reserve = C_degraded − L_protected (Q5) |  | +3.00/s | ≥ 0: headroom is not failover reserve |",
+            "| capacity, measured (search) | C = 19.50/s in [19.50/s, 20.00/s) (stopped: precise, 2.6% wide) | C = 13.00/s in [13.00/s, 13.50/s) (stopped: precise, 3.8% wide) |",
+            "| bracket width (the search's precision) | 2.6% | 3.8% | asked ≤ 5.0% |",
+            "| (N−k)/N × C_healthy (a hypothesis, never the measure, Q4) |  | 13.00/s |  |",
+            "Capacity search steps",
+            "| degraded | 4 | 13.50/s | not sustained",
+        ] {
+            assert!(md.contains(row), "{row}\n{md}");
+        }
+    }
+}
