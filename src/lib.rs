@@ -105,14 +105,22 @@ async fn search(
             o.out.display()
         );
     }
-    match engine::search::run(plan, &o, &cli::capacity::step_outcome, cancel).await {
-        Ok(interrupted) => interrupted,
-        Err(e) => {
-            let why = format!("{e:#}");
-            eprintln!("haq: the capacity search stopped: {why}");
-            let _ = std::fs::create_dir_all(&o.out);
-            let _ = std::fs::write(o.out.join(plan::capacity::STOPPED), why + "\n");
-            cancel.is_cancelled()
-        }
-    }
+    let (interrupted, why) =
+        match engine::search::run(plan, &o, &cli::capacity::step_outcome, cancel).await {
+            Ok(false) => return false,
+            Ok(true) => (true, None),
+            Err(e) => (cancel.is_cancelled(), Some(format!("{e:#}"))),
+        };
+    let why = match (interrupted, why) {
+        (true, _) => format!(
+            "{} (SIGINT/SIGTERM) during the search",
+            plan::capacity::INTERRUPTED
+        ),
+        (false, Some(why)) => why,
+        (false, None) => return false,
+    };
+    eprintln!("haq: the capacity search stopped: {why}");
+    let _ = std::fs::create_dir_all(&o.out);
+    let _ = std::fs::write(o.out.join(plan::capacity::STOPPED), why + "\n");
+    interrupted
 }

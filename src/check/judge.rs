@@ -462,6 +462,8 @@ pub fn judge_dir_keeping(
     if let Some(msg) = bad_line.take() {
         anyhow::bail!("{}: {msg}", tp.display());
     }
+    let mut j = j;
+    search_interrupted(dir, &mut j);
     Ok((plan, j))
 }
 
@@ -503,4 +505,17 @@ pub fn judge_search_step(dir: &Path) -> anyhow::Result<Judged> {
 /// `RUN_DIR/capacity/` (`plan`: the search's scenario, `params`: how it searched).
 pub fn judge_search_dir(dir: &Path, plan: &Plan, params: &Params) -> Search {
     super::capacity::search::judge(dir, plan, params, &judge_search_step)
+}
+
+/// A run whose capacity search SIGINT/SIGTERM stopped is an interrupted run
+/// (`capacity/stopped.txt` says so): its result is INTERRUPTED, as its exit code was.
+fn search_interrupted(dir: &Path, j: &mut Judgement) {
+    let stopped = std::fs::read_to_string(dir.join(DIR).join(crate::plan::capacity::STOPPED));
+    if let Ok(why) = stopped.as_deref()
+        && why.starts_with(crate::plan::capacity::INTERRUPTED)
+        && !j.run.interrupted
+    {
+        j.run.interrupted = true;
+        j.run.reason = Some(why.trim().to_string());
+    }
 }

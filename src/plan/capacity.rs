@@ -28,8 +28,12 @@ pub const AFTER: &str = "after";
 /// `criteria.capacity.search`).
 pub const DIR: &str = "capacity";
 
-/// Why a search stopped before its end (a step that could not run), in its directory.
+/// Why a search stopped before its end (a step that could not run, an interrupt), in
+/// its directory.
 pub const STOPPED: &str = "stopped.txt";
+
+/// How `stopped.txt` begins when SIGINT/SIGTERM stopped the search.
+pub const INTERRUPTED: &str = "interrupted";
 
 /// Which topology a search ran in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -361,3 +361,63 @@ fn capacity_commands_refuse_bad_arguments_with_exit_2() {
     let (code, _, err) = haq(&["sim", "capacity"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// SIGINT while `haq run` searches capacity after its phases: exit 3, the run's result
+/// INTERRUPTED (report.json and `haq check` alike), Capacity not measured (UNKNOWN),
+/// the steps that ran kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_during_a_runs_search_is_an_interrupted_run() {
+    let dir = scratch("capacity-sigint");
+    let file = dir.join("cap.yaml");
+    std::fs::write(&file, SCENARIO).expect("scenario");
+    let out = dir.join("run");
+    let mut c = tokio::process::Command::new(haq_bin());
+    c.args(["run", "--quiet", "--out"])
+        .arg(&out)
+        .args([
+            "--set",
+            "phases=[{name: baseline, duration: 2s}]",
+            "--set",
+            "faults[0].at.offset=1s",
+            "--set",
+            "criteria.capacity.search={step: 10s, warmup: 1s}",
+        ])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = c.spawn().expect("haq run");
+    let first = out
+        .join("capacity")
+        .join("healthy-01-8.00")
+        .join("trace.jsonl");
+    crate::simkit::eventually(
+        "the search's first step",
+        std::time::Duration::from_secs(60),
+        async || std::fs::read_to_string(&first).is_ok_and(|t| t.contains("\"phase\"")),
+    )
+    .await;
+    let pid = child.id().expect("pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let o = tokio::time::timeout(std::time::Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("haq exits after SIGINT")
+        .expect("output");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report"))
+            .expect("json");
+    assert_eq!(report["result"], "INTERRUPTED", "{err}");
+    assert_eq!(
+        report["capacity"]["status"], "UNKNOWN",
+        "{}",
+        report["capacity"]
+    );
+    let (_, j) = haq::check::judge_dir(&out).expect("re-judged");
+    assert!(j.run.interrupted);
+}
