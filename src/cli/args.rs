@@ -65,12 +65,13 @@ pub enum Command {
     Sim(SimArgs),
     /// Benchmarks of haq itself.
     Bench(BenchArgs),
-    /// Search the sustainable rate under the SLO (Q4, Q5): bracket then bisect, each
-    /// step a run of its own (warm-up discarded) kept in OUT/<topology>-NN-<rate>/,
-    /// in the healthy topology and with the scenario's faults applied and held
-    /// (degraded); writes OUT/capacity.json and OUT/capacity.md (docs/capacity.md).
-    /// Exit 0 C_degraded ≥ L_protected · 1 below it or unknown · 2 unusable · 3
-    /// interrupted.
+    /// Search the sustainable rate under the SLO (Q4, Q5, Q10), as
+    /// criteria.capacity.search does inside `haq run`: bracket then bisect, each step a
+    /// run of its own (warm-up discarded) kept in OUT/<topology>-NN-<rate>/, in the
+    /// healthy topology and with the scenario's faults applied and held (degraded),
+    /// then overload steps past C_degraded; writes OUT/capacity.json and
+    /// OUT/capacity.md (docs/capacity.md). Exit 0 C_degraded ≥ L_protected · 1 below
+    /// it, unknown, or the overload steps FAIL · 2 unusable · 3 interrupted.
     Capacity(CapacityArgs),
     /// One agent of `haq run --agents N` (started by the run, not by hand).
     #[command(hide = true)]

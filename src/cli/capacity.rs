@@ -1,13 +1,11 @@
-//! `haq capacity SCENARIO`: the adaptive capacity search (issue 19, Q4, Q5). Each step
-//! is a run of its own (`engine::run`): the scenario's target, mix and SLO at one
-//! constant rate, a warm-up phase discarded, then the `step` phase judged
-//! (`check::capacity::steps`); its trace stays in `OUT/<topology>-NN-<rate>/` so
-//! `haq check` re-judges it. The rates come from `plan::capacity::Bracket`: up
-//! geometrically until the SLO breaks, then bisection until the bracket is within
-//! `--precision` or `--max-steps` is spent. In the degraded topology every step
-//! applies the scenario's faults at the start of its warm-up and holds them (no
-//! replacement, no trigger condition); the engine's heal guard undoes what is
-//! reversible at the step's end, on error and on Ctrl-C.
+//! `haq capacity SCENARIO` and `haq sim capacity SCENARIO` (issue 19; Q4, Q5, Q10):
+//! the adaptive capacity search — the one `criteria.capacity.search` runs inside `haq
+//! run` — with its parameters from the command line over the scenario's over the
+//! defaults, driven by `engine::search` (each step a run of its own in
+//! `OUT/<topology>-NN-<rate>/`, then the overload steps past C_degraded) and judged
+//! from `OUT/` alone (`check::judge_search_dir`) into capacity.json and capacity.md;
+//! and the sim engine model's computed rate, the truth a search of the sim is
+//! measured against.
 
 use std::path::Path;
 

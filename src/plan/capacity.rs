@@ -22,6 +22,7 @@ use crate::wire::units::{Dur, Rate};
 pub const STEP: &str = "step";
 pub const WARMUP: &str = "warmup";
 pub const OVERLOAD: &str = "overload";
+pub const SETTLE: &str = "settle";
 pub const AFTER: &str = "after";
 
 /// The search's directory inside a run directory (`haq run` with
@@ -202,17 +203,21 @@ pub fn step_plan(
 }
 
 /// The plan of one overload step in the degraded topology: a warm-up at `after`
-/// (the sustainable protected rate), the excess at `rate` (an overload phase), then
-/// `after` again — where the SLO must be back.
+/// (the sustainable protected rate), the excess at `rate` (an overload phase), one
+/// `slo.ttft_p95` at `after` for the queue the excess left to drain (its requests
+/// must reach their first token within it: judged by no envelope), then `after`
+/// again — where the SLO must be back.
 pub fn overload_plan(
     plan: &crate::plan::Plan,
     rate: f64,
     after: f64,
     p: &Params,
 ) -> Result<crate::plan::Plan, String> {
+    let settle = plan.scenario.slo.ttft_p95.0;
     let phases = vec![
         phase(WARMUP, PhaseKind::Capacity, p.warmup, after),
         phase(OVERLOAD, PhaseKind::Overload, p.step, rate),
+        phase(SETTLE, PhaseKind::Settle, settle, after),
         phase(AFTER, PhaseKind::Capacity, p.step, after),
     ];
     let s = step_scenario(plan, Topology::Degraded, phases)?;
@@ -466,5 +471,63 @@ mod bisect_tests {
         assert_eq!((s.lo, s.hi), (Some(10.0), Some(14.0)));
         s.record(9.0, Outcome::Broken);
         assert_eq!((s.lo, s.hi), (None, Some(9.0)));
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    fn plan(sets: &[&str]) -> crate::plan::Plan {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        crate::plan::load_str(
+            crate::plan::tests::GOOD,
+            "s.yaml",
+            std::path::Path::new("."),
+            &sets,
+            None,
+        )
+        .expect("plan")
+    }
+
+    /// A step runs the scenario at one rate through a warm-up and the step; in the
+    /// degraded topology its faults fire at the warm-up's start and are held; an
+    /// overload step drains for one slo.ttft_p95 between the excess and `after`.
+    #[test]
+    fn step_plans_hold_the_faults_and_overload_steps_let_the_queue_drain() {
+        let p = plan(&["criteria.capacity.search={warmup: 1s, step: 2s}"]);
+        let params = Params::of(&p).expect("search");
+        let h = step_plan(&p, 12.5, Topology::Healthy, &params).expect("healthy");
+        let names: Vec<(&str, f64)> = h.phases.iter().map(|x| (x.name.as_str(), x.rate)).collect();
+        assert_eq!(names, [(WARMUP, 12.5), (STEP, 12.5)]);
+        assert!(h.faults.is_empty() && h.scenario.criteria.capacity.is_none());
+        let d = step_plan(&p, 12.5, Topology::Degraded, &params).expect("degraded");
+        assert_eq!(d.faults.len(), 1);
+        assert_eq!(d.faults[0].at, Duration::ZERO);
+        assert!(d.faults[0].restart.is_none());
+        // 1.5× and 2× of 6/s past a protected load of 4/s; back to 4/s after.
+        let (rates, after) = overload_rates(&params, 6.0, 4.0);
+        assert_eq!((rates, after), (vec![(1.5, 9.0), (2.0, 12.0)], 4.0));
+        // Below the protected load (C_degraded 2/s): only 2× is an excess; after at 2/s.
+        assert_eq!(overload_rates(&params, 2.5, 4.0), (vec![(2.0, 5.0)], 2.5));
+        let o = overload_plan(&p, 9.0, 4.0, &params).expect("overload");
+        let kinds: Vec<(&str, PhaseKind, f64)> = o
+            .phases
+            .iter()
+            .map(|x| (x.name.as_str(), x.kind, x.rate))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (WARMUP, PhaseKind::Capacity, 4.0),
+                (OVERLOAD, PhaseKind::Overload, 9.0),
+                (SETTLE, PhaseKind::Settle, 4.0),
+                (AFTER, PhaseKind::Capacity, 4.0)
+            ]
+        );
+        assert_eq!(o.phases[2].duration, Duration::from_secs(1));
+        assert_eq!(step_dir("overload", 0, 9.0), "overload-01-9.00");
+        assert_eq!(parse_step_dir("degraded-12-33.94"), Some(("degraded", 11)));
+        assert_eq!(parse_step_dir("capacity.md"), None);
     }
 }

@@ -420,7 +420,7 @@ fn phase_rate(f: &str, p: &Phase, kind: PhaseKind, protected: f64) -> Result<Opt
             format!("an overload phase must offer more than protected_load ({protected}/s)"),
         ));
     }
-    if r + 1e-9 < protected && kind != PhaseKind::Capacity {
+    if r + 1e-9 < protected && !matches!(kind, PhaseKind::Capacity | PhaseKind::Settle) {
         return Err(Issue::new(
             field,
             format!("{r}/s"),

@@ -562,7 +562,6 @@ fn fate_matrix(plan: &Plan, j: &Judgement) -> Section {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::check::capacity::adaptive::{Context, RanStep, Search, TopologyResult, conclude};
     use crate::check::capacity::steps::fake;
     use crate::check::testkit::*;

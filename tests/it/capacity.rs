@@ -211,21 +211,22 @@ async fn a_client_starved_on_purpose_is_the_limit_and_never_the_capacity() {
 
 /// `criteria.capacity.search` inside `haq run` (issue 19 item 1): the same adaptive
 /// search after the scenario's phases, its steps in `RUN_DIR/capacity/`, judged into
-/// report.json (valid against its schema) and report.md's worksheet. The engines are
-/// slowed four times (`speed: 0.5`: 7.1/s per replica) so that the two survivors of
-/// the kill (14.3/s) cannot carry the protected 16/s: the gateway rejects protected
-/// requests and Capacity FAILs, headroom and failover reserve shown.
+/// report.json (valid against its schema) and report.md's worksheet. The engines run
+/// at half the scenario's speed (`speed: 1`: 7.14/s per replica) so that the two
+/// survivors of the kill (14.3/s) cannot carry the protected 20/s: the gateway
+/// rejects protected requests and Capacity FAILs, headroom and failover reserve
+/// shown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_searches_capacity_and_rejecting_protected_traffic_fails_it() {
     let plan = plan_text(
         SCENARIO,
         &[
-            "target.engine.speed=0.5",
-            "protected_load=16/s",
-            "workload.arrival.rate=16/s",
+            "target.engine.speed=1",
+            "protected_load=20/s",
+            "workload.arrival.rate=20/s",
             "phases=[{name: baseline, duration: 2s}]",
             "faults[0].at.offset=1s",
-            "criteria.capacity.search={from: 16/s, precision: 50%, max_steps: 3, step: 2s, warmup: 1s, overload: []}",
+            "criteria.capacity.search={precision: 50%, max_steps: 3, step: 2s, warmup: 1s, overload: []}",
         ],
     );
     let r = crate::support::run(plan, "capacity-run").await;
@@ -245,10 +246,10 @@ async fn a_run_searches_capacity_and_rejecting_protected_traffic_fails_it() {
         first.step.why.contains("of protected requests rejected"),
         "{json}"
     );
-    assert!(d.capacity.is_some_and(|x| x < 16.0), "{json}");
+    assert!(d.capacity.is_some_and(|x| x < 20.0), "{json}");
     let v = crate::support::verdict(&r, "Capacity");
     assert_eq!(v.status, Status::Fail, "{v:?}");
-    assert!(v.summary.contains("< L_protected 16.00/s"), "{}", v.summary);
+    assert!(v.summary.contains("< L_protected 20.00/s"), "{}", v.summary);
     assert!(c.failover_reserve.is_some_and(|x| x < 0.0), "{json}");
     // report.json holds the search, valid against the schema; report.md's worksheet
     // shows headroom and failover reserve (Q5) and every step.
@@ -269,7 +270,7 @@ async fn a_run_searches_capacity_and_rejecting_protected_traffic_fails_it() {
         "failover reserve = C_degraded − L_protected (Q5)",
         "bracket width (the search's precision)",
         "Capacity search steps",
-        "degraded-01-16.00",
+        "degraded-01-20.00",
     ] {
         assert!(md.contains(row), "{row}\n{md}");
     }

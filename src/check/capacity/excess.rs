@@ -6,7 +6,8 @@
 //! from the gateway's journal and haq's proxy — within the retry budget, protected
 //! traffic not shed within its protected load) and by one more: after the excess the
 //! cluster is back inside the SLO at the protected load ([`super::steps`]'s rule on the
-//! `after` phase). A step where haq's own client was the limit says nothing (UNKNOWN).
+//! `after` phase, once one `slo.ttft_p95` has let the queue the excess left drain). A
+//! step where haq's own client was the limit says nothing (UNKNOWN).
 
 use serde::Serialize;
 
@@ -87,7 +88,7 @@ pub fn judge(
         Some(a) if !a.pass => parts.push((
             Status::Fail,
             format!(
-                "after the excess, at {after_rate:.2}/s the SLO was not back: {}",
+                "after the excess (and one slo.ttft_p95 for its queue to drain), at {after_rate:.2}/s the SLO was not back: {}",
                 a.why
             ),
         )),
