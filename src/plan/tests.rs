@@ -543,6 +543,13 @@ fn the_capacity_searchs_old_ladder_fields_are_refused_at_their_line() {
     assert_eq!(s.topologies.len(), 2);
     // The plan's phases are the scenario's own: the search runs after them.
     assert_eq!(p.phases.len(), 2);
+    let text = crate::plan::describe::render(&crate::plan::describe::describe(&p));
+    assert!(
+        text.contains("then the capacity search (criteria.capacity.search)")
+            && text.contains("bisected to ±5% in at most 8 steps per topology")
+            && text.contains("overload steps at 1.5×, 2× C_degraded"),
+        "{text}"
+    );
     // Its overload steps exercise Overload (a required Overload is judged by them).
     let ex = crate::plan::implied::exercised(&p);
     assert!(
