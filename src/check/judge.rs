@@ -7,12 +7,15 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use super::capacity::adaptive::Search;
+use super::capacity::search::Judged;
 use super::history::{FaultRec, Folder, RequestRecord, RequestSink};
 use super::judgement::Judgement;
 use super::latency::{PhaseAcc, PhaseStats};
 use super::retain::Keep;
 use super::{evidence, fate, run, verdicts};
 use crate::plan::Plan;
+use crate::plan::capacity::{DIR, OVERLOAD, Params, STEP};
 use crate::trace::files::SCENARIO_FILE;
 use crate::trace::{Event, Line};
 
@@ -25,6 +28,7 @@ struct Acc {
     slip: crate::metrics::SlipAcc,
     local: super::validity::LocalAcc,
     agents: super::agents::AgentAcc,
+    own: super::own::OwnAcc,
 }
 
 impl RequestSink for Acc {
@@ -87,6 +91,8 @@ struct Setup {
     /// Wall-clock start of load: the run's start plus its first phase edge (the
     /// interval log's base time).
     load_start: std::time::SystemTime,
+    /// The run's capacity search, judged from its directory (`RUN_DIR/capacity/`).
+    search: Option<Search>,
 }
 
 impl Setup {
@@ -98,6 +104,7 @@ impl Setup {
             folder: Folder::default(),
             mono_ns: 0,
             proxied: false,
+            search: None,
             load_start: std::time::UNIX_EPOCH,
         };
         let mut wall = std::time::UNIX_EPOCH;
@@ -167,6 +174,7 @@ fn judge_set_up<I: IntoIterator<Item = Event>>(
         mut folder,
         mono_ns,
         proxied,
+        search,
         ..
     } = setup;
     let mut acc = Acc::new(plan, &src, &mut folder, (proxied, keep));
@@ -190,7 +198,7 @@ fn judge_set_up<I: IntoIterator<Item = Event>>(
         src.report(source, evidence::SourceState::Unreadable, e);
     }
     fold_tools(&mut acc, &mut src, mono_ns);
-    judgement(plan, acc, folder, src, &mut intervals)
+    judgement(plan, acc, (folder, search), src, &mut intervals)
 }
 
 impl Acc {
@@ -221,6 +229,7 @@ impl Acc {
             slip: crate::metrics::SlipAcc::new(plan),
             local: Default::default(),
             agents: Default::default(),
+            own: Default::default(),
         }
     }
 }
@@ -292,13 +301,13 @@ fn fold_tools(acc: &mut Acc, src: &mut evidence::Sources, mono_ns: u64) {
 fn judgement(
     plan: &Plan,
     acc: Acc,
-    folder: Folder,
+    (folder, search): (Folder, Option<Search>),
     src: evidence::Sources,
     intervals: &mut Option<crate::metrics::series::IntervalSink>,
 ) -> Judgement {
     let phases: Vec<PhaseStats> = acc.phases.iter().map(PhaseStats::from).collect();
     let seconds = acc.series.finish(intervals);
-    let level = acc.run.finish(plan, &folder.faults, &phases, &seconds);
+    let level = acc.run.finish(plan, &folder.faults, &seconds, search);
     let protected_load = super::capacity::protected_load(plan, &phases);
     let verdicts = verdicts::judge(&verdicts::Judged {
         plan,
@@ -314,6 +323,7 @@ fn judgement(
     let unfinished = folder.unfinished();
     let client =
         super::validity::judge(plan, &acc.slip.finish(), &phases, (&acc.local, &acc.agents));
+    let own = acc.own.finish();
     let fate_table = acc.fate.table_rows();
     let fate = acc.fate;
     let cache_effects = super::cache_effects::table(&level.evidence, &level.timeline);
@@ -342,6 +352,7 @@ fn judgement(
         facts,
         seconds,
         client,
+        own,
         gates,
         protected_load,
     }
@@ -359,6 +370,7 @@ fn fold_event(
     acc.series.observe(&ev, intervals);
     acc.slip.observe(&ev);
     acc.agents.observe(&ev);
+    acc.own.observe(&ev);
     folder.push(ev, acc)
 }
 
@@ -383,7 +395,10 @@ fn fold_merged(
                 acc.run.gateway(t, &it);
                 folder.push_gateway(t, it, acc)
             }
-            evidence::Item::Worker(t, w, e) => folder.push_worker(t, &w, e, acc),
+            evidence::Item::Worker(t, w, e) => {
+                acc.own.worker(&e);
+                folder.push_worker(t, &w, e, acc)
+            }
             evidence::Item::GatewayEnd => folder.gateway_ended(),
         }
     }
@@ -434,6 +449,8 @@ pub fn judge_dir_keeping(
     let mut bad_line = None;
     let trace = crate::trace::Reader::open(&tp, None).map_err(reading)?;
     let sources = evidence::open(dir, &plan);
+    let mut setup = setup;
+    setup.search = Params::of(&plan).map(|p| judge_search_dir(&dir.join(DIR), &plan, &p));
     let trace = Trace::<Option<Event>>::File(trace, &mut bad_line);
     let j = match hlog {
         Some(mut out) => crate::metrics::hlog::write(&mut out, setup.load_start, |sink| {
@@ -445,5 +462,60 @@ pub fn judge_dir_keeping(
     if let Some(msg) = bad_line.take() {
         anyhow::bail!("{}: {msg}", tp.display());
     }
+    let mut j = j;
+    search_interrupted(dir, &mut j);
     Ok((plan, j))
+}
+
+/// One step of a capacity search judged from its run directory: a bracketing step
+/// (its `step` phase, `check::capacity::steps`) or an overload step (its Overload
+/// verdict and the stretch after the excess, `check::capacity::excess`).
+pub fn judge_search_step(dir: &Path) -> anyhow::Result<Judged> {
+    let (p, j) = judge_dir(dir)?;
+    if p.phases.iter().any(|x| x.name == OVERLOAD) {
+        let v = j
+            .verdicts
+            .iter()
+            .find(|v| v.name == super::VerdictName::Overload)
+            .with_context(|| format!("{}: no Overload verdict", dir.display()))?;
+        let s = super::capacity::excess::judge(
+            &p,
+            v,
+            &j.phases,
+            &j.facts.requests,
+            (&j.client, &j.own),
+        );
+        return Ok(Judged::Overload(Box::new(s)));
+    }
+    let stats = j
+        .phases
+        .iter()
+        .find(|s| s.name == STEP)
+        .with_context(|| format!("{}: no `{STEP}` phase measured", dir.display()))?;
+    let rate = p
+        .phases
+        .iter()
+        .find(|x| x.name == STEP)
+        .map_or(0.0, |x| x.rate);
+    let s = super::capacity::steps::judge(&p, stats, &j.facts.requests, (&j.client, &j.own), rate);
+    Ok(Judged::Step(Box::new(s)))
+}
+
+/// A capacity search judged from its directory: `haq capacity`'s `OUT/`, a run's
+/// `RUN_DIR/capacity/` (`plan`: the search's scenario, `params`: how it searched).
+pub fn judge_search_dir(dir: &Path, plan: &Plan, params: &Params) -> Search {
+    super::capacity::search::judge(dir, plan, params, &judge_search_step)
+}
+
+/// A run whose capacity search SIGINT/SIGTERM stopped is an interrupted run
+/// (`capacity/stopped.txt` says so): its result is INTERRUPTED, as its exit code was.
+fn search_interrupted(dir: &Path, j: &mut Judgement) {
+    let stopped = std::fs::read_to_string(dir.join(DIR).join(crate::plan::capacity::STOPPED));
+    if let Ok(why) = stopped.as_deref()
+        && why.starts_with(crate::plan::capacity::INTERRUPTED)
+        && !j.run.interrupted
+    {
+        j.run.interrupted = true;
+        j.run.reason = Some(why.trim().to_string());
+    }
 }

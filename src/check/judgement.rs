@@ -34,7 +34,7 @@ pub struct Judgement {
     /// Protected traffic of the degraded interval (Capacity), when a fault made one.
     pub degraded: Option<capacity::Window>,
     /// The capacity search (Q4), when the scenario has one.
-    pub capacity: Option<crate::check::capacity::search::Search>,
+    pub capacity: Option<crate::check::capacity::adaptive::Search>,
     /// Per fault: the engines' KV and cache metrics before it and after its reroute,
     /// with the TTFT next to them (Q12 step 14); empty when none were read.
     pub cache_effects: Vec<super::cache_effects::CacheEffects>,
@@ -45,6 +45,9 @@ pub struct Judgement {
     pub seconds: Vec<crate::metrics::SecondStats>,
     /// haq's own sends per phase; `valid: false` makes the run INVALID.
     pub client: super::validity::ClientHealth,
+    /// haq's own load per phase (CPU; the sim's stalls when haq runs it): a
+    /// capacity-search step where it was the limit is the load generator's.
+    pub own: Vec<super::own::PhaseOwn>,
     /// `criteria.require` and the warnings about verdicts exercised but not judged.
     pub gates: super::gates::Gates,
     /// Each phase's offered load against the protected load (Q12, Capacity).

@@ -23,6 +23,7 @@ mod judgement;
 pub mod latency;
 pub mod maintenance;
 pub mod overload;
+pub mod own;
 pub mod recovery;
 pub mod retain;
 pub mod routing;
@@ -35,7 +36,10 @@ mod verdict;
 pub mod verdicts;
 
 pub use crate::trace::files::SCENARIO_FILE;
-pub use judge::{judge, judge_dir, judge_dir_keeping, judge_dir_with, judge_keeping, judge_with};
+pub use judge::{
+    judge, judge_dir, judge_dir_keeping, judge_dir_with, judge_keeping, judge_search_dir,
+    judge_search_step, judge_with,
+};
 pub use judgement::{Judgement, RunResult};
 pub use retain::Keep;
 pub use verdict::{Status, Verdict, VerdictName, conclude, judged, worst};

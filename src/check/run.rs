@@ -2,13 +2,12 @@
 //! the per-request checks: [`RunAcc`] sees every event and every finished request,
 //! [`RunAcc::finish`] builds what the run-level verdicts read ([`RunLevel`]).
 
-use super::capacity::search::{self, Search};
+use super::capacity::adaptive::Search;
 use super::capacity::{Window, WindowAcc};
 use super::collect::EvidenceAcc;
 use super::evidence::GwItem;
 use super::facts::Evidence;
 use super::history::{FaultRec, RequestRecord};
-use super::latency::PhaseStats;
 use super::retain::Keep;
 use super::timeline::{self, Timeline};
 use crate::metrics::{Measured, SecondStats};
@@ -73,18 +72,19 @@ impl RunAcc {
         self.window.add(r, m);
     }
 
+    /// `capacity`: the run's capacity search, judged from its directory.
     pub fn finish(
         self,
         plan: &Plan,
         faults: &[FaultRec],
-        phases: &[PhaseStats],
         seconds: &[SecondStats],
+        capacity: Option<Search>,
     ) -> RunLevel {
         let evidence = self.evidence.finish(faults);
         let timeline = timeline::build(plan, &evidence, seconds);
         RunLevel {
             window: self.window.finish(),
-            capacity: search::judge(plan, phases),
+            capacity,
             evidence,
             timeline,
         }

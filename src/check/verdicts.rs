@@ -59,7 +59,13 @@ fn one(name: VerdictName, j: &Judged) -> Verdict {
             capacity::verdict(plan, tl, &j.level.window, j.load, j.level.capacity.as_ref())
         }
         VerdictName::Latency => latency::verdict(plan, j.phases),
-        VerdictName::Overload => overload::verdict(plan, ev, j.phases),
+        VerdictName::Overload => capacity::excess::merge(
+            overload::verdict(plan, ev, j.phases),
+            j.level.capacity.as_ref().map(|s| {
+                let evidence = s.overload.iter().flat_map(|o| o.evidence.clone()).collect();
+                (s.overload_status, s.overload_summary.as_str(), evidence)
+            }),
+        ),
         VerdictName::Recovery => recovery::verdict(plan, ev, tl, j.phases),
         VerdictName::Maintenance => maintenance::verdict(plan, ev, tl, &j.fate.findings),
     }

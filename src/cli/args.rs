@@ -65,12 +65,13 @@ pub enum Command {
     Sim(SimArgs),
     /// Benchmarks of haq itself.
     Bench(BenchArgs),
-    /// Search the sustainable rate under the SLO (Q4, Q5): bracket then bisect, each
-    /// step a run of its own (warm-up discarded) kept in OUT/<topology>-NN-<rate>/,
-    /// in the healthy topology and with the scenario's faults applied and held
-    /// (degraded); writes OUT/capacity.json and OUT/capacity.md (docs/capacity.md).
-    /// Exit 0 C_degraded ≥ L_protected · 1 below it or unknown · 2 unusable · 3
-    /// interrupted.
+    /// Search the sustainable rate under the SLO (Q4, Q5, Q10), as
+    /// criteria.capacity.search does inside `haq run`: bracket then bisect, each step a
+    /// run of its own (warm-up discarded) kept in OUT/<topology>-NN-<rate>/, in the
+    /// healthy topology and with the scenario's faults applied and held (degraded),
+    /// then overload steps past C_degraded; writes OUT/capacity.json and
+    /// OUT/capacity.md (docs/capacity.md). Exit 0 C_degraded ≥ L_protected · 1 below
+    /// it, unknown, or the overload steps FAIL · 2 unusable · 3 interrupted.
     Capacity(CapacityArgs),
     /// One agent of `haq run --agents N` (started by the run, not by hand).
     #[command(hide = true)]
@@ -390,6 +391,26 @@ pub struct SimUpArgs {
     pub json: bool,
 }
 
+/// Multiples of C_degraded (`--overload 1.5,2`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Multiples(pub Vec<f64>);
+
+/// `1.5,2` (or `none`): multiples of C_degraded, each above 1.
+fn parse_multiples(s: &str) -> Result<Multiples, String> {
+    if s.trim() == "none" {
+        return Ok(Multiples(Vec::new()));
+    }
+    s.split(',')
+        .map(|x| match x.trim().parse::<f64>() {
+            Ok(m) if m.is_finite() && m > 1.0 && m <= 10.0 => Ok(m),
+            _ => Err(format!(
+                "`{x}` is not a multiple of C_degraded above 1 and at most 10 (e.g. 1.5,2 or none)"
+            )),
+        })
+        .collect::<Result<Vec<f64>, String>>()
+        .map(Multiples)
+}
+
 /// Which topologies `haq capacity` searches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TopologyArg {
@@ -414,26 +435,34 @@ pub struct CapacityArgs {
     /// Where the search's directory goes when `--out` is not given.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,
-    /// Stop when the bracket is at most this share of its lower end wide.
-    #[arg(long, default_value = "5%", value_parser = wire::units::parse_fraction)]
-    pub precision: f64,
-    /// Most steps per topology.
-    #[arg(long, default_value_t = 8)]
-    pub max_steps: usize,
+    /// Stop when the bracket is at most this share of its lower end wide (default:
+    /// `criteria.capacity.search.precision`, else 5%).
+    #[arg(long, value_parser = wire::units::parse_fraction)]
+    pub precision: Option<f64>,
+    /// Most steps per topology (default: `criteria.capacity.search.max_steps`, else 8).
+    #[arg(long)]
+    pub max_steps: Option<usize>,
     /// The first rate (default: `criteria.capacity.search.from`, else the protected
     /// load).
     #[arg(long, value_parser = wire::units::parse_rate)]
     pub from: Option<f64>,
-    /// Bracketing multiplies the rate by this until the SLO breaks.
-    #[arg(long, default_value_t = 2.0)]
-    pub factor: f64,
+    /// Bracketing multiplies the rate by this until the SLO breaks (default:
+    /// `criteria.capacity.search.factor`, else 2).
+    #[arg(long)]
+    pub factor: Option<f64>,
     /// How long each step is judged (default: `criteria.capacity.search.step`, else
     /// 10s).
     #[arg(long, value_parser = wire::units::parse_duration)]
     pub step: Option<Duration>,
-    /// Load at the step's rate before it is judged (discarded).
-    #[arg(long, default_value = "3s", value_parser = wire::units::parse_duration)]
-    pub warmup: Duration,
+    /// Load at the step's rate before it is judged, discarded (default:
+    /// `criteria.capacity.search.warmup`, else 3s).
+    #[arg(long, value_parser = wire::units::parse_duration)]
+    pub warmup: Option<Duration>,
+    /// Multiples of C_degraded offered after the degraded search, one overload step
+    /// each, judged by the Overload rules (default: `criteria.capacity.search.overload`,
+    /// else 1.5,2; `--overload none` for none).
+    #[arg(long, value_parser = parse_multiples)]
+    pub overload: Option<Multiples>,
     #[arg(long, short)]
     pub quiet: bool,
     #[command(flatten)]

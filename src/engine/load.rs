@@ -416,6 +416,7 @@ impl Dispatcher {
             name: p.name.clone(),
             edge,
         });
+        super::own::emit(&self.tw, &self.clock, &self.handle, &p.name, edge);
         match edge {
             Edge::Start => self.progress.phase(i, p),
             Edge::End => self.progress.phase_end(),

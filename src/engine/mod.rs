@@ -9,7 +9,9 @@ mod dir;
 mod evidence;
 mod headers;
 mod load;
+mod own;
 mod progress;
+pub mod search;
 
 use std::path::PathBuf;
 use std::sync::Arc;

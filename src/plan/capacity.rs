@@ -2,38 +2,114 @@
 //! at the scenario's request mix, streaming profile and SLO — never derived as
 //! (N−1)/N of healthy capacity, which is shown only as the hypothesis it is.
 //!
-//! `criteria.capacity.search` expands, at validation, into a ladder of constant-rate
-//! phases before the scenario's own phases (healthy topology), a settle phase, and the
-//! same ladder after them (the topology the scenario's faults left). Each step is
-//! judged from its phase's measurements (`check::capacity::search`). The run stays one
-//! open-loop schedule with one trace, so `haq check` re-judges the search like any
-//! other run; its precision is the ladder's spacing, reported as such.
-//!
-//! The adaptive search (`haq capacity`, docs/capacity.md) picks each rate from the
-//! steps before it ([`Bracket`]: geometric bracketing until the SLO breaks, then
-//! geometric bisection to the precision asked or the step budget), so each of its
-//! steps is a run of its own.
+//! One search for `haq capacity` and for `criteria.capacity.search` in `haq run`
+//! (docs/capacity.md): each step is a run of its own ([`step_plan`]: the scenario at
+//! one constant rate, a discarded warm-up, the judged step; in the degraded topology
+//! its faults applied at the start and held), and [`Bracket`] picks each rate from
+//! the steps before it: geometric bracketing until the SLO breaks, then geometric
+//! bisection to the precision asked or the step budget. Past C_degraded, the
+//! [`overload_plan`] steps offer multiples of it and are judged by the Overload rules
+//! (Q10). The engine runs the steps (`engine::search`), the checks judge them from
+//! their run directories (`check::capacity`).
 
-use crate::scenario::{CapacitySearch, Phase, PhaseKind};
+use std::time::Duration;
+
+use crate::scenario::{At, Phase, PhaseKind, Scenario};
 use crate::wire::units::{Dur, Rate};
 
-pub const HEALTHY: &str = "cap-healthy";
-pub const DEGRADED: &str = "cap-degraded";
-pub const SETTLE: &str = "cap-settle";
+/// The step phase's name in every step run; the warm-up's; an overload step's excess
+/// and what follows it.
+pub const STEP: &str = "step";
+pub const WARMUP: &str = "warmup";
+pub const OVERLOAD: &str = "overload";
+pub const SETTLE: &str = "settle";
+pub const AFTER: &str = "after";
 
-/// The ladder's rates: `steps` geometric rates from `from` to `to`, with the protected
-/// load added, ascending, rounded to 0.01/s.
-pub fn ladder(s: &CapacitySearch, protected: f64) -> Vec<f64> {
-    let (a, b) = (s.from.0, s.to.0);
-    let n = s.steps.max(2);
-    let mut r: Vec<f64> = (0..n)
-        .map(|i| a * (b / a).powf(i as f64 / (n - 1) as f64))
-        .chain([protected])
-        .map(|x| (x * 100.0).round() / 100.0)
-        .collect();
-    r.sort_by(f64::total_cmp);
-    r.dedup();
-    r
+/// The search's directory inside a run directory (`haq run` with
+/// `criteria.capacity.search`).
+pub const DIR: &str = "capacity";
+
+/// Why a search stopped before its end (a step that could not run, an interrupt), in
+/// its directory.
+pub const STOPPED: &str = "stopped.txt";
+
+/// How `stopped.txt` begins when SIGINT/SIGTERM stopped the search.
+pub const INTERRUPTED: &str = "interrupted";
+
+/// Which topology a search ran in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Topology {
+    /// Every replica up.
+    Healthy,
+    /// The scenario's faults applied and held for every step.
+    Degraded,
+}
+
+impl Topology {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Topology::Healthy => "healthy",
+            Topology::Degraded => "degraded",
+        }
+    }
+}
+
+/// What a search runs: its topologies, how it brackets and bisects, how long each
+/// step lasts, and the overload steps past C_degraded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub topologies: Vec<Topology>,
+    pub bisect: Bisect,
+    pub step: Duration,
+    pub warmup: Duration,
+    /// Multiples of C_degraded, one overload step each (Q10).
+    pub overload: Vec<f64>,
+}
+
+impl Params {
+    /// `criteria.capacity.search` of a plan: both topologies (the degraded one when
+    /// the scenario has faults).
+    pub fn of(plan: &crate::plan::Plan) -> Option<Params> {
+        let s = &plan.scenario.criteria.capacity.as_ref()?.search;
+        let start = s.from.map_or(plan.scenario.protected_load.0, |r| r.0);
+        let mut topologies = vec![Topology::Healthy];
+        if !plan.scenario.faults.is_empty() {
+            topologies.push(Topology::Degraded);
+        }
+        Some(Params {
+            topologies,
+            bisect: Bisect {
+                start,
+                factor: s.factor,
+                precision: s.precision.0,
+                max_steps: s.max_steps as usize,
+                floor: floor(start),
+            },
+            step: s.step.0,
+            warmup: s.warmup.0,
+            overload: s.overload.clone(),
+        })
+    }
+}
+
+/// No rate below this is tried: the first one over 64.
+pub fn floor(start: f64) -> f64 {
+    (start / 64.0).max(0.01)
+}
+
+/// The directory name of a search step: `healthy-03-33.94`, `overload-01-42.00`.
+pub fn step_dir(kind: &str, k: usize, rate: f64) -> String {
+    format!("{kind}-{:02}-{rate:.2}", k + 1)
+}
+
+/// A step directory's kind and index (`degraded-03-33.94` → (`degraded`, 2)).
+pub fn parse_step_dir(name: &str) -> Option<(&str, usize)> {
+    let mut it = name.splitn(3, '-');
+    let kind = it.next()?;
+    let k: usize = it.next()?.parse().ok()?;
+    it.next()?.parse::<f64>().ok()?;
+    Some((kind, k.checked_sub(1)?))
 }
 
 /// The highest rate the scenario's own phases offer, overload phases (and the
@@ -51,44 +127,114 @@ pub fn normal_peak(plan: &crate::plan::Plan) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn step_phase(prefix: &str, i: usize, rate: f64, d: Dur) -> Phase {
+/// Replicas the scenario's faults take out (k of the (N−k)/N hypothesis).
+pub fn lost(plan: &crate::plan::Plan) -> usize {
+    plan.faults.iter().map(|f| f.replicas.len().max(1)).sum()
+}
+
+fn phase(name: &str, kind: PhaseKind, d: Duration, rate: f64) -> Phase {
     Phase {
-        name: format!("{prefix}-{}", i + 1),
-        kind: Some(PhaseKind::Capacity),
-        duration: d,
+        name: name.into(),
+        kind: Some(kind),
+        duration: Dur(d),
         rate: Some(Rate(rate)),
         load: None,
     }
 }
 
-/// The phases a run executes: the scenario's, wrapped in the search's ladders.
-pub fn expand(phases: &[Phase], search: Option<&CapacitySearch>, protected: f64) -> Vec<Phase> {
-    let Some(s) = search else {
-        return phases.to_vec();
-    };
-    let rates = ladder(s, protected);
-    let mut out: Vec<Phase> = rates
-        .iter()
-        .enumerate()
-        .map(|(i, r)| step_phase(HEALTHY, i, *r, s.step))
-        .collect();
-    if !s.settle.0.is_zero() {
-        out.push(Phase {
-            name: SETTLE.into(),
-            kind: Some(PhaseKind::Settle),
-            duration: s.settle,
-            rate: Some(Rate(protected)),
-            load: None,
-        });
+/// The scenario as a search step runs it: `phases`, no search, no gates; in the
+/// degraded topology its faults at the start of the first phase and held (no
+/// trigger condition, no replacement, no duration).
+fn step_scenario(
+    plan: &crate::plan::Plan,
+    topo: Topology,
+    phases: Vec<Phase>,
+) -> Result<Scenario, String> {
+    let mut s: Scenario = plan.scenario.clone();
+    s.phases = phases;
+    s.criteria.capacity = None;
+    s.criteria.require.clear();
+    if topo == Topology::Healthy {
+        s.faults.clear();
     }
-    out.extend(phases.iter().cloned());
-    out.extend(
-        rates
-            .iter()
-            .enumerate()
-            .map(|(i, r)| step_phase(DEGRADED, i, *r, s.step)),
-    );
-    out
+    for f in &mut s.faults {
+        if f.target.is_none() {
+            return Err(format!(
+                "fault {}: the degraded search needs a named target (a probe picks its replica only in a run)",
+                f.name.as_deref().unwrap_or("(unnamed)")
+            ));
+        }
+        f.at = At {
+            phase: WARMUP.into(),
+            offset: Dur::default(),
+        };
+        f.when = None;
+        f.restart = None;
+        f.duration = None;
+    }
+    Ok(s)
+}
+
+fn validated(
+    plan: &crate::plan::Plan,
+    s: Scenario,
+    what: &str,
+) -> Result<crate::plan::Plan, String> {
+    let mut p =
+        crate::plan::validate(s).map_err(|i| format!("{what}: `{}`: {}", i.field, i.reason))?;
+    p.inputs = plan.inputs.clone();
+    Ok(p)
+}
+
+/// The plan of one search step: the scenario at `rate` through a warm-up and the
+/// judged step.
+pub fn step_plan(
+    plan: &crate::plan::Plan,
+    rate: f64,
+    topo: Topology,
+    p: &Params,
+) -> Result<crate::plan::Plan, String> {
+    let phases = vec![
+        phase(WARMUP, PhaseKind::Capacity, p.warmup, rate),
+        phase(STEP, PhaseKind::Capacity, p.step, rate),
+    ];
+    let s = step_scenario(plan, topo, phases)?;
+    validated(plan, s, &format!("step plan at {rate:.2}/s"))
+}
+
+/// The plan of one overload step in the degraded topology: a warm-up at `after`
+/// (the sustainable protected rate), the excess at `rate` (an overload phase), one
+/// `slo.ttft_p95` at `after` for the queue the excess left to drain (its requests
+/// must reach their first token within it: judged by no envelope), then `after`
+/// again — where the SLO must be back.
+pub fn overload_plan(
+    plan: &crate::plan::Plan,
+    rate: f64,
+    after: f64,
+    p: &Params,
+) -> Result<crate::plan::Plan, String> {
+    let settle = plan.scenario.slo.ttft_p95.0;
+    let phases = vec![
+        phase(WARMUP, PhaseKind::Capacity, p.warmup, after),
+        phase(OVERLOAD, PhaseKind::Overload, p.step, rate),
+        phase(SETTLE, PhaseKind::Settle, settle, after),
+        phase(AFTER, PhaseKind::Capacity, p.step, after),
+    ];
+    let s = step_scenario(plan, Topology::Degraded, phases)?;
+    validated(plan, s, &format!("overload step at {rate:.2}/s"))
+}
+
+/// The overload steps past a degraded capacity `c`: (multiple, rate) for each
+/// multiple that offers more than the protected load, and the rate the cluster
+/// returns to after each (the protected load, or `c` when below it).
+pub fn overload_rates(p: &Params, c: f64, protected: f64) -> (Vec<(f64, f64)>, f64) {
+    let rates = p
+        .overload
+        .iter()
+        .map(|m| (*m, (m * c * 100.0).round() / 100.0))
+        .filter(|(_, r)| *r > protected + 1e-9)
+        .collect();
+    (rates, protected.min(c))
 }
 
 /// How a step of the adaptive search (`haq capacity`) ended, as the search reads it.
@@ -145,6 +291,8 @@ pub enum Stop {
     Floor,
     /// haq's own client gave out before the target did: the capacity is a lower bound.
     LoadGenerator,
+    /// The search ended before it stopped (interrupted, or a step could not run).
+    Unfinished,
 }
 
 impl Bracket {
@@ -174,6 +322,13 @@ impl Bracket {
                 }
             }
         }
+    }
+
+    /// The capacity: the highest rate sustained below every broken one, when the
+    /// target (not haq's client) set the upper end.
+    pub fn capacity(&self) -> Option<f64> {
+        self.lo
+            .filter(|_| !self.client_limited && self.hi.is_some())
     }
 
     /// The next rate to try, or why the search is over.
@@ -316,5 +471,63 @@ mod bisect_tests {
         assert_eq!((s.lo, s.hi), (Some(10.0), Some(14.0)));
         s.record(9.0, Outcome::Broken);
         assert_eq!((s.lo, s.hi), (None, Some(9.0)));
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    fn plan(sets: &[&str]) -> crate::plan::Plan {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        crate::plan::load_str(
+            crate::plan::tests::GOOD,
+            "s.yaml",
+            std::path::Path::new("."),
+            &sets,
+            None,
+        )
+        .expect("plan")
+    }
+
+    /// A step runs the scenario at one rate through a warm-up and the step; in the
+    /// degraded topology its faults fire at the warm-up's start and are held; an
+    /// overload step drains for one slo.ttft_p95 between the excess and `after`.
+    #[test]
+    fn step_plans_hold_the_faults_and_overload_steps_let_the_queue_drain() {
+        let p = plan(&["criteria.capacity.search={warmup: 1s, step: 2s}"]);
+        let params = Params::of(&p).expect("search");
+        let h = step_plan(&p, 12.5, Topology::Healthy, &params).expect("healthy");
+        let names: Vec<(&str, f64)> = h.phases.iter().map(|x| (x.name.as_str(), x.rate)).collect();
+        assert_eq!(names, [(WARMUP, 12.5), (STEP, 12.5)]);
+        assert!(h.faults.is_empty() && h.scenario.criteria.capacity.is_none());
+        let d = step_plan(&p, 12.5, Topology::Degraded, &params).expect("degraded");
+        assert_eq!(d.faults.len(), 1);
+        assert_eq!(d.faults[0].at, Duration::ZERO);
+        assert!(d.faults[0].restart.is_none());
+        // 1.5× and 2× of 6/s past a protected load of 4/s; back to 4/s after.
+        let (rates, after) = overload_rates(&params, 6.0, 4.0);
+        assert_eq!((rates, after), (vec![(1.5, 9.0), (2.0, 12.0)], 4.0));
+        // Below the protected load (C_degraded 2/s): only 2× is an excess; after at 2/s.
+        assert_eq!(overload_rates(&params, 2.5, 4.0), (vec![(2.0, 5.0)], 2.5));
+        let o = overload_plan(&p, 9.0, 4.0, &params).expect("overload");
+        let kinds: Vec<(&str, PhaseKind, f64)> = o
+            .phases
+            .iter()
+            .map(|x| (x.name.as_str(), x.kind, x.rate))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (WARMUP, PhaseKind::Capacity, 4.0),
+                (OVERLOAD, PhaseKind::Overload, 9.0),
+                (SETTLE, PhaseKind::Settle, 4.0),
+                (AFTER, PhaseKind::Capacity, 4.0)
+            ]
+        );
+        assert_eq!(o.phases[2].duration, Duration::from_secs(1));
+        assert_eq!(step_dir("overload", 0, 9.0), "overload-01-9.00");
+        assert_eq!(parse_step_dir("degraded-12-33.94"), Some(("degraded", 11)));
+        assert_eq!(parse_step_dir("capacity.md"), None);
     }
 }

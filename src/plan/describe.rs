@@ -175,7 +175,38 @@ fn phases(plan: &Plan) -> Vec<String> {
         format_duration(plan.total),
         plan.scenario.client.drain_timeout
     ));
+    out.extend(search(plan));
     out
+}
+
+/// The capacity search that runs after the phases, in words.
+fn search(plan: &Plan) -> Option<String> {
+    let p = super::capacity::Params::of(plan)?;
+    let b = &p.bisect;
+    let topologies: Vec<&str> = p.topologies.iter().map(|t| t.as_str()).collect();
+    let overload = match p.overload.is_empty() {
+        true => "no overload step".to_string(),
+        false => {
+            let m: Vec<String> = p.overload.iter().map(|m| format!("{m}×")).collect();
+            format!("overload steps at {} C_degraded", m.join(", "))
+        }
+    };
+    Some(format!(
+        "then the capacity search (criteria.capacity.search), each step a run of its own in capacity/: {} {}, from {:.2}/s ×{} until the SLO breaks, then bisected to ±{:.0}% in at most {} per topology, each {} after a {} warm-up; {}",
+        topologies.join(" and "),
+        if topologies.len() == 1 {
+            "topology"
+        } else {
+            "topologies"
+        },
+        b.start,
+        b.factor,
+        b.precision * 100.0,
+        plural(b.max_steps as u64, "step"),
+        format_duration(p.step),
+        format_duration(p.warmup),
+        overload
+    ))
 }
 
 /// When a fault fires, in words.

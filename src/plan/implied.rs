@@ -46,9 +46,13 @@ pub fn why(plan: &Plan, v: VerdictName) -> Option<String> {
             names(&removes).map(|n| format!("capacity removed by {n}"))
         }
         VerdictName::Latency => Some("every phase's load".into()),
-        VerdictName::Overload => {
-            phase(PhaseKind::Overload).map(|p| format!("the overload phase {}", p.name))
-        }
+        VerdictName::Overload => phase(PhaseKind::Overload)
+            .map(|p| format!("the overload phase {}", p.name))
+            .or_else(|| {
+                let s = &plan.scenario.criteria.capacity.as_ref()?.search;
+                (!s.overload.is_empty() && !plan.faults.is_empty())
+                    .then(|| "the capacity search's overload steps".to_string())
+            }),
         VerdictName::Recovery => names(&|f| f.restart.is_some())
             .map(|n| format!("a replacement asked for by {n}"))
             .or_else(|| {

@@ -103,6 +103,10 @@ fn validate_headers(h: &std::collections::BTreeMap<String, HeaderSource>) -> Res
     Ok(())
 }
 
+/// The range of `target.engine.speed`.
+const MIN_SPEED: f64 = 0.001;
+const MAX_SPEED: f64 = 1000.0;
+
 /// The sim engine's knobs (docs/sim.md).
 fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
     if !pos_finite(e.prefill_tokens_per_s) {
@@ -110,6 +114,15 @@ fn validate_engine(e: &EngineCfg) -> Result<(), Issue> {
             "target.engine.prefill_tokens_per_s",
             e.prefill_tokens_per_s,
             "must be greater than 0",
+        ));
+    }
+    if !(pos_finite(e.speed) && (MIN_SPEED..=MAX_SPEED).contains(&e.speed)) {
+        return Err(Issue::new(
+            "target.engine.speed",
+            e.speed,
+            format!(
+                "must be between {MIN_SPEED} and {MAX_SPEED} (a factor on the engine's step times: 1 as configured, 2 twice as fast)"
+            ),
         ));
     }
     positive("target.engine.decode_step", e.decode_step)?;

@@ -470,3 +470,91 @@ fn load_path(p: &str) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// `target.engine.speed` scales the sim's step times (issue 19 item 3): a factor in
+/// [0.001, 1000], refused where it is written.
+#[test]
+fn the_engine_speed_is_a_bounded_factor_refused_at_its_line() {
+    let text = GOOD.replace(
+        "target: {kind: sim, replicas: 3}",
+        "target:\n  kind: sim\n  replicas: 3\n  engine: {speed: 0}",
+    );
+    let e = err(&text, &[]);
+    assert_eq!(e.field, "target.engine.speed");
+    assert!(e.reason.contains("between 0.001 and 1000"), "{}", e.reason);
+    assert!(e.to_string().starts_with("s.yaml:5:"), "{e}");
+    assert_eq!(
+        err(GOOD, &["target.engine.speed=1e9"]).field,
+        "target.engine.speed"
+    );
+    let p = load(GOOD, &["target.engine.speed=2.5"]).expect("2.5 is fine");
+    assert_eq!(p.scenario.target.engine.speed, 2.5);
+}
+
+/// `criteria.capacity.search` is the adaptive search (issue 19 item 1): the fixed
+/// ladder's fields are refused where they are written, naming what replaced them; a
+/// fault the degraded topology cannot hold (no named replica) is refused too.
+#[test]
+fn the_capacity_searchs_old_ladder_fields_are_refused_at_their_line() {
+    let text =
+        format!("{GOOD}criteria:\n  capacity:\n    search: {{from: 4/s, to: 20/s, steps: 5}}\n");
+    let e = err(&text, &[]);
+    assert_eq!(e.field, "criteria.capacity.search.to");
+    assert!(
+        e.reason.contains("the fixed ladder is gone"),
+        "{}",
+        e.reason
+    );
+    assert!(e.reason.contains("`precision`"), "{}", e.reason);
+    assert!(e.to_string().starts_with("s.yaml:18:29:"), "{e}");
+    let e = err(GOOD, &["criteria.capacity.search={settle: 5s}"]);
+    assert_eq!(e.field, "criteria.capacity.search.settle");
+    for (set, field) in [
+        ("{factor: 1}", "factor"),
+        ("{precision: 0%}", "precision"),
+        ("{max_steps: 1}", "max_steps"),
+        ("{overload: [0.5]}", "overload"),
+        ("{from: 0/s}", "from"),
+    ] {
+        let e = err(GOOD, &[&format!("criteria.capacity.search={set}")]);
+        assert_eq!(
+            e.field,
+            format!("criteria.capacity.search.{field}"),
+            "{set}: {e}"
+        );
+    }
+    let e = err(
+        GOOD,
+        &["criteria.capacity.search={}", "faults[0].target=null"],
+    );
+    assert_eq!(e.field, "faults[0].target");
+    assert!(e.reason.contains("name the replica"), "{}", e.reason);
+    // The defaults: from the protected load, doubling, ±5%, 8 steps, 1.5× and 2×.
+    let p = load(GOOD, &["criteria.capacity.search={}"]).expect("defaults");
+    let s = crate::plan::capacity::Params::of(&p).expect("search");
+    assert_eq!(
+        (s.bisect.start, s.bisect.factor, s.bisect.precision),
+        (4.0, 2.0, 0.05)
+    );
+    assert_eq!(
+        (s.bisect.max_steps, s.overload.as_slice()),
+        (8, &[1.5, 2.0][..])
+    );
+    assert_eq!(s.topologies.len(), 2);
+    // The plan's phases are the scenario's own: the search runs after them.
+    assert_eq!(p.phases.len(), 2);
+    let text = crate::plan::describe::render(&crate::plan::describe::describe(&p));
+    assert!(
+        text.contains("then the capacity search (criteria.capacity.search)")
+            && text.contains("bisected to ±5% in at most 8 steps per topology")
+            && text.contains("overload steps at 1.5×, 2× C_degraded"),
+        "{text}"
+    );
+    // Its overload steps exercise Overload (a required Overload is judged by them).
+    let ex = crate::plan::implied::exercised(&p);
+    assert!(
+        ex.iter()
+            .any(|(v, why)| *v == VerdictName::Overload && why.contains("overload steps")),
+        "{ex:?}"
+    );
+}

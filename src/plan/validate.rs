@@ -193,8 +193,8 @@ struct Load {
     profile: RateProfile,
 }
 
-/// The protected load, the phases, the capacity search's ladders around them (Q4)
-/// and the arrival profile with the phases' own rates laid over it.
+/// The protected load, the phases, the capacity search (Q4) and the arrival profile
+/// with the phases' own rates laid over it.
 fn plan_load(s: &Scenario) -> Result<Load, Vec<Issue>> {
     if !pos_finite(s.protected_load.0) {
         return Err(vec![Issue::new(
@@ -203,15 +203,10 @@ fn plan_load(s: &Scenario) -> Result<Load, Vec<Issue>> {
             "must be greater than 0",
         )]);
     }
-    // The scenario's phases first (errors name their own index), then with the
-    // capacity search's ladders around them (Q4).
-    validate_phases(&s.phases, s.protected_load.0)?;
-    let search = s.criteria.capacity.as_ref().map(|c| &c.search);
-    if let Some(cs) = search {
-        validate_search(cs).map_err(|e| vec![e])?;
+    let (mut phases, explicit) = validate_phases(&s.phases, s.protected_load.0)?;
+    if let Some(c) = &s.criteria.capacity {
+        validate_search(&c.search, s).map_err(|e| vec![e])?;
     }
-    let expanded = super::capacity::expand(&s.phases, search, s.protected_load.0);
-    let (mut phases, explicit) = validate_phases(&expanded, s.protected_load.0)?;
     let total = phases.last().map(|p| p.end()).unwrap_or_default();
     let (rate, profile) = validate_arrival(s, &phases, total).map_err(|e| vec![e])?;
     let profile = overlay_phase_rates(profile, &phases, &explicit);
@@ -426,7 +421,7 @@ fn phase_rate(f: &str, p: &Phase, kind: PhaseKind, protected: f64) -> Result<Opt
             format!("an overload phase must offer more than protected_load ({protected}/s)"),
         ));
     }
-    if r + 1e-9 < protected && kind != PhaseKind::Capacity {
+    if r + 1e-9 < protected && !matches!(kind, PhaseKind::Capacity | PhaseKind::Settle) {
         return Err(Issue::new(
             field,
             format!("{r}/s"),
@@ -438,30 +433,77 @@ fn phase_rate(f: &str, p: &Phase, kind: PhaseKind, protected: f64) -> Result<Opt
     Ok(Some(r))
 }
 
-fn validate_search(c: &CapacitySearch) -> Result<(), Issue> {
+/// `criteria.capacity.search` (issue 19): the adaptive search's bounds; the fixed
+/// ladder's fields refused, naming what replaced them; every fault naming its replica
+/// (the degraded topology holds the faults for each step).
+fn validate_search(c: &CapacitySearch, s: &Scenario) -> Result<(), Issue> {
     let f = "criteria.capacity.search";
-    if !pos_finite(c.from.0) || c.from.0 > MAX_RATE {
+    for (name, v) in [("to", &c.to), ("steps", &c.steps), ("settle", &c.settle)] {
+        if let Some(v) = v {
+            return Err(Issue::new(
+                format!("{f}.{name}"),
+                v,
+                "the fixed ladder is gone (issue 19): the search brackets from `from` (multiplying by `factor`) until the SLO breaks, then bisects until the bracket is within `precision` or `max_steps` are spent, each step its own run after a `warmup`; remove `to`, `steps` and `settle` (docs/capacity.md)",
+            ));
+        }
+    }
+    if let Some(from) = c.from
+        && (!pos_finite(from.0) || from.0 > MAX_RATE)
+    {
         return Err(Issue::new(
             format!("{f}.from"),
-            c.from,
+            from,
             format!("must be in (0, {MAX_RATE}] req/s"),
         ));
     }
-    if c.to.0.partial_cmp(&c.from.0) != Some(std::cmp::Ordering::Greater) || c.to.0 > MAX_RATE {
+    if !(c.factor.is_finite() && c.factor > 1.0 && c.factor <= 16.0) {
         return Err(Issue::new(
-            format!("{f}.to"),
-            c.to,
-            format!("must be above `from` ({}) and at most {MAX_RATE}/s", c.from),
+            format!("{f}.factor"),
+            c.factor,
+            "must be above 1 and at most 16",
         ));
     }
-    if !(2..=20).contains(&c.steps) {
+    if !(c.precision.0 > 0.0 && c.precision.0 <= 1.0) {
         return Err(Issue::new(
-            format!("{f}.steps"),
-            c.steps,
-            "must be between 2 and 20",
+            format!("{f}.precision"),
+            c.precision,
+            "must be above 0% and at most 100%",
         ));
     }
-    positive(&format!("{f}.step"), c.step)
+    if !(2..=50).contains(&c.max_steps) {
+        return Err(Issue::new(
+            format!("{f}.max_steps"),
+            c.max_steps,
+            "must be between 2 and 50",
+        ));
+    }
+    positive(&format!("{f}.step"), c.step)?;
+    if let Some(m) = c
+        .overload
+        .iter()
+        .find(|m| !(m.is_finite() && **m > 1.0 && **m <= 10.0))
+    {
+        return Err(Issue::new(
+            format!("{f}.overload"),
+            m,
+            "each multiple of C_degraded must be above 1 and at most 10",
+        ));
+    }
+    if let Some((i, _)) = s
+        .faults
+        .iter()
+        .enumerate()
+        .find(|(_, x)| x.target.is_none())
+    {
+        return Err(Issue::new(
+            format!("faults[{i}].target"),
+            "(a probe picks it)",
+            format!(
+                "{f} holds the scenario's faults for every step of its degraded topology: name the replica this fault takes (target: {{replica: w2}})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Q8: a fate must make sense for its stage (a delivered stream is never retried).

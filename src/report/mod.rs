@@ -82,7 +82,7 @@ pub struct Report<'a> {
     pub worksheet: Vec<worksheet::Section>,
     /// The capacity search (Q4), when the scenario has one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub capacity: Option<&'a crate::check::capacity::search::Search>,
+    pub capacity: Option<&'a crate::check::capacity::adaptive::Search>,
     /// Per fault: the engines' KV and cache metrics before it and after its reroute,
     /// next to the TTFT (Q12 step 14), when they were read.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]

@@ -43,16 +43,25 @@ fn fate_name(f: Fate) -> String {
     f.as_str().to_string()
 }
 
-/// The worksheet as sections.
+/// The worksheet as sections (with the capacity search's steps, when it ran).
 pub fn build(plan: &Plan, j: &Judgement) -> Vec<Section> {
-    vec![
+    let mut v = vec![
         objective(plan),
         topology(plan),
         budget(plan, j),
         healthy_vs_degraded(plan, j),
-        recovery(plan, j),
-        fate_matrix(plan, j),
-    ]
+    ];
+    if let Some(c) = &j.capacity {
+        let mut o = Section::new(
+            "Capacity search steps (Q4, Q10: each a run in capacity/)",
+            &super::capacity::STEP_HEAD,
+        );
+        o.rows = super::capacity::step_rows(c);
+        v.push(o);
+    }
+    v.push(recovery(plan, j));
+    v.push(fate_matrix(plan, j));
+    v
 }
 
 fn objective(plan: &Plan) -> Section {
@@ -296,27 +305,28 @@ fn capacity_rows(o: &mut Section, plan: &Plan, j: &Judgement) {
         cap,
         plan.scenario.protected_load.to_string(),
     ]);
-    let rate = |x: Option<f64>| {
-        x.map(|v| format!("{v:.2}/s"))
-            .unwrap_or_else(|| "below the lowest step".into())
-    };
     match &j.capacity {
         Some(c) => {
-            o.row([
-                "capacity, measured (search)".into(),
-                rate(c.healthy.capacity),
-                rate(c.degraded.capacity),
-                format!("≥ {}", plan.scenario.protected_load),
-            ]);
-            let spacing = |l: &crate::check::capacity::search::Ladder| match (l.next, l.precision) {
-                (Some(n), Some(p)) => format!("< {n:.2}/s (+{:.0}%)", p * 100.0),
-                _ => "—".into(),
+            let b = |t: &Option<crate::check::capacity::adaptive::TopologyResult>| {
+                t.as_ref()
+                    .map_or("not searched".into(), super::capacity::bracket)
             };
             o.row([
-                "capacity lies below (the ladder's next rung: its precision)".into(),
-                spacing(&c.healthy),
-                spacing(&c.degraded),
-                "`haq capacity` searches to a chosen precision".into(),
+                "capacity, measured (search)".into(),
+                b(&c.healthy),
+                b(&c.degraded),
+                format!("≥ {}", plan.scenario.protected_load),
+            ]);
+            let precision = |t: &Option<crate::check::capacity::adaptive::TopologyResult>| {
+                t.as_ref()
+                    .and_then(|t| t.precision)
+                    .map_or("—".into(), |p| format!("{:.1}%", p * 100.0))
+            };
+            o.row([
+                "bracket width (the search's precision)".into(),
+                precision(&c.healthy),
+                precision(&c.degraded),
+                format!("asked ≤ {:.1}%", c.precision * 100.0),
             ]);
             let signed = |x: Option<f64>| x.map_or("—".into(), |v| format!("{v:+.2}/s"));
             o.row([
@@ -339,6 +349,12 @@ fn capacity_rows(o: &mut Section, plan: &Plan, j: &Judgement) {
                     String::new(),
                 ]);
             }
+            o.row([
+                "overload past C_degraded (Q10)".into(),
+                String::new(),
+                format!("{}: {}", c.overload_status.as_str(), c.overload_summary),
+                "fast explicit rejections, admitted work in SLO, no retry cascade, back in SLO after".into(),
+            ]);
         }
         None => o.row([
             "capacity, measured (search)".into(),
@@ -542,4 +558,91 @@ fn fate_matrix(plan: &Plan, j: &Judgement) -> Section {
         ]);
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::check::capacity::adaptive::{Context, RanStep, Search, TopologyResult, conclude};
+    use crate::check::capacity::steps::fake;
+    use crate::check::testkit::*;
+    use crate::plan::capacity::{Bracket, Outcome, Stop, Topology};
+
+    fn topo(t: Topology, steps: &[(f64, Outcome)]) -> TopologyResult {
+        let mut b = Bracket::default();
+        let mut ran = Vec::new();
+        for (i, (r, o)) in steps.iter().enumerate() {
+            b.record(*r, *o);
+            ran.push(RanStep {
+                dir: crate::plan::capacity::step_dir(t.as_str(), i, *r),
+                judged: fake(*r, *o),
+            });
+        }
+        TopologyResult::new(t, &b, Stop::Precise, ran)
+    }
+
+    /// The Q5 rows of report.md's worksheet with a capacity search (issue 19 item 5):
+    /// headroom from the normal peak beside failover reserve above L_protected, the
+    /// brackets and their width, and every step in a section of its own.
+    #[test]
+    fn the_worksheet_shows_headroom_and_failover_reserve_of_a_search() {
+        use Outcome::*;
+        let p = plan(&[]);
+        let mut j = standard(&p).judge(&p);
+        let h = topo(
+            Topology::Healthy,
+            &[(10.0, Sustained), (20.0, Broken), (19.5, Sustained)],
+        );
+        let d = topo(
+            Topology::Degraded,
+            &[
+                (10.0, Sustained),
+                (20.0, Broken),
+                (13.0, Sustained),
+                (13.5, Broken),
+            ],
+        );
+        let c = Context {
+            protected_load: 10.0,
+            normal_peak: 10.0,
+            replicas: 3,
+            lost: 1,
+        };
+        let (status, summary, [hypothesis, headroom, failover_reserve]) =
+            conclude(&c, Some(&h), Some(&d));
+        j.capacity = Some(Search {
+            scenario: "t".into(),
+            precision: 0.05,
+            max_steps: 8,
+            step_s: 3.0,
+            warmup_s: 3.0,
+            protected_load: 10.0,
+            normal_peak: 10.0,
+            replicas: 3,
+            lost: 1,
+            healthy: Some(h),
+            degraded: Some(d),
+            hypothesis,
+            headroom,
+            failover_reserve,
+            gate: true,
+            status,
+            summary,
+            overload: Vec::new(),
+            overload_status: crate::check::Status::NotEvaluated,
+            overload_summary: "the search asked for no overload step (`overload: []`)".into(),
+            model_per_replica: None,
+        });
+        let md = super::super::markdown(&p, &j);
+        for row in [
+            "| headroom = C_healthy − normal peak (Q5) | +9.50/s |  | normal peak 10.00/s |",
+            "| failover reserve = C_degraded − L_protected (Q5) |  | +3.00/s | ≥ 0: headroom is not failover reserve |",
+            "| capacity, measured (search) | C = 19.50/s in [19.50/s, 20.00/s) (stopped: precise, 2.6% wide) | C = 13.00/s in [13.00/s, 13.50/s) (stopped: precise, 3.8% wide) |",
+            "| bracket width (the search's precision) | 2.6% | 3.8% | asked ≤ 5.0% |",
+            "| (N−k)/N × C_healthy (a hypothesis, never the measure, Q4) |  | 13.00/s |  |",
+            "Capacity search steps",
+            "| degraded | 4 | 13.50/s | not sustained",
+        ] {
+            assert!(md.contains(row), "{row}\n{md}");
+        }
+    }
 }

@@ -248,6 +248,12 @@ pub struct EngineCfg {
     /// Prefill throughput in prompt tokens per second.
     #[serde(default = "default_prefill_tps")]
     pub prefill_tokens_per_s: f64,
+    /// Speed scale of the modelled GPU: every step time below is divided by it and the
+    /// prefill throughput multiplied (2: twice as fast, twice the capacity; 0.1: a
+    /// model whose capacity fits a laptop's load generator). Start-up times and the
+    /// limits (sequences, tokens, KV cache) are not scaled.
+    #[serde(default = "default_speed")]
+    pub speed: f64,
     /// Fixed cost of one engine step (weights read, launch overhead).
     #[serde(default = "default_step_base")]
     pub decode_step: Dur,
@@ -306,6 +312,9 @@ pub struct EngineCfg {
 fn yes() -> bool {
     true
 }
+fn default_speed() -> f64 {
+    1.0
+}
 fn default_prefill_tps() -> f64 {
     20_000.0
 }
@@ -356,6 +365,7 @@ impl Default for EngineCfg {
     fn default() -> Self {
         EngineCfg {
             prefill_tokens_per_s: default_prefill_tps(),
+            speed: default_speed(),
             decode_step: default_step_base(),
             decode_step_per_seq: default_step_per_seq(),
             decode_step_per_1k_context: default_step_per_1k_ctx(),

@@ -303,6 +303,22 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "is_zero")]
         failed: u32,
     },
+    /// haq's own load at a phase edge (issue 19 item 4), counters since haq started:
+    /// the dispatcher thread's CPU time, the time the run's runtime workers were busy,
+    /// and the process's CPU time. Deltas between a phase's edges say whether haq's
+    /// own client, not the target, was the limit of a capacity-search step.
+    OwnLoad {
+        t: u64,
+        phase: String,
+        edge: Edge,
+        /// CPU time of the thread that sends the schedule (µs).
+        dispatch_cpu_us: u64,
+        /// Busy time summed over the runtime's worker threads (µs), and how many.
+        busy_us: u64,
+        workers: u32,
+        /// CPU time of haq's whole process, every thread (µs).
+        process_cpu_us: u64,
+    },
     /// How the trace writer kept up with the run (written once, before `run_end`). Any
     /// wait for room in its bounded buffer makes the run INVALID (issue #4 item 5).
     TraceStats {
@@ -351,6 +367,7 @@ impl Event {
             | Event::Observation { t, .. }
             | Event::EngineMetrics { t, .. }
             | Event::Warmed { t, .. }
+            | Event::OwnLoad { t, .. }
             | Event::TraceStats { t, .. }
             | Event::RunEnd { t, .. } => *t,
         }

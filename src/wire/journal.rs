@@ -346,6 +346,10 @@ pub enum WorkerEntry {
     },
     /// The engine was started again in the same process (cold prefix cache).
     EngineRestarted { worker: String },
+    /// The engine's step clock restarted after a stall longer than a step: `lost_us`
+    /// of modelled time the machine did not give it (the sim ran slower than its model
+    /// then: a capacity measured meanwhile is the machine's, not the model's).
+    Stalled { worker: String, lost_us: u64 },
     /// A request entered the engine's waiting queue.
     Admitted {
         req: String,

@@ -1,30 +1,35 @@
 //! The adaptive capacity search against the real sim (issue 19): C_healthy and
 //! C_degraded each within ±5% of the engine model's computed sustainable rate in at
-//! most 8 steps per topology, C_degraded < C_healthy; a client starved on purpose is
-//! reported as the limit, never as the target's capacity.
+//! most 8 steps per topology, stopped because the bracket is within the precision
+//! asked; past C_degraded the reference gateway passes the Overload rules and the
+//! `no-shedding` one fails them; inside `haq run`, a degraded topology that rejects
+//! protected traffic fails Capacity; a client starved on purpose is reported as the
+//! limit, never as the target's capacity.
 //!
 //! The scenario makes the knee sharp and the truth computable: constant arrivals, one
-//! class of fixed lengths, engine steps long enough (40 ms + 2 ms per sequence) that a
-//! busy machine's wake-up lateness is a small share of them, 16 sequences per engine,
-//! and a gateway that admits one more per worker and queues one: past the capacity
-//! the excess is rejected within a second or two, and rejected protected requests
-//! break the step (rejection_rate_max 1%).
+//! class of fixed lengths, engine steps long enough that a busy machine's wake-up
+//! lateness is a small share of them (and made up by the next step), 16 sequences per
+//! engine, and a gateway that admits two more per worker and queues one: past the
+//! capacity the excess is rejected within a second or two, and rejected protected
+//! requests break the step (rejection_rate_max 1%).
 
 use haq::check::Status;
-use haq::check::capacity::adaptive::Topology;
-use haq::cli::capacity::{Opts, model_rate, search};
-use haq::plan::capacity::{Bisect, Outcome, Stop};
+use haq::cli::capacity::{model_rate, search};
+use haq::engine::search::Opts;
+use haq::plan::capacity::{Bisect, Outcome, Params, Stop, Topology};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{haq_bin, plan_text, scratch};
 
+/// The engine's step times are written for a GPU twice as slow and scaled by
+/// `speed: 2` (`target.engine.speed`): 40 ms + 2 ms per sequence.
 const SCENARIO: &str = r#"
 name: cap-sim
 target:
   kind: sim
   replicas: 3
-  gateway: {policy: reference, retry_budget: 1, health_interval: 100ms, max_inflight_per_worker: 19, queue_limit: 1, best_effort_queue_limit: 1}
-  engine: {decode_step: 40ms, decode_step_per_seq: 2ms, decode_step_per_1k_context: 0ms, max_num_seqs: 16, prefill_tokens_per_s: 1000000, startup: 50ms}
+  gateway: {policy: reference, retry_budget: 1, health_interval: 100ms, max_inflight_per_worker: 18, queue_limit: 1, best_effort_queue_limit: 1}
+  engine: {decode_step: 80ms, decode_step_per_seq: 4ms, decode_step_per_1k_context: 0ms, max_num_seqs: 16, prefill_tokens_per_s: 500000, startup: 50ms, speed: 2}
 workload:
   seed: 7
   mix:
@@ -39,25 +44,35 @@ faults:
   - {name: kill-w2, action: kill, target: {replica: w2}, at: {phase: baseline, offset: 2s}}
 "#;
 
-fn opts(name: &str, topologies: Vec<Topology>, start: f64, max_steps: usize) -> Opts {
+fn opts(name: &str, topologies: Vec<Topology>, b: Bisect, overload: Vec<f64>) -> Opts {
     haq::install_crypto_provider();
     Opts {
-        topologies,
-        bisect: Bisect {
-            start,
-            factor: 2.0,
-            // The bracket within 3% of its lower end: the lower end (the capacity
-            // reported, a rate sustained) is then within ±5% of the model's truth
-            // with room for the sim's own lateness on a busy machine.
-            precision: 0.03,
-            max_steps,
-            floor: 1.0,
+        params: Params {
+            topologies,
+            bisect: b,
+            step: std::time::Duration::from_secs(3),
+            warmup: std::time::Duration::from_secs(3),
+            overload,
         },
-        step: std::time::Duration::from_secs(3),
-        warmup: std::time::Duration::from_secs(3),
         out: scratch(name),
         quiet: true,
         haq_bin: Some(haq_bin()),
+    }
+}
+
+/// Bracket from `start` by doubling, then bisect until the bracket is within 3% of
+/// its lower end (the capacity reported, a rate sustained: then within ±5% of the
+/// truth with room for the sim's own timing on a busy machine). Measured in six
+/// searches on a 2-core machine shared with three builds (load 7–10): C_healthy
+/// 42.15–43.07/s against the model's 42.82 (−1.6%…+0.6%), C_degraded 28.54–29.16/s
+/// against 28.55 (0%…+2.1%), each in 7 steps, every stop precise.
+fn precise(start: f64, max_steps: usize) -> Bisect {
+    Bisect {
+        start,
+        factor: 2.0,
+        precision: 0.03,
+        max_steps,
+        floor: 1.0,
     }
 }
 
@@ -70,8 +85,8 @@ async fn healthy_and_degraded_capacity_match_the_sim_model() {
     let o = opts(
         "capacity",
         vec![Topology::Healthy, Topology::Degraded],
-        24.0,
-        8,
+        precise(24.0, 8),
+        vec![1.5, 2.0],
     );
     let (r, interrupted) = search(&plan, &o, &CancellationToken::new())
         .await
@@ -83,20 +98,16 @@ async fn healthy_and_degraded_capacity_match_the_sim_model() {
         r.degraded.as_ref().expect("d"),
     );
     let report = serde_json::to_string_pretty(&r).unwrap_or_default();
-    // The search resolves the knee to its bracket (3% here). The sim's knee itself
-    // moves on a machine shared with builders: in trial runs C_healthy landed within
-    // −3%…+1% of the model and C_degraded within −14%…−2% (an open discrepancy: the
-    // surviving engines saturate with a queue at a median step time that matches the
-    // model, yet complete fewer requests than it says), hence the bounds below.
-    for (t, truth, below, above) in [(h, 3.0 * per, 0.10, 0.10), (d, 2.0 * per, 0.20, 0.10)] {
+    for (t, truth) in [(h, 3.0 * per), (d, 2.0 * per)] {
         let c = t.capacity.unwrap_or_else(|| panic!("{report}"));
         assert!(
-            c >= truth * (1.0 - below) && c <= truth * (1.0 + above),
+            (c - truth).abs() <= 0.05 * truth,
             "{:?}: C {c:.2} against the model's {truth:.2}\n{report}",
             t.topology
         );
         assert!(t.steps.len() <= 8, "{report}");
-        assert!(matches!(t.stop, Stop::Precise | Stop::Budget), "{report}");
+        assert_eq!(t.stop, Stop::Precise, "{report}");
+        assert!(t.precision.is_some_and(|p| p <= 0.03 + 1e-9), "{report}");
         // Each step's interval is reported; the bracket holds the capacity.
         assert!(t.bracket.1.is_some_and(|hi| hi > c), "{report}");
         assert!(
@@ -115,6 +126,11 @@ async fn healthy_and_degraded_capacity_match_the_sim_model() {
         r.hypothesis
             .is_some_and(|x| (x - ch * 2.0 / 3.0).abs() < 1e-9)
     );
+    // Past C_degraded the reference gateway sheds fast and explicitly, keeps what it
+    // admits inside the SLO and is back inside it after the excess (Q10).
+    assert_eq!(r.overload.len(), 2, "{report}");
+    assert_eq!(r.overload_status, Status::Pass, "{report}");
+    assert_eq!(r.overload[0].multiple, Some(1.5), "{report}");
     // Every step's run is kept and judges again from its directory alone.
     let first = o.out.join(&d.steps[0].dir);
     let (_, j) = haq::check::judge_dir(&first).expect("re-judged");
@@ -132,11 +148,48 @@ async fn healthy_and_degraded_capacity_match_the_sim_model() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_starved_client_is_the_limit_and_never_the_capacity() {
+async fn a_gateway_that_queues_instead_of_shedding_fails_overload_in_the_search() {
+    // A coarse degraded search (its capacity within 50%), then 1.5× and 2× of it.
+    let plan = plan_text(SCENARIO, &["target.gateway.policy=no-shedding"]);
+    let b = Bisect {
+        precision: 0.5,
+        max_steps: 3,
+        ..precise(16.0, 3)
+    };
+    let o = opts(
+        "capacity-no-shedding",
+        vec![Topology::Degraded],
+        b,
+        vec![1.5, 2.0],
+    );
+    let (r, _) = search(&plan, &o, &CancellationToken::new())
+        .await
+        .expect("search");
+    let report = serde_json::to_string_pretty(&r).unwrap_or_default();
+    assert!(
+        r.degraded.as_ref().is_some_and(|d| d.capacity.is_some()),
+        "{report}"
+    );
+    assert_eq!(r.overload.len(), 2, "{report}");
+    assert_eq!(r.overload_status, Status::Fail, "{report}");
+    assert!(
+        r.overload_summary.contains("queued instead of shedding"),
+        "{}",
+        r.overload_summary
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_starved_on_purpose_is_the_limit_and_never_the_capacity() {
     // Any send later than 1 µs after it was due: haq's client cannot keep up with
     // what it was asked, at any rate.
     let plan = plan_text(SCENARIO, &["client.max_late=1us"]);
-    let o = opts("capacity-starved", vec![Topology::Healthy], 16.0, 2);
+    let o = opts(
+        "capacity-starved",
+        vec![Topology::Healthy],
+        precise(16.0, 2),
+        vec![],
+    );
     let (r, _) = search(&plan, &o, &CancellationToken::new())
         .await
         .expect("search");
@@ -157,4 +210,218 @@ async fn a_starved_client_is_the_limit_and_never_the_capacity() {
         h.describe()
     );
     assert_ne!(r.status, Status::Pass);
+}
+
+/// `criteria.capacity.search` inside `haq run` (issue 19 item 1): the same adaptive
+/// search after the scenario's phases, its steps in `RUN_DIR/capacity/`, judged into
+/// report.json (valid against its schema) and report.md's worksheet. The engines run
+/// at half the scenario's speed (`speed: 1`: 7.14/s per replica) so that the two
+/// survivors of the kill (14.3/s) cannot carry the protected 20/s: the gateway
+/// rejects protected requests and Capacity FAILs, headroom and failover reserve
+/// shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_searches_capacity_and_rejecting_protected_traffic_fails_it() {
+    let plan = plan_text(
+        SCENARIO,
+        &[
+            "target.engine.speed=1",
+            "protected_load=20/s",
+            "workload.arrival.rate=20/s",
+            "phases=[{name: baseline, duration: 2s}]",
+            "faults[0].at.offset=1s",
+            "criteria.capacity.search={precision: 50%, max_steps: 3, step: 2s, warmup: 1s, overload: []}",
+        ],
+    );
+    let r = crate::support::run(plan, "capacity-run").await;
+    let c = r.judgement.capacity.as_ref().expect("search judged");
+    let json = serde_json::to_string_pretty(c).unwrap_or_default();
+    let (h, d) = (
+        c.healthy.as_ref().expect("h"),
+        c.degraded.as_ref().expect("d"),
+    );
+    assert_eq!(h.steps.len(), 3, "{json}");
+    assert_eq!(d.steps.len(), 3, "{json}");
+    // The degraded topology at the protected load: its protected requests rejected.
+    let first = &d.steps[0].judged;
+    assert_eq!(first.outcome, Outcome::Broken, "{json}");
+    assert!(first.protected_rejected > 0, "{json}");
+    assert!(
+        first.step.why.contains("of protected requests rejected"),
+        "{json}"
+    );
+    assert!(d.capacity.is_some_and(|x| x < 20.0), "{json}");
+    let v = crate::support::verdict(&r, "Capacity");
+    assert_eq!(v.status, Status::Fail, "{v:?}");
+    assert!(v.summary.contains("< L_protected 20.00/s"), "{}", v.summary);
+    assert!(c.failover_reserve.is_some_and(|x| x < 0.0), "{json}");
+    // report.json holds the search, valid against the schema; report.md's worksheet
+    // shows headroom and failover reserve (Q5) and every step.
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(r.run_dir.join("report.json")).expect("report"),
+    )
+    .expect("json");
+    crate::report::assert_valid_report(&report);
+    assert_eq!(
+        report["capacity"]["degraded"]["steps"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
+    let md = std::fs::read_to_string(r.run_dir.join("report.md")).expect("md");
+    for row in [
+        "headroom = C_healthy − normal peak (Q5)",
+        "failover reserve = C_degraded − L_protected (Q5)",
+        "bracket width (the search's precision)",
+        "Capacity search steps",
+        "degraded-01-20.00",
+    ] {
+        assert!(md.contains(row), "{row}\n{md}");
+    }
+    // `haq check` judges the run and its search again from the directory alone.
+    let (_, j) = haq::check::judge_dir(&r.run_dir).expect("re-judged");
+    assert_eq!(j.capacity.as_ref().map(|x| x.status), Some(Status::Fail));
+}
+
+/// `haq capacity` and `haq sim capacity` as a user runs them: a bad argument, an
+/// unusable scenario or a search that cannot run is one clear error and exit 2, before
+/// anything starts (issue 19 item 5).
+#[test]
+fn capacity_commands_refuse_bad_arguments_with_exit_2() {
+    use crate::cli::haq;
+    let q = "scenarios/quickstart.yaml";
+    for (args, want) in [
+        (vec!["--factor", "1"], "--factor 1: must be above 1"),
+        (vec!["--precision", "0%"], "--precision 0%"),
+        (
+            vec!["--max-steps", "0"],
+            "--max-steps 0: must be between 1 and 50",
+        ),
+        (vec!["--step", "0s"], "--step 0s"),
+        (vec!["--from", "0/s"], "the first rate must be above 0"),
+        (
+            vec!["--overload", "0.5"],
+            "not a multiple of C_degraded above 1",
+        ),
+        (vec!["--topology", "sideways"], "invalid value 'sideways'"),
+        (
+            vec!["--set", "target.engine.speed=0"],
+            "target.engine.speed",
+        ),
+        (
+            vec!["--set", "criteria.capacity.search={to: 20/s}"],
+            "the fixed ladder is gone",
+        ),
+        // A degraded topology needs faults to hold, and each its named replica.
+        (
+            vec!["--topology", "degraded", "--set", "faults=[]"],
+            "declares none",
+        ),
+        (
+            vec![
+                "scenarios/m9-1-kill-in-prefill.yaml",
+                "--topology",
+                "degraded",
+            ],
+            "needs a named target",
+        ),
+    ] {
+        let out = crate::support::scratch("capacity-args");
+        let (file, args) = match args[0].ends_with(".yaml") {
+            true => (args[0], &args[1..]),
+            false => (q, &args[..]),
+        };
+        let mut a = vec!["capacity", file, "--out", out.to_str().expect("utf8")];
+        a.extend(args.iter().copied());
+        let (code, _, err) = haq(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        // Nothing ran: no step directory.
+        let steps = std::fs::read_dir(&out).map_or(0, |d| d.count());
+        assert_eq!(steps, 0, "{args:?}");
+    }
+    let (code, _, err) = haq(&["capacity", "no/such.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    // `haq sim capacity`: the model's figure for a sim target, exit 0; none for a url
+    // target or a missing file, exit 2.
+    let (code, out, err) = haq(&["sim", "capacity", q]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("the sim engine model sustains") && out.contains("per replica"),
+        "{out}"
+    );
+    let (code, _, err) = haq(&[
+        "sim",
+        "capacity",
+        q,
+        "--set",
+        "target={kind: url, url: 'http://127.0.0.1:9/v1'}",
+        "--set",
+        "faults=[]",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("needs a `kind: sim` target"), "{err}");
+    let (code, _, err) = haq(&["sim", "capacity", "no/such.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = haq(&["sim", "capacity"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+/// SIGINT while `haq run` searches capacity after its phases: exit 3, the run's result
+/// INTERRUPTED (report.json and `haq check` alike), Capacity not measured (UNKNOWN),
+/// the steps that ran kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_during_a_runs_search_is_an_interrupted_run() {
+    let dir = scratch("capacity-sigint");
+    let file = dir.join("cap.yaml");
+    std::fs::write(&file, SCENARIO).expect("scenario");
+    let out = dir.join("run");
+    let mut c = tokio::process::Command::new(haq_bin());
+    c.args(["run", "--quiet", "--out"])
+        .arg(&out)
+        .args([
+            "--set",
+            "phases=[{name: baseline, duration: 2s}]",
+            "--set",
+            "faults[0].at.offset=1s",
+            "--set",
+            "criteria.capacity.search={step: 10s, warmup: 1s}",
+        ])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = c.spawn().expect("haq run");
+    let first = out
+        .join("capacity")
+        .join("healthy-01-8.00")
+        .join("trace.jsonl");
+    crate::simkit::eventually(
+        "the search's first step",
+        std::time::Duration::from_secs(60),
+        async || std::fs::read_to_string(&first).is_ok_and(|t| t.contains("\"phase\"")),
+    )
+    .await;
+    let pid = child.id().expect("pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let o = tokio::time::timeout(std::time::Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("haq exits after SIGINT")
+        .expect("output");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report"))
+            .expect("json");
+    assert_eq!(report["result"], "INTERRUPTED", "{err}");
+    assert_eq!(
+        report["capacity"]["status"], "UNKNOWN",
+        "{}",
+        report["capacity"]
+    );
+    let (_, j) = haq::check::judge_dir(&out).expect("re-judged");
+    assert!(j.run.interrupted);
 }

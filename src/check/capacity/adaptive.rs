@@ -8,28 +8,12 @@
 
 use serde::Serialize;
 
+use super::excess::OverloadStep;
 use super::steps::SearchStep;
 use crate::check::Status;
 use crate::plan::capacity::{Bracket, Stop};
 
-/// Which topology a search ran in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Topology {
-    /// Every replica up.
-    Healthy,
-    /// The scenario's faults applied and held for every step.
-    Degraded,
-}
-
-impl Topology {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Topology::Healthy => "healthy",
-            Topology::Degraded => "degraded",
-        }
-    }
-}
+pub use crate::plan::capacity::Topology;
 
 /// One step as the search ran it: where its run directory is, and its judgement.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -38,6 +22,27 @@ pub struct RanStep {
     pub dir: String,
     #[serde(flatten)]
     pub judged: SearchStep,
+}
+
+impl RanStep {
+    /// `12.40/s: sustained — 74 requests, achieved …, in SLO …, p95 TTFT 40 ms [38,
+    /// 45], E2E … (degraded-03-12.40)`.
+    pub fn describe(&self) -> String {
+        use super::steps::P95;
+        let j = &self.judged;
+        format!(
+            "{:.2}/s: {} — {}, achieved {:.2}/s, in SLO {}, p95 TTFT {}, E2E {}{} ({})",
+            j.step.rate,
+            j.outcome_text(),
+            crate::scenario::words::plural(j.step.requests, "request"),
+            j.step.achieved_rps,
+            j.attainment_text(),
+            P95::describe(&j.ttft_p95),
+            P95::describe(&j.e2e_p95),
+            if j.confident { "" } else { ", marginal" },
+            self.dir
+        )
+    }
 }
 
 /// One topology's search.
@@ -63,7 +68,7 @@ impl TopologyResult {
         let limited = b.client_limited;
         TopologyResult {
             topology,
-            capacity: b.lo.filter(|_| !limited && b.hi.is_some()),
+            capacity: b.capacity(),
             bracket: (b.lo, b.hi),
             precision: b.lo.zip(b.hi).map(|(l, h)| (h - l) / l),
             stop,
@@ -89,17 +94,23 @@ impl TopologyResult {
             (None, false) if self.bracket.0.is_none() && self.bracket.1.is_some() => {
                 format!("below the lowest rate tried ({}/s)", r(self.bracket.1))
             }
+            (None, false) if self.stop == Stop::Unfinished => format!(
+                "not measured: the search ended after {} (the SLO held up to {}/s)",
+                crate::scenario::words::plural(self.steps.len() as u64, "step"),
+                r(self.bracket.0)
+            ),
             (None, false) => format!(
-                "not bracketed: the SLO held up to {}/s (more steps or a higher --from)",
+                "not bracketed: the SLO held up to {}/s (more steps or a higher `from`)",
                 r(self.bracket.0)
             ),
         }
     }
 }
 
-/// The search's result (capacity.json).
+/// The search's result: `capacity.json` of `haq capacity`, report.json `capacity` of
+/// a run with `criteria.capacity.search`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct CapacityReport {
+pub struct Search {
     pub scenario: String,
     pub precision: f64,
     pub max_steps: usize,
@@ -119,8 +130,16 @@ pub struct CapacityReport {
     pub headroom: Option<f64>,
     /// C_degraded − L_protected: what is left once the failure happened.
     pub failover_reserve: Option<f64>,
+    /// C_degraded ≥ L_protected, measured.
+    pub gate: bool,
+    /// The Capacity verdict of the search.
     pub status: Status,
     pub summary: String,
+    /// The steps past C_degraded judged by the Overload rules (Q10), and their
+    /// verdict (NOT_EVALUATED: none ran, with why).
+    pub overload: Vec<OverloadStep>,
+    pub overload_status: Status,
+    pub overload_summary: String,
     /// The sim's engine model computed for the mix (`kind: sim` only): the truth the
     /// measurement is compared with.
     #[serde(skip_serializing_if = "Option::is_none")]

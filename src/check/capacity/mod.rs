@@ -3,7 +3,7 @@
 //! fault, until the first phase that is not a fault or degraded phase; their errors
 //! and rejections count against it (rejecting protected traffic is a Capacity FAIL,
 //! not a pass by load shedding). With a capacity search the gate is the measured
-//! C_degraded ≥ L_protected (see `crate::capacity`).
+//! C_degraded ≥ L_protected (`search`, docs/capacity.md).
 //!
 //! The protected load is an offered rate of the whole mix (best-effort classes
 //! included: the target may shed them first). Each phase's offered load is checked
@@ -14,6 +14,7 @@
 //! even so): the degraded topology was never offered the load it must carry (Q12).
 
 pub mod adaptive;
+pub mod excess;
 pub mod search;
 pub mod steps;
 
@@ -26,7 +27,7 @@ use super::{Status, Verdict, VerdictName};
 use crate::metrics::{Measured, PhaseAcc};
 use crate::plan::Plan;
 use crate::scenario::PhaseKind;
-use search::Search;
+use adaptive::Search;
 
 pub const NAME: VerdictName = VerdictName::Capacity;
 
@@ -189,57 +190,15 @@ pub fn verdict(
     let plain = plain_verdict(plan, tl, w, load);
     let Some(s) = search else { return plain };
     let mut evidence = Vec::new();
-    for (name, l) in [("healthy", &s.healthy), ("degraded", &s.degraded)] {
-        for st in &l.steps {
-            evidence.push(format!(
-                "{name} {:.2}/s ({}): {} — {}, achieved {:.2}/s, p95 TTFT {:.0} ms, ITL {:.1} ms, E2E {:.0} ms",
-                st.rate,
-                st.phase,
-                if st.pass { "sustained".to_string() } else { format!("not sustained: {}", st.why) },
-                crate::scenario::words::plural(st.requests, "request"),
-                st.achieved_rps,
-                st.ttft_p95_ms,
-                st.itl_p95_ms,
-                st.e2e_p95_ms
-            ));
+    for t in [&s.healthy, &s.degraded].into_iter().flatten() {
+        for st in &t.steps {
+            evidence.push(format!("{} {}", t.topology.as_str(), st.describe()));
         }
     }
-    let c = |x: Option<f64>| {
-        x.map(|v| format!("{v:.2}/s"))
-            .unwrap_or_else(|| "below the lowest step".into())
-    };
-    let hyp = s
-        .hypothesis
-        .map(|h| format!("; the (N−k)/N hypothesis would say {h:.2}/s"))
-        .unwrap_or_default();
     evidence.extend(plain.evidence.iter().cloned());
-    let (status, mut summary) = if !s.degraded.complete || s.degraded.steps.is_empty() {
-        (
-            Status::Unknown,
-            "the degraded ladder of the capacity search did not run to its end".to_string(),
-        )
-    } else {
-        let (st, op) = if s.gate {
-            (Status::Pass, "≥")
-        } else {
-            (Status::Fail, "<")
-        };
-        (
-            st,
-            format!(
-                "C_degraded {} {op} L_protected {} (measured; C_healthy {}{hyp})",
-                c(s.degraded.capacity),
-                plan.scenario.protected_load,
-                c(s.healthy.capacity)
-            ),
-        )
-    };
-    if tl.faults.iter().all(|f| !f.removes) {
-        summary
-            .push_str("; no fault removed capacity, so both ladders measured the healthy topology");
-    }
+    let mut summary = s.summary.clone();
     let status = super::verdict::worst(
-        [status, plain.status]
+        [s.status, plain.status]
             .into_iter()
             .filter(|s| *s != Status::NotEvaluated),
     );

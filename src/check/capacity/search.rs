@@ -1,306 +1,347 @@
-//! The capacity search judged (Q4): each step of the healthy and the degraded ladder
-//! (`plan::capacity` lays them out) from its phase's measurements; the capacity is the
-//! highest rate whose step and every lower one met the SLO — never derived as
-//! (N−1)/N of healthy capacity, which is shown only as the hypothesis it is.
+//! A capacity search judged from its directory (issue 19; Q4, Q5, Q10), the same for
+//! `haq capacity` and for `criteria.capacity.search` in a run (`RUN_DIR/capacity/`):
+//! every step's run directory judged again (`<topology>-NN-<rate>/`,
+//! `overload-NN-<rate>/`), each topology's bracket replayed from its steps in order
+//! (so where it stopped, and why, is the steps' doing, not a figure the driver wrote
+//! down), then C_healthy, C_degraded, headroom, failover reserve, the Capacity verdict
+//! and the overload steps' Overload verdict ([`super::adaptive::conclude`],
+//! [`super::excess::conclude`]). Reading the directory is all it does: judging a
+//! step's run directory is the caller's (`check::judge_search_step`).
 
-use serde::Serialize;
+use std::path::Path;
 
-use crate::metrics::PhaseStats;
+use super::adaptive::{Context, RanStep, Search, TopologyResult, conclude};
+use super::excess::{self, OverloadStep};
+use super::steps::SearchStep;
+use crate::check::Status;
 use crate::plan::Plan;
-use crate::plan::capacity::{DEGRADED, HEALTHY};
+use crate::plan::capacity::{self, Bracket, Params, Stop, Topology};
 
-/// One step of a ladder as judged.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Step {
-    pub phase: String,
-    pub rate: f64,
-    pub requests: u64,
-    pub achieved_rps: f64,
-    pub ttft_p95_ms: f64,
-    pub itl_p95_ms: f64,
-    pub e2e_p95_ms: f64,
-    pub error_rate: f64,
-    pub rejection_rate: f64,
-    pub pass: bool,
-    /// Why it failed (empty when it passed).
-    pub why: String,
+/// A step's run directory judged.
+#[derive(Debug, Clone)]
+pub enum Judged {
+    Step(Box<SearchStep>),
+    Overload(Box<OverloadStep>),
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Ladder {
-    pub steps: Vec<Step>,
-    /// The highest rate whose step and every lower one passed; `None`: not even the
-    /// lowest rate was sustained.
-    pub capacity: Option<f64>,
-    /// The ladder ran to its end (an interrupted run leaves steps unmeasured).
-    pub complete: bool,
-    /// The first rate above the capacity that did not hold: the capacity lies in
-    /// [capacity, next); the ladder's spacing is its precision.
-    pub next: Option<f64>,
-    /// (next − capacity) / capacity: how well the ladder knows the capacity.
-    pub precision: Option<f64>,
+/// The judge of one step's run directory.
+pub type JudgeStep<'a> = &'a dyn Fn(&Path) -> anyhow::Result<Judged>;
+
+/// The step directories of a search of `kind` (`healthy`, `degraded`, `overload`),
+/// in the order they ran.
+pub fn step_dirs(dir: &Path, kind: &str) -> Vec<String> {
+    let mut v: Vec<(usize, String)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|n| {
+            let (k, i) = capacity::parse_step_dir(&n)?;
+            (k == kind).then_some((i, n.clone()))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|x| x.1).collect()
 }
 
-/// The search's result (report.json `capacity`).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Search {
-    pub protected_load: f64,
-    pub healthy: Ladder,
-    pub degraded: Ladder,
-    /// (N−k)/N × C_healthy: a hypothesis to compare with the measurement, never the
-    /// measurement (Q4).
-    pub hypothesis: Option<f64>,
-    /// C_degraded ≥ L_protected, measured.
-    pub gate: bool,
-    /// The highest rate of the scenario's own phases, overload phases apart.
-    pub normal_peak: f64,
-    /// C_healthy − normal peak (Q5: headroom is not failover reserve).
-    pub headroom: Option<f64>,
-    /// C_degraded − L_protected.
-    pub failover_reserve: Option<f64>,
-}
-
-/// Fewer requests in a step and it says nothing.
-pub const MIN_STEP_REQUESTS: u64 = 5;
-
-/// Judges one step from its phase's measurements, every rejection counted.
-pub fn judge_step(plan: &Plan, p: &PhaseStats, rate: f64) -> Step {
-    judge_step_shed(plan, p, rate, None)
-}
-
-/// Judges one step; `shed`: the rejections that count against
-/// `slo.rejection_rate_max` and the requests they are a share of (the adaptive search
-/// counts protected traffic only: shedding best-effort requests is allowed), `None`:
-/// every rejection of the phase.
-pub fn judge_step_shed(plan: &Plan, p: &PhaseStats, rate: f64, shed: Option<(u64, u64)>) -> Step {
-    let slo = &plan.scenario.slo;
-    // Requests haq's interrupt stopped are neither served nor failed.
-    let stopped = p
-        .outcomes
-        .get(&crate::trace::Outcome::Interrupted)
-        .copied()
-        .unwrap_or(0);
-    let n = p.requests.saturating_sub(stopped).max(1) as f64;
-    let rej = match shed {
-        Some((k, of)) => k as f64 / of.max(1) as f64,
-        None => p.rejected as f64 / n,
+/// One topology's steps judged, its bracket replayed; the first step that cannot be
+/// judged ends it (unfinished, named in `errors`).
+fn topology(
+    dir: &Path,
+    topo: Topology,
+    params: &Params,
+    judge: JudgeStep<'_>,
+    errors: &mut Vec<String>,
+) -> TopologyResult {
+    let mut b = Bracket::default();
+    let mut steps = Vec::new();
+    let mut broken = false;
+    for name in step_dirs(dir, topo.as_str()) {
+        match judge(&dir.join(&name)) {
+            Ok(Judged::Step(s)) => {
+                b.record(s.step.rate, s.outcome);
+                steps.push(RanStep {
+                    dir: name,
+                    judged: *s,
+                });
+            }
+            Ok(Judged::Overload(_)) => {
+                errors.push(format!(
+                    "{name}: an overload step among the {} steps",
+                    topo.as_str()
+                ));
+                broken = true;
+                break;
+            }
+            Err(e) => {
+                errors.push(format!("{name}: {e:#}"));
+                broken = true;
+                break;
+            }
+        }
+    }
+    let stop = match b.next(&params.bisect) {
+        Err(stop) if !broken => stop,
+        _ => Stop::Unfinished,
     };
-    let err = (p.failed + p.cancelled) as f64 / n;
-    let mut why = Vec::new();
-    if p.requests < MIN_STEP_REQUESTS || p.completed < MIN_STEP_REQUESTS {
-        why.push(format!(
-            "only {} completed",
-            crate::scenario::words::plural(p.completed, "request")
+    TopologyResult::new(topo, &b, stop, steps)
+}
+
+/// The overload steps judged, each with its multiple of `c` (C_degraded).
+fn overload_steps(
+    dir: &Path,
+    c: Option<f64>,
+    judge: JudgeStep<'_>,
+    errors: &mut Vec<String>,
+) -> Vec<OverloadStep> {
+    let mut out = Vec::new();
+    for name in step_dirs(dir, capacity::OVERLOAD) {
+        match judge(&dir.join(&name)) {
+            Ok(Judged::Overload(s)) => {
+                let mut s = *s;
+                s.multiple = c.map(|c| (s.rate / c * 100.0).round() / 100.0);
+                s.dir = name;
+                out.push(s);
+            }
+            Ok(Judged::Step(_)) => errors.push(format!("{name}: not an overload step")),
+            Err(e) => errors.push(format!("{name}: {e:#}")),
+        }
+    }
+    out
+}
+
+/// Why no overload step was asked of a degraded topology whose capacity is `c`.
+fn no_overload(plan: &Plan, params: &Params, c: Option<f64>) -> Option<String> {
+    if params.overload.is_empty() {
+        return Some("the search asked for no overload step (`overload: []`)".into());
+    }
+    let Some(c) = c else {
+        return Some("no overload step: C_degraded was not measured".into());
+    };
+    let l = plan.scenario.protected_load.0;
+    capacity::overload_rates(params, c, l).0.is_empty().then(|| {
+        format!("no overload step: every multiple of C_degraded ({c:.2}/s) is within the protected load {l:.2}/s")
+    })
+}
+
+/// The search in `dir` judged, for the scenario of `plan` (its own plan: protected
+/// load, replicas, faults) and the search's `params`.
+pub fn judge(dir: &Path, plan: &Plan, params: &Params, judge: JudgeStep<'_>) -> Search {
+    let mut errors = Vec::new();
+    let mut healthy = None;
+    let mut degraded = None;
+    for t in &params.topologies {
+        let r = topology(dir, *t, params, judge, &mut errors);
+        match t {
+            Topology::Healthy => healthy = Some(r),
+            Topology::Degraded => degraded = Some(r),
+        }
+    }
+    let c = Context {
+        protected_load: plan.scenario.protected_load.0,
+        normal_peak: capacity::normal_peak(plan),
+        replicas: plan.replicas.len(),
+        lost: capacity::lost(plan),
+    };
+    let (status, mut summary, [hypothesis, headroom, failover_reserve]) =
+        conclude(&c, healthy.as_ref(), degraded.as_ref());
+    let cd = degraded.as_ref().and_then(|d| d.capacity);
+    let overload = overload_steps(dir, cd, judge, &mut errors);
+    let none = match degraded.as_ref() {
+        Some(d) if d.stop != Stop::Unfinished => no_overload(plan, params, cd),
+        Some(_) => None,
+        None => Some("no overload step: the degraded topology was not searched".into()),
+    };
+    let (overload_status, overload_summary) = excess::conclude(&overload, none);
+    if let Ok(why) = std::fs::read_to_string(dir.join(capacity::STOPPED)) {
+        errors.push(format!("the search stopped: {}", why.trim()));
+    }
+    if !errors.is_empty() {
+        summary.push_str(&format!(
+            "; steps that could not be judged: {}",
+            errors.join("; ")
         ));
     }
-    for (what, v, lim) in [
-        ("TTFT", p.ttft_ms.p95, slo.ttft_p95),
-        ("ITL", p.itl_ms.p95, slo.itl_p95),
-        ("E2E", p.e2e_ms.p95, slo.e2e_p95),
-    ] {
-        if v > lim.as_secs_f64() * 1000.0 {
-            why.push(format!("p95 {what} {v:.0} ms > {lim}"));
-        }
-    }
-    if err > slo.error_rate_max.0 {
-        why.push(format!("{:.1}% failed", err * 100.0));
-    }
-    if rej > slo.rejection_rate_max.0 {
-        why.push(match shed {
-            Some(_) => format!("{:.1}% of protected requests rejected", rej * 100.0),
-            None => format!("{:.1}% rejected", rej * 100.0),
-        });
-    }
-    Step {
-        phase: p.name.clone(),
-        rate,
-        requests: p.requests,
-        achieved_rps: p.achieved_rps,
-        ttft_p95_ms: p.ttft_ms.p95,
-        itl_p95_ms: p.itl_ms.p95,
-        e2e_p95_ms: p.e2e_ms.p95,
-        error_rate: err,
-        rejection_rate: rej,
-        pass: why.is_empty(),
-        why: why.join("; "),
-    }
-}
-
-fn ladder_of(plan: &Plan, phases: &[PhaseStats], prefix: &str) -> Ladder {
-    let mut steps = Vec::new();
-    let mut complete = true;
-    for pp in plan
-        .phases
-        .iter()
-        .filter(|p| p.name.starts_with(&format!("{prefix}-")))
-    {
-        match phases.iter().find(|s| s.name == pp.name && s.requests > 0) {
-            Some(s) => steps.push(judge_step(plan, s, pp.rate)),
-            None => complete = false,
-        }
-    }
-    let capacity = steps.iter().take_while(|s| s.pass).last().map(|s| s.rate);
-    let next = steps.iter().find(|s| !s.pass).map(|s| s.rate);
-    Ladder {
-        capacity,
-        complete,
-        next,
-        precision: capacity.zip(next).map(|(c, n)| (n - c) / c),
-        steps,
-    }
-}
-
-/// Judges the search of a run, if the scenario has one.
-pub fn judge(plan: &Plan, phases: &[PhaseStats]) -> Option<Search> {
-    plan.scenario.criteria.capacity.as_ref()?;
-    let protected = plan.scenario.protected_load.0;
-    let healthy = ladder_of(plan, phases, HEALTHY);
-    let degraded = ladder_of(plan, phases, DEGRADED);
-    let n = plan.replicas.len() as f64;
-    let lost: usize = plan.faults.iter().map(|f| f.replicas.len().max(1)).sum();
-    let hypothesis = healthy
-        .capacity
-        .filter(|_| n > lost as f64 && lost > 0)
-        .map(|c| c * (n - lost as f64) / n);
-    let gate = degraded.capacity.is_some_and(|c| c + 1e-9 >= protected);
-    let normal_peak = crate::plan::capacity::normal_peak(plan);
-    Some(Search {
-        protected_load: protected,
-        hypothesis,
-        gate,
-        normal_peak,
-        headroom: healthy.capacity.map(|c| c - normal_peak),
-        failover_reserve: degraded.capacity.map(|c| c - protected),
+    Search {
+        scenario: plan.scenario.name.clone(),
+        precision: params.bisect.precision,
+        max_steps: params.bisect.max_steps,
+        step_s: params.step.as_secs_f64(),
+        warmup_s: params.warmup.as_secs_f64(),
+        protected_load: c.protected_load,
+        normal_peak: c.normal_peak,
+        replicas: c.replicas,
+        lost: c.lost,
+        gate: status == Status::Pass,
         healthy,
         degraded,
-    })
+        hypothesis,
+        headroom,
+        failover_reserve,
+        status,
+        summary,
+        overload,
+        overload_status,
+        overload_summary,
+        model_per_replica: None,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::testkit::*;
-    use crate::check::{Status, capacity::NAME};
+    use crate::check::testkit::plan;
+    use crate::plan::capacity::{Bisect, Outcome};
 
-    const SEARCH: &str =
-        "criteria.capacity.search={from: 5/s, to: 20/s, steps: 2, step: 2s, settle: 1s}";
-
-    #[test]
-    fn the_ladder_holds_the_protected_load_and_wraps_the_scenario() {
-        let p = plan(&[SEARCH]);
-        let names: Vec<&str> = p.phases.iter().map(|x| x.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "cap-healthy-1",
-                "cap-healthy-2",
-                "cap-healthy-3",
-                "cap-settle",
-                "baseline",
-                "fault",
-                "degraded",
-                "cap-degraded-1",
-                "cap-degraded-2",
-                "cap-degraded-3"
-            ]
-        );
-        let rates: Vec<f64> = p.phases.iter().map(|x| x.rate).collect();
-        assert_eq!(
-            rates,
-            [5.0, 10.0, 20.0, 10.0, 10.0, 10.0, 10.0, 5.0, 10.0, 20.0]
-        );
-        // The faults still fire where the scenario put them: 2 s into `fault`.
-        let fault = p.phases.iter().find(|x| x.name == "fault").expect("fault");
-        assert_eq!(
-            p.faults[0].at,
-            fault.start + std::time::Duration::from_secs(2)
-        );
-        // A bad search is one clear error, before anything runs.
-        let e = crate::plan::load_str(
-            BASE,
-            "hand.yaml",
-            std::path::Path::new("."),
-            &["criteria.capacity.search={from: 5/s, to: 4/s}".into()],
-            None,
-        )
-        .expect_err("invalid");
-        assert!(e.to_string().contains("criteria.capacity.search.to"), "{e}");
-    }
-
-    /// Every phase at its rate on w1/w3 (w2 killed 2 s into `fault`); the degraded
-    /// steps at or above `slow_from` req/s answer in 1.5 s.
-    fn searched(slow_from: f64) -> crate::check::Judgement {
-        let p = plan(&[SEARCH]);
-        let mut tb = Tb::new();
-        tb.phases(&p);
-        for ph in &p.phases {
-            let (a, b) = (1.0 + ph.start.as_secs_f64(), 1.0 + ph.end().as_secs_f64());
-            let slow = ph.name.starts_with(DEGRADED) && ph.rate >= slow_from;
-            let n = ((b - a) * ph.rate).round() as usize;
-            for k in 0..n {
-                let t = a + k as f64 / ph.rate;
-                let w = ["w1", "w3"][k % 2];
-                let r = R::ok(format!("{}-{k}", ph.name), &ph.name, t, w);
-                tb.request(if slow { r.ttft(1500.0) } else { r });
-            }
-            if ph.name == "fault" {
-                tb.inject("kill-w2", "w2", us(a + 2.0), true);
-            }
+    fn params() -> Params {
+        Params {
+            topologies: vec![Topology::Healthy, Topology::Degraded],
+            bisect: Bisect {
+                start: 10.0,
+                factor: 2.0,
+                precision: 0.1,
+                max_steps: 8,
+                floor: 0.1,
+            },
+            step: std::time::Duration::from_secs(3),
+            warmup: std::time::Duration::from_secs(1),
+            overload: vec![1.5, 2.0],
         }
-        tb.run_end(us(1.0 + p.total.as_secs_f64() + 1.0));
-        tb.judge(&p)
+    }
+
+    /// A search directory with a step directory per (name) and a judge that reads
+    /// the outcome back from a table instead of a run.
+    fn searched(steps: &[(&str, Outcome)], overload: &[(&str, Status)]) -> Search {
+        let dir = std::env::temp_dir().join(format!(
+            "haq-search-{}-{}",
+            std::process::id(),
+            steps.len() * 100 + overload.len()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (n, _) in steps {
+            std::fs::create_dir_all(dir.join(n)).expect("dir");
+        }
+        for (n, _) in overload {
+            std::fs::create_dir_all(dir.join(n)).expect("dir");
+        }
+        let p = plan(&[]);
+        let step_of = |d: &Path| -> anyhow::Result<Judged> {
+            let n = d.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let rate: f64 = n.rsplit('-').next().unwrap_or("0").parse()?;
+            if let Some((_, st)) = overload.iter().find(|(m, _)| *m == n) {
+                return Ok(Judged::Overload(Box::new(OverloadStep {
+                    dir: String::new(),
+                    multiple: None,
+                    rate,
+                    after_rate: 10.0,
+                    status: *st,
+                    summary: format!("{st:?}"),
+                    evidence: Vec::new(),
+                    after: None,
+                    load_generator: Vec::new(),
+                })));
+            }
+            let o = steps.iter().find(|(m, _)| *m == n).map(|x| x.1);
+            let o = o.ok_or_else(|| anyhow::anyhow!("no such step"))?;
+            Ok(Judged::Step(Box::new(super::super::steps::fake(rate, o))))
+        };
+        let s = judge(&dir, &p, &params(), &step_of);
+        let _ = std::fs::remove_dir_all(&dir);
+        s
     }
 
     #[test]
-    fn c_degraded_at_or_above_the_protected_load_passes() {
-        let j = searched(20.0);
-        let v = pick(&j, NAME);
-        assert_eq!(v.status, Status::Pass, "{v:?}");
-        let s = j.capacity.as_ref().expect("search");
-        assert_eq!(
-            (s.healthy.capacity, s.degraded.capacity),
-            (Some(20.0), Some(10.0))
+    fn each_topologys_bracket_is_replayed_from_its_steps_in_order() {
+        use Outcome::*;
+        let s = searched(
+            &[
+                ("healthy-01-10.00", Sustained),
+                ("healthy-02-20.00", Sustained),
+                ("healthy-03-40.00", Broken),
+                ("healthy-04-28.28", Sustained),
+                ("healthy-05-33.64", Broken),
+                ("healthy-06-30.84", Broken),
+                ("degraded-01-10.00", Sustained),
+                ("degraded-02-20.00", Broken),
+                ("degraded-03-14.14", Sustained),
+                ("degraded-04-16.82", Broken),
+                ("degraded-05-15.42", Broken),
+            ],
+            &[
+                ("overload-01-21.21", Status::Pass),
+                ("overload-02-28.28", Status::Fail),
+            ],
         );
+        let (h, d) = (
+            s.healthy.as_ref().expect("h"),
+            s.degraded.as_ref().expect("d"),
+        );
+        assert_eq!(
+            (h.capacity, h.bracket.1, h.stop),
+            (Some(28.28), Some(30.84), Stop::Precise)
+        );
+        assert_eq!(
+            (d.capacity, d.bracket.1, d.stop),
+            (Some(14.14), Some(15.42), Stop::Precise)
+        );
+        assert_eq!(d.steps.len(), 5);
+        // L_protected 10/s: PASS; headroom from the normal peak (10/s).
+        assert_eq!(s.status, Status::Pass, "{}", s.summary);
         assert!(s.gate);
-        // Headroom from the normal peak (10/s), reserve above L_protected (10/s); the
-        // ladder knows C_degraded to the next rung (20/s: +100%).
-        assert_eq!((s.headroom, s.failover_reserve), (Some(10.0), Some(0.0)));
-        assert_eq!(
-            (s.degraded.next, s.degraded.precision),
-            (Some(20.0), Some(1.0))
-        );
-        assert_eq!((s.healthy.next, s.healthy.precision), (None, None));
-        // (3−1)/3 × 20/s: the hypothesis is shown, and is not what was measured.
-        assert!(
-            v.summary.contains("C_degraded 10.00/s ≥ L_protected 10/s"),
-            "{}",
-            v.summary
-        );
-        assert!(
-            v.summary.contains("hypothesis would say 13.33/s"),
-            "{}",
-            v.summary
-        );
-        // The search's steps are not held to the Latency envelope.
-        assert_eq!(pick(&j, "Latency").status, Status::Pass);
+        assert!((s.failover_reserve.expect("reserve") - 4.14).abs() < 1e-9);
+        assert!((s.headroom.expect("headroom") - 18.28).abs() < 1e-9);
+        // The overload steps carry their multiples; one failed.
+        assert_eq!(s.overload.len(), 2);
+        assert_eq!(s.overload[0].multiple, Some(1.5));
+        assert_eq!(s.overload[1].multiple, Some(2.0));
+        assert_eq!(s.overload_status, Status::Fail);
     }
 
     #[test]
-    fn c_degraded_below_the_protected_load_fails() {
-        let j = searched(10.0);
-        let v = pick(&j, NAME);
-        assert_eq!(v.status, Status::Fail, "{v:?}");
+    fn a_search_cut_short_is_unfinished_and_its_gate_unknown() {
+        use Outcome::*;
+        let s = searched(
+            &[
+                ("healthy-01-10.00", Sustained),
+                ("healthy-02-20.00", Broken),
+                ("healthy-03-14.14", Sustained),
+                ("healthy-04-16.82", Sustained),
+                ("degraded-01-5.00", Sustained),
+            ],
+            &[],
+        );
+        let d = s.degraded.as_ref().expect("d");
+        assert_eq!((d.stop, d.capacity), (Stop::Unfinished, None));
+        // 5/s sustained, below L_protected (10/s), and nothing more: not measured.
+        assert_eq!(s.status, Status::Unknown, "{}", s.summary);
         assert!(
-            v.summary.contains("C_degraded 5.00/s < L_protected 10/s"),
+            s.summary.contains("the search ended after 1 step"),
             "{}",
-            v.summary
+            s.summary
         );
-        assert!(
-            v.evidence.iter().any(|e| e.contains(
-                "degraded 10.00/s (cap-degraded-2): not sustained: p95 TTFT 1500 ms > 500ms"
-            )),
-            "{:?}",
-            v.evidence
+        // The healthy bracket [16.82, 20) is 18.9% wide, not yet within 10%.
+        assert_eq!(s.healthy.as_ref().map(|h| h.stop), Some(Stop::Unfinished));
+        assert_eq!(s.overload_status, Status::Unknown);
+    }
+
+    #[test]
+    fn step_directories_sort_by_their_index_not_their_name() {
+        let dir = std::env::temp_dir().join(format!("haq-search-dirs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for n in [
+            "healthy-10-3.00",
+            "healthy-02-20.00",
+            "healthy-01-10.00",
+            "degraded-01-5.00",
+            "notes",
+        ] {
+            std::fs::create_dir_all(dir.join(n)).expect("dir");
+        }
+        assert_eq!(
+            step_dirs(&dir, "healthy"),
+            ["healthy-01-10.00", "healthy-02-20.00", "healthy-10-3.00"]
         );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,7 +1,6 @@
 //! One step of the adaptive capacity search (`haq capacity`) judged from its own run:
-//! the step phase's measurements against the SLO by the ladder's rule
-//! ([`super::search::judge_step_shed`], one definition), with what the ladder never
-//! said — how sure the step is, and whether haq's own client was the limit.
+//! the step phase's measurements against the SLO ([`judge_step_shed`]), how sure the
+//! step is, and whether haq's own client was the limit.
 //!
 //! Confidence, per step (95%): a Wilson interval on the share of requests inside the
 //! SLO targets (`PhaseStats::slo_attainment`, over its requests), and the p95 TTFT
@@ -21,13 +20,87 @@
 
 use serde::Serialize;
 
-use super::search::{Step, judge_step_shed};
 use crate::check::facts::Req;
+use crate::check::own::PhaseOwn;
 use crate::check::validity::ClientHealth;
 use crate::metrics::PhaseStats;
 use crate::plan::Plan;
 use crate::plan::capacity::Outcome as StepOutcome;
 use crate::trace::Outcome;
+
+/// One step's phase judged against the SLO (its point estimates).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Step {
+    pub phase: String,
+    pub rate: f64,
+    pub requests: u64,
+    pub achieved_rps: f64,
+    pub ttft_p95_ms: f64,
+    pub itl_p95_ms: f64,
+    pub e2e_p95_ms: f64,
+    pub error_rate: f64,
+    pub rejection_rate: f64,
+    pub pass: bool,
+    /// Why it failed (empty when it passed).
+    pub why: String,
+}
+
+/// Fewer requests in a step and it says nothing.
+pub const MIN_STEP_REQUESTS: u64 = 5;
+
+/// Judges one step's phase against the SLO; `shed`: the protected requests rejected
+/// and the protected requests sent — only they count against
+/// `slo.rejection_rate_max` (shedding best-effort traffic is what it is for).
+pub fn judge_step_shed(plan: &Plan, p: &PhaseStats, rate: f64, shed: (u64, u64)) -> Step {
+    let slo = &plan.scenario.slo;
+    // Requests haq's interrupt stopped are neither served nor failed.
+    let stopped = p
+        .outcomes
+        .get(&crate::trace::Outcome::Interrupted)
+        .copied()
+        .unwrap_or(0);
+    let n = p.requests.saturating_sub(stopped).max(1) as f64;
+    let rej = shed.0 as f64 / shed.1.max(1) as f64;
+    let err = (p.failed + p.cancelled) as f64 / n;
+    let mut why = Vec::new();
+    if p.requests < MIN_STEP_REQUESTS || p.completed < MIN_STEP_REQUESTS {
+        why.push(format!(
+            "only {} completed",
+            crate::scenario::words::plural(p.completed, "request")
+        ));
+    }
+    for (what, v, lim) in [
+        ("TTFT", p.ttft_ms.p95, slo.ttft_p95),
+        ("ITL", p.itl_ms.p95, slo.itl_p95),
+        ("E2E", p.e2e_ms.p95, slo.e2e_p95),
+    ] {
+        if v > lim.as_secs_f64() * 1000.0 {
+            why.push(format!("p95 {what} {v:.0} ms > {lim}"));
+        }
+    }
+    if err > slo.error_rate_max.0 {
+        why.push(format!("{:.1}% failed", err * 100.0));
+    }
+    if rej > slo.rejection_rate_max.0 {
+        why.push(format!(
+            "{:.1}% of protected requests rejected",
+            rej * 100.0
+        ));
+    }
+    Step {
+        phase: p.name.clone(),
+        rate,
+        requests: p.requests,
+        achieved_rps: p.achieved_rps,
+        ttft_p95_ms: p.ttft_ms.p95,
+        itl_p95_ms: p.itl_ms.p95,
+        e2e_p95_ms: p.e2e_ms.p95,
+        error_rate: err,
+        rejection_rate: rej,
+        pass: why.is_empty(),
+        why: why.join("; "),
+    }
+}
 
 /// The normal quantile of a two-sided 95% interval.
 pub const Z95: f64 = 1.959_964;
@@ -98,10 +171,30 @@ impl P95 {
     }
 }
 
+/// Why haq's own machine was the limit of phase `phase` (item 4 of issue 19): haq's
+/// CPU in it ([`PhaseOwn::client_limits`]), and — when the phase did not hold — the
+/// sim's stalls in it or in the warm-up before it ([`PhaseOwn::machine_limits`]: a
+/// rate the sim sustained though it fell behind its model was sustained all the same).
+pub fn own_limits(own: &[PhaseOwn], phase: &str, held: bool) -> Vec<String> {
+    let mut out: Vec<String> = own
+        .iter()
+        .filter(|o| o.phase == phase)
+        .flat_map(PhaseOwn::client_limits)
+        .collect();
+    if !held {
+        out.extend(
+            own.iter()
+                .filter(|o| o.phase == phase || o.phase == crate::plan::capacity::WARMUP)
+                .flat_map(PhaseOwn::machine_limits),
+        );
+    }
+    out
+}
+
 /// One step of the adaptive search, judged.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SearchStep {
-    /// The ladder's judgement of the step phase (rates, p95s, pass and why).
+    /// The step phase against the SLO (rates, p95s, pass and why).
     #[serde(flatten)]
     pub step: Step,
     pub outcome: StepOutcome,
@@ -146,12 +239,12 @@ impl SearchStep {
 }
 
 /// The step phase (`stats`) of a step run, judged with the run's finished requests
-/// and haq's own health in it.
+/// and haq's own health (`client`: its sends; `own`: its CPU, the sim's stalls) in it.
 pub fn judge(
     plan: &Plan,
     stats: &PhaseStats,
     requests: &[Req],
-    client: &ClientHealth,
+    (client, own): (&ClientHealth, &[PhaseOwn]),
     rate: f64,
 ) -> SearchStep {
     let slo = &plan.scenario.slo;
@@ -162,7 +255,7 @@ pub fn judge(
     let protected: Vec<&Req> = mine.iter().copied().filter(|r| r.protected).collect();
     let rejected = |v: &[&Req]| v.iter().filter(|r| r.outcome == Outcome::Rejected).count() as u64;
     let (p_rej, all_rej) = (rejected(&protected), rejected(&mine));
-    let step = judge_step_shed(plan, stats, rate, Some((p_rej, protected.len() as u64)));
+    let step = judge_step_shed(plan, stats, rate, (p_rej, protected.len() as u64));
     let done: Vec<&&Req> = mine
         .iter()
         .filter(|r| r.outcome == Outcome::Completed)
@@ -186,12 +279,13 @@ pub fn judge(
     let k = (stats.slo_attainment * n as f64).round() as u64;
     // Breaches of the warm-up say nothing of the step; run-wide ones (trace writer,
     // local resources) do.
-    let load_generator: Vec<String> = client
+    let mut load_generator: Vec<String> = client
         .breaches
         .iter()
         .filter(|b| b.phase.as_deref().is_none_or(|p| p == stats.name))
         .map(|b| b.message.clone())
         .collect();
+    load_generator.extend(own_limits(own, &stats.name, step.pass));
     let outcome = if !load_generator.is_empty() {
         StepOutcome::LoadGenerator
     } else if step.pass {
@@ -201,7 +295,7 @@ pub fn judge(
     };
     let latency_clear = [ttft_p95, e2e_p95].iter().flatten().all(|p| p.clear());
     SearchStep {
-        confident: latency_clear && step.requests >= super::search::MIN_STEP_REQUESTS,
+        confident: latency_clear && step.requests >= MIN_STEP_REQUESTS,
         step,
         outcome,
         attainment: stats.slo_attainment,
@@ -212,6 +306,36 @@ pub fn judge(
         protected_rejected: p_rej,
         best_effort_rejected: all_rej - p_rej,
         load_generator,
+    }
+}
+
+/// A step judged `outcome` at `rate`, every figure inside the SLO (unit tests).
+#[cfg(test)]
+pub fn fake(rate: f64, outcome: StepOutcome) -> SearchStep {
+    SearchStep {
+        step: Step {
+            phase: "step".into(),
+            rate,
+            requests: 100,
+            achieved_rps: rate,
+            ttft_p95_ms: 100.0,
+            itl_p95_ms: 10.0,
+            e2e_p95_ms: 500.0,
+            error_rate: 0.0,
+            rejection_rate: 0.0,
+            pass: outcome == StepOutcome::Sustained,
+            why: String::new(),
+        },
+        outcome,
+        attainment: 1.0,
+        attainment_ci: (0.96, 1.0),
+        ttft_p95: None,
+        e2e_p95: None,
+        confident: true,
+        protected_requests: 100,
+        protected_rejected: 0,
+        best_effort_rejected: 0,
+        load_generator: Vec::new(),
     }
 }
 
@@ -239,7 +363,7 @@ mod tests {
             .iter()
             .find(|s| s.name == "baseline")
             .expect("baseline");
-        judge(&p, stats, &j.facts.requests, &j.client, 10.0)
+        judge(&p, stats, &j.facts.requests, (&j.client, &j.own), 10.0)
     }
 
     #[test]

@@ -301,6 +301,7 @@ impl Folder {
             | Event::ProxyWatch { .. }
             | Event::ProxyListener { .. }
             | Event::Warmed { .. }
+            | Event::OwnLoad { .. }
             | Event::TraceStats { .. } => {}
         }
     }

@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::wire::units::{Dur, Rate};
+use crate::wire::units::{Dur, Fraction, Rate};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
@@ -34,40 +34,91 @@ pub struct CapacityCriteria {
     pub search: CapacitySearch,
 }
 
-/// A sustainable-rate search under the SLO, at the scenario's request mix: a ladder of
-/// constant-rate steps before the scenario's phases (healthy topology), a settle phase,
-/// the scenario's phases (with their faults), then the same ladder again (degraded
-/// topology). A step passes when its p95 TTFT/ITL/E2E, error and rejection rates meet
-/// the SLO; the capacity is the highest rate whose step and every lower one pass. The
-/// protected load is always one of the steps, so the gate C_degraded ≥ L_protected is
+/// The sustainable-rate search under the SLO (Q4, Q5, Q10; docs/capacity.md), run by
+/// `haq run` after the scenario's phases, the same search as `haq capacity`: each
+/// step a run of its own at one constant rate of the scenario's mix (a discarded
+/// `warmup`, then `step` judged), in the healthy topology and with the scenario's
+/// faults applied and held (degraded). Bracket — the rate multiplied by `factor`
+/// until the SLO breaks — then bisect until the bracket is within `precision` or
+/// `max_steps` are spent; then, past C_degraded, one step at each `overload`
+/// multiple judged by the Overload rules. The gate C_degraded ≥ L_protected is
 /// measured, never derived.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapacitySearch {
-    /// Lowest rate of the ladder.
-    pub from: Rate,
-    /// Highest rate of the ladder.
-    pub to: Rate,
-    /// Rates between `from` and `to`, geometric (the protected load is added).
-    #[serde(default = "default_steps")]
-    pub steps: u32,
-    /// How long each rate is offered.
+    /// The first rate tried (default: `protected_load`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Rate>,
+    /// Bracketing multiplies (or divides) the rate by this until the SLO breaks (or
+    /// holds).
+    #[serde(default = "default_factor")]
+    pub factor: f64,
+    /// Done when the bracket [highest sustained, lowest broken) is at most this share
+    /// of its lower end wide.
+    #[serde(default = "default_precision")]
+    pub precision: Fraction,
+    /// Most steps per topology.
+    #[serde(default = "default_max_steps")]
+    pub max_steps: u32,
+    /// How long each step is judged.
     #[serde(default = "default_step")]
     pub step: Dur,
-    /// Load at the protected rate between the healthy ladder and the scenario, so the
-    /// backlog of the last steps drains first (0s: none).
-    #[serde(default = "default_settle")]
-    pub settle: Dur,
+    /// Load at the step's rate before it is judged (discarded: queues and batches
+    /// reach their steady state).
+    #[serde(default = "default_warmup")]
+    pub warmup: Dur,
+    /// Multiples of C_degraded offered, one step each in the degraded topology, and
+    /// judged by the Overload rules (Q10): fast explicit rejections, admitted work
+    /// inside the SLO, attempts per request within the retry budget, the SLO back at
+    /// the protected load after the excess. `[]`: none.
+    #[serde(default = "default_overload")]
+    pub overload: Vec<f64>,
+    /// The fixed ladder's fields, gone (issue 19): refused, naming what replaces them.
+    #[serde(default, skip_serializing)]
+    #[schemars(skip)]
+    pub to: Option<serde_json::Value>,
+    #[serde(default, skip_serializing)]
+    #[schemars(skip)]
+    pub steps: Option<serde_json::Value>,
+    #[serde(default, skip_serializing)]
+    #[schemars(skip)]
+    pub settle: Option<serde_json::Value>,
 }
 
-fn default_steps() -> u32 {
-    5
+impl Default for CapacitySearch {
+    fn default() -> Self {
+        CapacitySearch {
+            from: None,
+            factor: default_factor(),
+            precision: default_precision(),
+            max_steps: default_max_steps(),
+            step: default_step(),
+            warmup: default_warmup(),
+            overload: default_overload(),
+            to: None,
+            steps: None,
+            settle: None,
+        }
+    }
+}
+
+fn default_factor() -> f64 {
+    2.0
+}
+fn default_precision() -> Fraction {
+    Fraction(0.05)
+}
+fn default_max_steps() -> u32 {
+    8
 }
 fn default_step() -> Dur {
     Dur::secs(10)
 }
-fn default_settle() -> Dur {
-    Dur::secs(5)
+fn default_warmup() -> Dur {
+    Dur::secs(3)
+}
+fn default_overload() -> Vec<f64> {
+    vec![1.5, 2.0]
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

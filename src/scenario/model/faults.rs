@@ -23,11 +23,10 @@ pub enum PhaseKind {
     Drain,
     /// After recovery: the healthy latency envelope must be back (Q11).
     Recovered,
-    /// A step of a capacity search (`criteria.capacity.search`, generated): judged
-    /// by the Capacity verdict, not against the Latency envelope.
+    /// A step of a capacity search (its warm-up and judged step, each a run of its
+    /// own): judged by the Capacity verdict, not against the Latency envelope.
     Capacity,
-    /// Between the healthy ladder of a capacity search and the scenario: the backlog
-    /// drains at the protected rate (generated).
+    /// Load that lets a backlog drain, judged by no verdict's envelope.
     Settle,
 }
 

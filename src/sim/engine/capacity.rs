@@ -86,10 +86,11 @@ pub fn sustainable(
     ]);
     let (slots, bound) = bounds.into_iter().min_by_key(|b| b.0)?;
     let m = f64::from(slots.max(1));
-    let secs = |d: std::time::Duration| d.as_secs_f64();
-    let base = secs(cfg.decode_step.0);
-    let per_seq = secs(cfg.decode_step_per_seq.0);
-    let per_1k = secs(cfg.decode_step_per_1k_context.0);
+    // The step times as the engine runs them (`target.engine.speed` applied).
+    let model = super::StepModel::from_cfg(cfg);
+    let base = model.base.as_secs_f64();
+    let per_seq = model.per_seq.as_secs_f64();
+    let per_1k = model.per_1k_context.as_secs_f64();
     let context = avg(&|c| (c.output - 1.0) * c.prompt + c.output * (c.output - 1.0) / 2.0);
     // Gateway-bound, a freed slot waits one step: the next request reaches the engine
     // while the step after the finishing one runs, and joins the one after that.
@@ -97,7 +98,7 @@ pub fn sustainable(
     let cost = cycle * base / m
         + per_seq * (o - 1.0)
         + per_1k * context / 1000.0
-        + p / cfg.prefill_tokens_per_s.max(1.0);
+        + p / model.prefill_tokens_per_s.max(1.0);
     let per_replica = 1.0 / cost;
     Some(Sustainable {
         per_replica,
@@ -148,6 +149,14 @@ mod tests {
             "{k:?}"
         );
         assert!((s.total(3) - 3.0 * s.per_replica).abs() < 1e-9);
+        // `speed` scales every step time: twice as fast, twice the rate.
+        let fast = EngineCfg {
+            speed: 2.0,
+            ..cfg()
+        };
+        let f = sustainable(&fast, None, &one).expect("rate");
+        assert!((f.per_replica - 2.0 * s.per_replica).abs() < 1e-9, "{f:?}");
+        assert!((f.step_ms - s.step_ms / 2.0).abs() < 1e-9, "{f:?}");
     }
 
     #[test]

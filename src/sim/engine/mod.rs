@@ -38,12 +38,18 @@ pub struct StepModel {
 }
 
 impl StepModel {
+    /// The configured step times, scaled by `speed` (`target.engine.speed`).
     pub fn from_cfg(c: &EngineCfg) -> StepModel {
+        let k = if c.speed.is_finite() && c.speed > 0.0 {
+            c.speed
+        } else {
+            1.0
+        };
         StepModel {
-            base: c.decode_step.0,
-            per_seq: c.decode_step_per_seq.0,
-            per_1k_context: c.decode_step_per_1k_context.0,
-            prefill_tokens_per_s: c.prefill_tokens_per_s,
+            base: c.decode_step.0.div_f64(k),
+            per_seq: c.decode_step_per_seq.0.div_f64(k),
+            per_1k_context: c.decode_step_per_1k_context.0.div_f64(k),
+            prefill_tokens_per_s: c.prefill_tokens_per_s * k,
         }
     }
 
@@ -108,6 +114,9 @@ pub trait Publisher: Send + 'static {
     fn token(&mut self, seq: &mut Seq<Self::Job>, i: u32, now: Instant, due: Instant) -> Verdict;
     /// The sequence finished (after the token that ended it).
     fn finished(&mut self, _seq: Seq<Self::Job>) {}
+    /// The engine's clock restarted: it published a step `lost` after the next one
+    /// was due to end (a stall longer than a step: modelled time not made up).
+    fn stalled(&mut self, _lost: Duration) {}
     /// The sequence was dropped because it was no longer live.
     fn dropped(&mut self, _seq: Seq<Self::Job>) {}
     /// The engine died (a lost GPU) with the sequence in it: it gets the engine's error.
@@ -144,6 +153,17 @@ struct Engine<P: Publisher> {
     stats: Arc<Stats>,
     /// Arrival time per sequence id (queue time, TTFT).
     arrivals: std::collections::HashMap<u64, (Instant, Option<Instant>)>,
+}
+
+/// When a step of `dur` that follows the step due at `prev` (`None`: the engine was
+/// idle) ends, the step published at `now`: right after `prev` when `now` is less than
+/// `dur` (at least [`RESYNC`]) past it — the lateness is made up, the step never ends
+/// before `now` by more than [`RESYNC`] — else after `now` (a stall is lost).
+pub fn deadline_after(prev: Option<Instant>, now: Instant, dur: Duration) -> Instant {
+    match prev {
+        Some(t) if now.saturating_duration_since(t) < dur.max(RESYNC) => t + dur,
+        _ => now + dur,
+    }
 }
 
 /// A nanosecond-resolution one-shot timer in the tokio reactor.
@@ -235,8 +255,9 @@ pub fn spawn<P: Publisher>(
     })
 }
 
-/// Steps whose outputs come later than this after their deadline restart the clock
-/// (a frozen or starved process must not burst to catch up).
+/// Steps whose outputs come later than this (or than the next step's modelled
+/// duration, when that is longer) after their deadline restart the clock: a frozen or
+/// starved process must not burst to catch up.
 const RESYNC: Duration = Duration::from_millis(5);
 
 impl<P: Publisher> Engine<P> {
@@ -350,6 +371,7 @@ impl<P: Publisher> Engine<P> {
                 continue;
             }
             let deadline = self.step_deadline(&work, next_start);
+            self.account_stall(next_start, deadline, &work);
             // Until the step's deadline (woken early by a death: its outputs never come).
             while Instant::now() < deadline && !self.controls.dead.load(Ordering::Relaxed) {
                 if !self.wait(&mut rx, &timer, Some(deadline)).await {
@@ -399,18 +421,35 @@ impl<P: Publisher> Engine<P> {
 
     /// When the step computing `work` ends: its modelled duration (times the `slow`
     /// factor) after the previous step's deadline, or after now when that is more than
-    /// [`RESYNC`] ago.
+    /// the step's duration (at least [`RESYNC`]) ago. A step published late is made up
+    /// by the next one, which then ends no earlier than now: the engine's throughput is
+    /// its model's on a machine that wakes it a few milliseconds late (a busy CI box),
+    /// and a longer stall (a frozen process) is lost, never burst through.
     fn step_deadline(&self, work: &Work, next_start: Option<Instant>) -> Instant {
         let dur = self
             .model
             .duration(work)
             .mul_f64(self.controls.slow().max(0.0));
-        let now = Instant::now();
-        let start = match next_start {
-            Some(t) if now.saturating_duration_since(t) < RESYNC => t,
-            _ => now,
-        };
-        start + dur
+        deadline_after(next_start, Instant::now(), dur)
+    }
+
+    /// A step that restarted the clock after a stall: the time between the previous
+    /// deadline and the new step's start is lost (counted, and told the publisher).
+    fn account_stall(&mut self, prev: Option<Instant>, deadline: Instant, work: &Work) {
+        let Some(prev) = prev else { return };
+        let dur = self
+            .model
+            .duration(work)
+            .mul_f64(self.controls.slow().max(0.0));
+        let start = deadline.checked_sub(dur).unwrap_or(deadline);
+        if start > prev {
+            let lost = start - prev;
+            self.stats
+                .c
+                .lost_us
+                .fetch_add(lost.as_micros() as u64, Ordering::Relaxed);
+            self.publisher.stalled(lost);
+        }
     }
 
     /// Publishes the tokens of the step that ended at `deadline`: step lateness, TTFT,

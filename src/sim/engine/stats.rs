@@ -52,6 +52,9 @@ pub struct Counters {
     pub prompt_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
     pub steps: AtomicU64,
+    /// Modelled time the engine could not make up after stalls longer than a step
+    /// (µs): the machine, not the model, set the pace then.
+    pub lost_us: AtomicU64,
     pub finished_length: AtomicU64,
     pub finished_stop: AtomicU64,
     pub finished_tool_calls: AtomicU64,

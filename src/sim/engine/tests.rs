@@ -261,3 +261,32 @@ async fn a_dead_engine_ends_every_sequence_and_publishes_nothing_more() {
     let v = collect(&mut rx, 3).await;
     assert!(v.iter().all(|t| t.0 == 9 && t.1 != DEAD), "{v:?}");
 }
+
+/// A step published late is made up by the next one (the engine keeps its model's
+/// throughput on a machine that wakes it a few ms late); a stall longer than a step
+/// is lost, never burst through; `speed` divides every step time.
+#[test]
+fn a_late_step_is_made_up_and_a_stall_is_lost() {
+    let t0 = Instant::now();
+    let step = Duration::from_millis(70);
+    let ms = Duration::from_millis;
+    // Idle before: the step starts now.
+    assert_eq!(deadline_after(None, t0, step), t0 + step);
+    // 2 ms and 40 ms late: the next step ends 70 ms after the previous deadline.
+    assert_eq!(deadline_after(Some(t0), t0 + ms(2), step), t0 + step);
+    assert_eq!(deadline_after(Some(t0), t0 + ms(40), step), t0 + step);
+    // Later than the step itself: the clock restarts (no burst of steps).
+    assert_eq!(deadline_after(Some(t0), t0 + ms(90), step), t0 + ms(160));
+    // Short steps keep the 5 ms floor.
+    let short = ms(1);
+    assert_eq!(deadline_after(Some(t0), t0 + ms(3), short), t0 + short);
+    assert_eq!(deadline_after(Some(t0), t0 + ms(6), short), t0 + ms(7));
+    let fast = StepModel::from_cfg(&EngineCfg {
+        speed: 4.0,
+        ..cfg(8, 40, 2)
+    });
+    assert_eq!(
+        (fast.base, fast.per_seq),
+        (ms(10), Duration::from_micros(500))
+    );
+}

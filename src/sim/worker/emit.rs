@@ -173,6 +173,13 @@ impl Publisher for WorkerPublisher {
         });
     }
 
+    fn stalled(&mut self, lost: std::time::Duration) {
+        self.journal.write(WorkerEntry::Stalled {
+            worker: self.worker.clone(),
+            lost_us: lost.as_micros() as u64,
+        });
+    }
+
     fn preempted(&mut self, seq: &Seq<Job>) {
         if seq.job.quiet {
             return;
