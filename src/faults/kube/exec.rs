@@ -113,10 +113,19 @@ async fn ready(p: &PodRef, container: &str) -> Result<i32, String> {
     let name = &p.pod.name;
     match pods::read(p).await {
         Ok(Now::There(pod)) => {
+            // Its containers, native sidecars (init containers that keep running) and
+            // ephemeral debug containers: any of them can be exec'd in.
             let names: Vec<&str> = pod
                 .spec
                 .as_ref()
-                .map(|s| s.containers.iter().map(|c| c.name.as_str()).collect())
+                .map(|s| {
+                    let main = s.containers.iter().map(|c| c.name.as_str());
+                    let init = s.init_containers.iter().flatten().map(|c| c.name.as_str());
+                    let debug = s.ephemeral_containers.iter().flatten();
+                    main.chain(init)
+                        .chain(debug.map(|c| c.name.as_str()))
+                        .collect()
+                })
                 .unwrap_or_default();
             if !names.contains(&container) {
                 return Err(format!(
