@@ -73,12 +73,14 @@ pub fn probe_targets(f: &FaultPlan, env: &Env, serving: &str) -> Result<Vec<Arc<
 }
 
 /// What a held probe request should do once the fault is applied: a killed replica's
-/// computed-but-unsent bytes are dropped; a user command's effect is read from the
-/// path (dropped if the replica's side ended); otherwise they go on.
+/// computed-but-unsent bytes are dropped; a user command's effect (a `command` fault,
+/// a kubernetes exec) is read from the path (dropped if the replica's side ended);
+/// otherwise they go on.
 pub fn release_for(f: &FaultPlan) -> Release {
     match (f.action, f.backend) {
         (FaultAction::Kill, _) => Release::Drop,
         (_, FaultBackend::Command) => Release::Auto,
+        (_, FaultBackend::Kubernetes) if f.exec.is_some() => Release::Auto,
         _ => Release::Forward,
     }
 }

@@ -5,7 +5,8 @@
 //! reports directory — undoes it from the ledger: SIGCONT to the pid only while it is
 //! the same process (its start time), the heal command with the fault's environment,
 //! and for a kubernetes target the node uncordoned, the NetworkPolicy deleted, the
-//! workload scaled back (in the context the run acted in).
+//! workload scaled back, an exec fault's heal exec'd in its pod (in the context the
+//! run acted in).
 //!
 //! Each line is written with one `write` to a file opened for appending, so a killed
 //! run leaves whole lines (the kernel keeps what was written; no flush is needed).
@@ -20,7 +21,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use crate::target::kube::heal::{Leftover, heal_blocking};
+use crate::target::kube::heal::{ExecAt, Leftover, heal_blocking};
 use crate::target::procs::{gone, proc_stat, stopped};
 use crate::trace::files::HEALS_FILE;
 
@@ -56,6 +57,17 @@ pub enum Remedy {
         plural: String,
         name: String,
         replicas: i32,
+    },
+    /// Exec a kubernetes exec fault's `heal` in `container` of `pod`, while it is the
+    /// pod the fault hit (`uid`).
+    KubeExec {
+        context: String,
+        namespace: String,
+        pod: String,
+        uid: String,
+        container: String,
+        heal: Vec<String>,
+        timeout_ms: u64,
     },
 }
 
@@ -280,6 +292,27 @@ fn remedy(r: &Remedy) -> (bool, String) {
                 plural: plural.clone(),
                 name: name.clone(),
                 replicas: *replicas,
+            },
+        ),
+        Remedy::KubeExec {
+            context,
+            namespace,
+            pod,
+            uid,
+            container,
+            heal,
+            timeout_ms,
+        } => heal_blocking(
+            context,
+            Leftover::Exec {
+                at: ExecAt {
+                    namespace: namespace.clone(),
+                    pod: pod.clone(),
+                    uid: uid.clone(),
+                    container: container.clone(),
+                },
+                heal: heal.clone(),
+                timeout: Duration::from_millis(*timeout_ms),
             },
         ),
     }

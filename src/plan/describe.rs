@@ -265,7 +265,7 @@ fn fault(plan: &Plan, f: &FaultPlan) -> Vec<String> {
         format!("  {}", when(plan, f)),
         format!("  does: {}", backend_action(plan, f)),
     ];
-    let ends = match (f.action.reversible(), f.duration) {
+    let ends = match (f.healed(), f.duration) {
         (true, Some(d)) => format!("healed after {}", format_duration(d)),
         (true, None) => "healed at the end of the load".into(),
         (false, _) => "not undone".into(),
@@ -368,6 +368,9 @@ fn backend_action(plan: &Plan, f: &FaultPlan) -> String {
 
 /// What a `kubernetes` fault asks of the API.
 fn kube_action(f: &FaultPlan) -> String {
+    if let Some(e) = &f.exec {
+        return exec_action(f, e);
+    }
     let what = match (f.domain, f.action) {
         (FailureDomain::Node, FaultAction::Drain) => {
             "cordons the replica's node and evicts every selected pod on it (a PodDisruptionBudget's refusal is reported as blocked); uncordons on heal".to_string()
@@ -390,12 +393,35 @@ fn kube_action(f: &FaultPlan) -> String {
             ),
             Some(_) => "deletes the replica's pod with its own grace period (SIGTERM first), verified from the API by the pod terminating".to_string(),
         },
-        _ => format!(
-            "execs `{}` in the replica's container, verified by its restart count",
-            f.exec.clone().unwrap_or_default().join(" ")
-        ),
+        _ => "cannot do this".to_string(),
     };
     format!("the Kubernetes API {what}")
+}
+
+/// What a kubernetes exec fault runs in the pod, and how it is verified and healed.
+fn exec_action(f: &FaultPlan, e: &crate::scenario::ExecSteps) -> String {
+    let container = match &e.container {
+        Some(c) => format!("container {c}"),
+        None => "the engine's container".into(),
+    };
+    let verify = match (&e.verify, f.action) {
+        (_, _) if !f.verify => "not verified (verify: false)".to_string(),
+        (Some(v), _) => format!("verified by `{}` exiting 0 there", v.join(" ")),
+        (None, FaultAction::GpuLost) => {
+            "verified by the pod's readiness path answering an error, its container not restarted"
+                .to_string()
+        }
+        (None, _) => "verified by the container's restart count".to_string(),
+    };
+    let heal = match &e.heal {
+        Some(h) => format!("; heals with `{}` (in the heal ledger)", h.join(" ")),
+        None => String::new(),
+    };
+    format!(
+        "the Kubernetes API execs `{}` in the replica's pod, {container} (each command at most {}), {verify}{heal}",
+        e.inject.join(" "),
+        e.timeout
+    )
 }
 
 /// What an `engine` fault does to the sim worker's engine.

@@ -576,7 +576,7 @@ pub(crate) mod tests {
             ),
             (
                 &["faults[0].exec=[kill]"],
-                "only for `backend: kubernetes` faults of domain",
+                "only for `backend: kubernetes` faults that exec in the pod",
             ),
             (&["faults[0].action=drain"], "declare `domain: drain`"),
             (
@@ -603,7 +603,7 @@ pub(crate) mod tests {
             ),
             (
                 &["faults[0].reset_connections=proxy"],
-                "is only for `backend: kubernetes` faults of domain `network`",
+                "is only for `backend: kubernetes` blackholes of domain `network`",
             ),
             (
                 &[
@@ -638,6 +638,174 @@ pub(crate) mod tests {
         assert!(e.contains("`command` and `cold_start` are not used"), "{e}");
         let e = err(&kube_scenario(), &["faults[0].restart={after: 5s}"]);
         assert!(e.contains("replacement: scale"), "{e}");
+    }
+
+    /// The fault of [`kube_scenario`] with `action` and `exec` written out (line 26).
+    fn exec_fault(domain: &str, action: &str, exec: &str) -> String {
+        kube_scenario().replace(
+            "  - backend: kubernetes\n",
+            &format!(
+                "  - backend: kubernetes\n    domain: {domain}\n    action: {action}\n    exec: {exec}\n"
+            ),
+        )
+    }
+
+    const FREEZE: &str = "{inject: [pkill, -STOP, -f, EngineCore], verify: [pgrep, -r, T, -f, EngineCore], heal: [pkill, -CONT, -f, EngineCore]}";
+
+    /// Exec faults (`freeze`, `gpu_lost`, `slow`, a `kill` with a verify of its own)
+    /// become plans with their commands.
+    #[test]
+    fn exec_faults_become_plans_with_their_commands() {
+        let p = load(
+            &exec_fault("gpu", "freeze", FREEZE),
+            &["faults[0].duration=5s"],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let e = p.faults[0].exec.clone().expect("exec");
+        assert_eq!(e.inject, ["pkill", "-STOP", "-f", "EngineCore"]);
+        assert_eq!(
+            e.heal.as_deref(),
+            Some(&["pkill", "-CONT", "-f", "EngineCore"].map(String::from)[..])
+        );
+        assert_eq!(
+            (e.container, e.timeout),
+            (None, crate::wire::units::Dur::secs(30))
+        );
+        assert!(p.faults[0].healed());
+        // A kill command alone is an inject; a gpu_lost with none heals nothing.
+        let p = load(
+            &exec_fault("gpu", "gpu_lost", "[pkill, -KILL, -f, EngineCore]"),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let e = p.faults[0].exec.clone().expect("exec");
+        assert_eq!((e.inject.len(), e.verify, e.heal), (4, None, None));
+        assert!(!p.faults[0].healed());
+        for (domain, action, exec) in [
+            (
+                "network",
+                "slow",
+                "{inject: [tc, qdisc, add, dev, eth0, root, netem, delay, 200ms], verify: [sh, -c, 'tc qdisc show dev eth0 | grep -q netem'], heal: [tc, qdisc, del, dev, eth0, root], container: net, timeout: 10s}",
+            ),
+            ("worker", "slow", "{inject: [a], verify: [b], heal: [c]}"),
+            (
+                "process",
+                "kill",
+                "{inject: [pkill, -KILL, -f, vllm], verify: [sh, -c, '! pgrep -f vllm']}",
+            ),
+            ("gpu", "gpu_lost", "{inject: [a], heal: [b]}"),
+        ] {
+            let p = load(&exec_fault(domain, action, exec), &[])
+                .unwrap_or_else(|e| panic!("{action}: {e}"));
+            assert!(p.faults[0].exec.is_some(), "{action}");
+        }
+    }
+
+    /// What an exec fault lacks or has too much of is refused where it is written.
+    #[test]
+    fn exec_faults_are_refused_where_written() {
+        let cases: [(&str, &str, &str, &[&str], &str); 11] = [
+            (
+                "gpu",
+                "freeze",
+                "[pkill, -STOP, -f, EngineCore]",
+                &[],
+                "k.yaml:27:11: `faults[0].exec`: is required for `freeze`",
+            ),
+            (
+                "gpu",
+                "freeze",
+                "{inject: [pkill, -STOP, x], heal: [pkill, -CONT, x]}",
+                &[],
+                "`faults[0].exec.verify`: is required: how haq proves",
+            ),
+            (
+                "gpu",
+                "slow",
+                "{inject: [a], verify: [b]}",
+                &[],
+                "`faults[0].exec.heal`: is required for `slow`",
+            ),
+            (
+                "gpu",
+                "kill",
+                "{inject: [a], heal: [b]}",
+                &[],
+                "`faults[0].exec.heal`: is not for a kill",
+            ),
+            (
+                "gpu",
+                "gpu_lost",
+                "[a]",
+                &["faults[0].duration=5s"],
+                "`faults[0].exec`: is required with `duration`",
+            ),
+            (
+                "gpu",
+                "freeze",
+                "{inject: [], verify: [b], heal: [c]}",
+                &[],
+                "`faults[0].exec.inject`: is empty",
+            ),
+            (
+                "gpu",
+                "freeze",
+                "{inject: [a], verify: [b], heal: [c], container: Net}",
+                &[],
+                "k.yaml:27:60: `faults[0].exec.container`: is not a container name (value: Net)",
+            ),
+            (
+                "gpu",
+                "freeze",
+                "{inject: [a], verify: [b], heal: [c], timeout: 0s}",
+                &[],
+                "`faults[0].exec.timeout`: must be greater than 0",
+            ),
+            (
+                "node",
+                "freeze",
+                FREEZE,
+                &[],
+                "`faults[0].domain`: an exec fault hits one pod's container",
+            ),
+            (
+                "gpu",
+                "slow",
+                FREEZE,
+                &["faults[0].factor=2"],
+                "`faults[0].factor`: is only for the engine backend's `slow`",
+            ),
+            (
+                "gpu",
+                "gpu_hang",
+                FREEZE,
+                &[],
+                "on kubernetes a hung engine is `action: freeze` with `exec`",
+            ),
+        ];
+        for (domain, action, exec, sets, want) in cases {
+            let e = err(&exec_fault(domain, action, exec), sets);
+            assert!(e.contains(want), "{action} {exec}: {e}");
+        }
+        // An exec on a fault that execs nothing; a freeze with no exec at all.
+        let e = err(&kube_scenario(), &["faults[0].exec={inject: [a]}"]);
+        assert!(
+            e.contains("only for `backend: kubernetes` faults that exec in the pod"),
+            "{e}"
+        );
+        let e = err(
+            &kube_scenario(),
+            &["faults[0].action=freeze", "faults[0].domain=gpu"],
+        );
+        assert!(
+            e.contains("`faults[0].exec`: is required for a kubernetes `freeze`"),
+            "{e}"
+        );
+        let e = err(
+            &kube_scenario(),
+            &["faults[0].exec={inject: [a], bogus: 1}"],
+        );
+        assert!(e.contains("a command (a list: the kill of a `kill` fault) or {inject, verify, heal, container, timeout}"), "{e}");
     }
 
     #[test]

@@ -717,3 +717,18 @@ fn the_role_grants_exactly_the_verbs_the_examples_use() {
         "missing {missing:?}, spare {spare:?}"
     );
 }
+
+/// The hung engine through the kubernetes backend's exec: SIGSTOP in w2's container,
+/// verified by a stopped process, SIGCONT exec'd when the 20 s end — the heal
+/// recorded verified (nothing left for `haq heal`, which `real_cluster` checks).
+#[test]
+#[ignore = "needs a kind/k3d cluster with examples/kubernetes applied (see real_cluster)"]
+fn real_cluster_hung_engine() {
+    let trace = real_cluster("hung-engine");
+    let heal = trace
+        .lines()
+        .find(|l| l.contains("\"ev\":\"heal\""))
+        .expect("the heal");
+    assert!(heal.contains("\"verified\":true"), "{heal}");
+    assert!(heal.contains("pkill -CONT llama-server"), "{heal}");
+}

@@ -16,6 +16,7 @@ mod hostile;
 mod interrupt;
 mod kube;
 mod kube_agents;
+mod kube_exec;
 mod layers;
 mod load;
 mod m9;

@@ -2,11 +2,13 @@
 //! a replica's pod through the API and is verified from it. By domain: `worker` kill
 //! deletes the pod with grace 0 and `drain` evicts it ([`pods`]); `node` cordons its
 //! node, then evicts or deletes it ([`node`]); `network` isolates it with a
-//! NetworkPolicy ([`net`]); `process` / `gpu` exec the fault's kill command in the
-//! engine's container ([`pods::exec_kill`]); with `replacement: scale` a `worker`
-//! fault scales the pod's workload down by one, that pod first ([`scale`]). Reversible faults (a cordon, a policy)
+//! NetworkPolicy ([`net`]); a `process` / `gpu` kill, `freeze`, `gpu_lost` and `slow`
+//! exec the fault's commands in the pod — inject, verify, heal ([`exec`]); with
+//! `replacement: scale` a `worker` fault scales the pod's workload down by one, that
+//! pod first ([`scale`]). Reversible faults (a cordon, a policy, an exec with a heal)
 //! are in the heal ledger before they are applied.
 
+mod exec;
 mod net;
 mod node;
 mod pods;
@@ -14,6 +16,8 @@ mod reset;
 mod scale;
 mod undo;
 
+#[cfg(test)]
+mod exectests;
 #[cfg(test)]
 mod nettests;
 #[cfg(test)]
@@ -54,11 +58,13 @@ impl Injector for KubeInjector {
                     (pods::kill(&p, grace).await, None)
                 }
                 (D::Drain, A::Drain) => (pods::evict(&p).await, None),
-                (D::Node, a) => node::node(&p, a, &f.name, &r.name, cx).await,
+                (D::Node, a @ (A::Kill | A::Drain)) => {
+                    node::node(&p, a, &f.name, &r.name, cx).await
+                }
+
                 (D::Network, A::Blackhole) => net::isolate(&p, f, r, cx).await,
-                (D::Process | D::Gpu, A::Kill) => {
-                    let cmd = f.exec.clone().unwrap_or_default();
-                    (pods::exec_kill(&p, &cmd).await, None)
+                (D::Process | D::Gpu, A::Kill) | (_, A::Freeze | A::GpuLost | A::Slow) => {
+                    exec::fault(&p, f, r, cx).await
                 }
                 (d, a) => {
                     let why = format!("the kubernetes backend cannot {a} in domain {d}");

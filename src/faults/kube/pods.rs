@@ -2,8 +2,8 @@
 //! with grace 0 (the pod is gone, or back under a new uid) or with a grace period
 //! (the pod terminating), an eviction (a
 //! PodDisruptionBudget's 429 is *blocked*, never success; verified by the pod
-//! terminating or gone), and a kill exec'd in the engine's container (verified by the
-//! container's restart count or its terminated state).
+//! terminating or gone), and the check of a kill exec'd in the engine's container (its
+//! restart count or its terminated state; the exec itself is in [`super::exec`]).
 
 use std::time::{Duration, Instant};
 
@@ -218,62 +218,17 @@ fn container_state(pod: &Pod, container: &str) -> (i32, Option<String>) {
     (restarts(pod, container), last)
 }
 
-/// Exec's `command` in the engine's container, verified by the container restarting
-/// (its restart count rises) — what the exec itself reports is only recorded: the
-/// container dying under it can end the exec stream before its status.
-pub async fn exec_kill(p: &PodRef, command: &[String]) -> Injected {
-    let c = &p.cluster;
-    let before = match read(p).await {
-        Ok(Now::There(pod)) => container_state(&pod, &p.pod.container).0,
-        Ok(_) => {
-            return Injected::failed(Instant::now(), None, format!("pod {} is gone", p.pod.name));
-        }
-        Err(e) => {
-            return Injected::failed(
-                Instant::now(),
-                None,
-                format!("reading pod {}: {e}", p.pod.name),
-            );
-        }
-    };
-    let at = Instant::now();
-    let api: kube::Api<Pod> = kube::Api::namespaced(c.client.clone(), &c.namespace);
-    let ap = calls::attach_params(&p.pod.container);
-    let ran = match api.exec(&p.pod.name, command.to_vec(), &ap).await {
-        Err(kube::Error::Api(s)) => {
-            return Injected::failed(
-                at,
-                None,
-                format!(
-                    "exec in pod {} refused: {} {}: {}",
-                    p.pod.name, s.code, s.reason, s.message
-                ),
-            );
-        }
-        Err(e) => format!("the exec stream failed ({e})"),
-        Ok(mut proc) => {
-            let status = proc.take_status();
-            let got = match status {
-                Some(s) => tokio::time::timeout(VERIFY_TIMEOUT, s).await.ok().flatten(),
-                None => None,
-            };
-            match got {
-                Some(s) => format!(
-                    "the exec ended: {} {}",
-                    s.status.map(|x| format!("{x:?}")).unwrap_or_default(),
-                    s.message.unwrap_or_default()
-                ),
-                None => "the exec ended without a status".into(),
-            }
-        }
-    };
-    let verdict = until(p, RESTART_TIMEOUT, |now| match now {
+/// The engine container restarted since its count was `before` (or the pod went):
+/// the check of an exec'd kill, whose own exec status is only recorded (the container
+/// dying under it can end the exec stream before its status).
+pub async fn restarted(p: &PodRef, before: i32, at: Instant) -> Result<String, String> {
+    let container = &p.pod.container;
+    until(p, RESTART_TIMEOUT, |now| match now {
         Now::There(pod) => {
-            let (n, last) = container_state(pod, &p.pod.container);
+            let (n, last) = container_state(pod, container);
             (n > before).then(|| {
                 format!(
-                    "container {} restarted ({before} → {n} restarts{}) after {:.0}ms",
-                    p.pod.container,
+                    "container {container} restarted ({before} → {n} restarts{}) after {:.0}ms",
                     last.map(|l| format!("; last {l}")).unwrap_or_default(),
                     ms(at)
                 )
@@ -281,26 +236,8 @@ pub async fn exec_kill(p: &PodRef, command: &[String]) -> Injected {
         }
         other => gone_or_replaced(p, at, other),
     })
-    .await;
-    let what = format!(
-        "exec `{}` in {}/{}: {ran}",
-        command.join(" "),
-        p.pod.name,
-        p.pod.container
-    );
-    match verdict {
-        Ok(d) => Injected {
-            at,
-            pid: None,
-            verified: true,
-            detail: format!("{what}; {d}"),
-        },
-        Err(last) => Injected::failed(
-            at,
-            None,
-            format!(
-                "{what}; the container did not restart within {RESTART_TIMEOUT:?} (pod {last})"
-            ),
-        ),
-    }
+    .await
+    .map_err(|last| {
+        format!("the container did not restart within {RESTART_TIMEOUT:?} (pod {last})")
+    })
 }

@@ -3,18 +3,19 @@
 //! pod may go on working): `proxy` — haq's proxy in front of the replica resets
 //! (RST) every connection of that replica, the gateway's to it and its own to the pod,
 //! and new ones meet the policy — or a command exec'd in the pod (`ss -K` in a
-//! container with NET_ADMIN), verified by its exit status.
+//! container with NET_ADMIN), verified by its exit 0.
 
 use std::time::Duration;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use super::super::backend::VERIFY_TIMEOUT;
 use crate::proxy::{ReplicaProxy, Rule};
 use crate::scenario::ResetConnections;
-use crate::target::kube::calls;
+use crate::target::kube::exec::{exec, what};
 use crate::target::kube::pod::PodRef;
 use crate::target::registry::Replica;
+
+/// Longest a reset's exec may take.
+const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Resets the replica's established connections as `how` says; how, or why not.
 pub async fn reset(p: &PodRef, r: &Replica, how: &ResetConnections) -> Result<String, String> {
@@ -52,38 +53,18 @@ async fn by_proxy(proxy: &ReplicaProxy) -> Result<String, String> {
     }
 }
 
-/// Exec's `command` in container `c` of the pod, verified by its status: Success.
+/// Exec's `command` in container `c` of the pod, verified by its exit 0.
 async fn by_exec(p: &PodRef, c: &str, command: &[String]) -> Result<String, String> {
     let cl = &p.cluster;
-    let api: kube::Api<Pod> = kube::Api::namespaced(cl.client.clone(), &cl.namespace);
-    let what = format!("exec `{}` in {}/{c}", command.join(" "), p.pod.name);
-    let mut proc = match api
-        .exec(&p.pod.name, command.to_vec(), &calls::attach_params(c))
-        .await
-    {
-        Ok(proc) => proc,
-        Err(kube::Error::Api(s)) => {
-            return Err(format!(
-                "{what} refused: {} {}: {}",
-                s.code, s.reason, s.message
-            ));
-        }
-        Err(e) => return Err(format!("{what}: the exec stream failed ({e})")),
-    };
-    let status = match proc.take_status() {
-        Some(s) => tokio::time::timeout(Duration::from_secs(10), s)
-            .await
-            .ok()
-            .flatten(),
-        None => None,
-    };
-    match status {
-        Some(s) if s.status.as_deref() == Some("Success") => Ok(format!("{what}: Success")),
-        Some(s) => Err(format!(
-            "{what}: {} {}",
-            s.status.unwrap_or_default(),
-            s.message.unwrap_or_default()
-        )),
-        None => Err(format!("{what}: ended without a status")),
-    }
+    let ran = exec(
+        &cl.client,
+        &cl.namespace,
+        &p.pod.name,
+        c,
+        command,
+        EXEC_TIMEOUT,
+    )
+    .await;
+    let d = ran.describe(&what(&p.pod.name, c, command));
+    if ran.ok() { Ok(d) } else { Err(d) }
 }

@@ -405,7 +405,7 @@ async fn a_process_kill_execs_in_the_container_verified_by_its_restart() {
     assert!(!inj.verified);
     assert!(
         inj.detail
-            .starts_with("exec in pod llama-b refused: 403 Forbidden"),
+            .starts_with("exec `pkill -KILL llama-server` in llama-b/llama refused: 403 Forbidden"),
         "{}",
         inj.detail
     );

@@ -20,7 +20,18 @@ pub fn heal_with(
     late: String,
     heal: impl std::future::Future<Output = Result<String, String>> + Send + 'static,
 ) -> Healed {
-    let h = healed(cluster, late, heal);
+    heal_within(cluster, ledger, HEAL_LIMIT, late, heal)
+}
+
+/// [`heal_with`], waiting at most `limit` (an exec's own timeout).
+pub fn heal_within(
+    cluster: &Cluster,
+    ledger: &(Arc<Ledger>, u64),
+    limit: Duration,
+    late: String,
+    heal: impl std::future::Future<Output = Result<String, String>> + Send + 'static,
+) -> Healed {
+    let h = healed_within(cluster, limit, late, heal);
     if h.verified {
         ledger.0.healed(ledger.1, &h.detail);
     }
@@ -28,13 +39,14 @@ pub fn heal_with(
 }
 
 /// Runs `heal` (its outcome: how, or why not); `late` says what did not finish
-/// within [`HEAL_LIMIT`].
-pub fn healed(
+/// within `limit`.
+fn healed_within(
     cluster: &Cluster,
+    limit: Duration,
     late: String,
     heal: impl std::future::Future<Output = Result<String, String>> + Send + 'static,
 ) -> Healed {
-    match cluster.block_on(HEAL_LIMIT, heal) {
+    match cluster.block_on(limit, heal) {
         Some(Ok(detail)) => Healed {
             verified: true,
             detail,
@@ -45,7 +57,7 @@ pub fn healed(
         },
         None => Healed {
             verified: false,
-            detail: format!("{late} within {HEAL_LIMIT:?}"),
+            detail: format!("{late} within {limit:?}"),
         },
     }
 }

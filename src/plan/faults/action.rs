@@ -28,13 +28,20 @@ pub(super) fn action(field: &str, f: &Fault) -> Result<FaultAction, Issue> {
             ));
         }
     };
-    if action.backend() == FaultBackend::Engine && f.backend != FaultBackend::Engine {
+    // The kubernetes backend execs its own commands for a lost GPU and a slow replica.
+    let execs = f.backend == FaultBackend::Kubernetes && action != FaultAction::GpuHang;
+    if action.backend() == FaultBackend::Engine && f.backend != FaultBackend::Engine && !execs {
         return Err(Issue::new(
             format!("{field}.backend"),
             f.backend.as_str(),
             format!(
-                "`{}` acts on the sim worker's engine: declare `backend: engine`",
-                action.as_str()
+                "`{}` acts on the sim worker's engine: declare `backend: engine`{}",
+                action.as_str(),
+                if f.backend == FaultBackend::Kubernetes {
+                    " (on kubernetes a hung engine is `action: freeze` with `exec`: SIGSTOP of the engine core, SIGCONT to heal)"
+                } else {
+                    ""
+                }
             ),
         ));
     }
@@ -67,7 +74,7 @@ fn allowed(backend: FaultBackend) -> &'static [FaultAction] {
         FaultBackend::Process => &[Kill, Drain, Freeze],
         FaultBackend::Proxy => &[Reset, Close, Blackhole, Delay, Throttle],
         FaultBackend::Command => &[Command],
-        FaultBackend::Kubernetes => &[Kill, Drain, Blackhole],
+        FaultBackend::Kubernetes => &[Kill, Drain, Blackhole, Freeze, GpuLost, Slow],
         FaultBackend::Engine => &[GpuLost, GpuHang, Slow],
     }
 }
@@ -116,22 +123,27 @@ fn domain_fits(
 /// What the kubernetes backend does in each domain: `kill` deletes the pod (worker),
 /// cordons its node and deletes its pods (node) or exec's a kill in the container
 /// (process, gpu); `drain` evicts it (drain) or cordons its node and evicts its pods
-/// (node); `blackhole` isolates it with a NetworkPolicy (network).
+/// (node); `blackhole` isolates it with a NetworkPolicy (network); `freeze`, `gpu_lost`
+/// and `slow` exec the fault's commands in one pod (`slow` may stand for its network
+/// path: a `tc` delay).
 fn kube_fits(domain: FailureDomain, action: FaultAction) -> Option<&'static str> {
     use FailureDomain as D;
+    use FaultAction as A;
     match (domain, action) {
-        (D::Worker | D::Node | D::Process | D::Gpu, FaultAction::Kill) => None,
-        (D::Drain | D::Node, FaultAction::Drain) => None,
-        (D::Network, FaultAction::Blackhole) => None,
-        (D::Network, _) => {
-            Some("a network-path fault leaves the pod alive: `action: blackhole` (a NetworkPolicy)")
-        }
-        (_, FaultAction::Drain) => Some(
+        (D::Worker | D::Node | D::Process | D::Gpu, A::Kill) => None,
+        (D::Drain | D::Node, A::Drain) => None,
+        (D::Network, A::Blackhole | A::Slow) => None,
+        (D::Worker | D::Process | D::Gpu, A::Freeze | A::GpuLost | A::Slow) => None,
+        (D::Network, _) => Some(
+            "a network-path fault leaves the pod alive: `action: blackhole` (a NetworkPolicy) or `slow` (an exec: a `tc` delay)",
+        ),
+        (_, A::Freeze | A::GpuLost | A::Slow) => Some(
+            "an exec fault hits one pod's container: declare `domain: process`, `gpu` or `worker`",
+        ),
+        (_, A::Drain) => Some(
             "an eviction is a planned drain: declare `domain: drain` (or `node` to drain a node)",
         ),
-        (_, FaultAction::Blackhole) => {
-            Some("a NetworkPolicy cuts a path: declare `domain: network`")
-        }
+        (_, A::Blackhole) => Some("a NetworkPolicy cuts a path: declare `domain: network`"),
         _ => Some("the kubernetes backend cannot do this"),
     }
 }

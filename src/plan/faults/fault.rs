@@ -57,7 +57,7 @@ pub(super) fn one(cx: &Ctx, field: &str, f: &Fault) -> Result<FaultPlan, Issue> 
         gpu: f.target.as_ref().and_then(|t| t.gpu),
         restart: f.restart.clone(),
         command: f.command.clone(),
-        exec: f.exec.clone(),
+        exec: f.exec.as_ref().map(crate::scenario::KubeExec::steps),
         reset_connections: f.reset_connections.clone(),
         grace: f.grace,
         verify: f.verify,

@@ -42,10 +42,11 @@ pub(super) fn kube_params(
         return Ok(());
     };
     let field = format!("{field}.reset_connections");
-    if f.backend != FaultBackend::Kubernetes || f.domain != FailureDomain::Network {
+    let policy = f.action.is_none_or(|a| a == FaultAction::Blackhole);
+    if f.backend != FaultBackend::Kubernetes || f.domain != FailureDomain::Network || !policy {
         return Err(Issue::missing(
             field,
-            "is only for `backend: kubernetes` faults of domain `network` (the connections a NetworkPolicy leaves established)",
+            "is only for `backend: kubernetes` blackholes of domain `network` (the connections a NetworkPolicy leaves established)",
         ));
     }
     match reset {

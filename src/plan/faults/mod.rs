@@ -6,6 +6,7 @@
 
 mod action;
 mod context;
+mod exec;
 mod fault;
 mod kube;
 mod params;

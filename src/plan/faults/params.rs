@@ -30,7 +30,7 @@ pub(super) fn params(field: &str, f: &Fault, action: FaultAction) -> Result<(), 
         ));
     }
     proxy_params(field, f, action)?;
-    exec_param(field, f)?;
+    super::exec::exec(field, f, action)?;
     engine_params(field, f, action)?;
     match (f.backend, &f.command) {
         (FaultBackend::Command, None) => Err(Issue::missing(
@@ -41,26 +41,6 @@ pub(super) fn params(field: &str, f: &Fault, action: FaultAction) -> Result<(), 
         (_, Some(_)) => Err(Issue::missing(
             format!("{field}.command"),
             "is only for `backend: command`",
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// `exec` exactly for the kubernetes backend's process and gpu kills.
-fn exec_param(field: &str, f: &Fault) -> Result<(), Issue> {
-    use crate::scenario::FailureDomain as D;
-    let wants = f.backend == FaultBackend::Kubernetes && matches!(f.domain, D::Process | D::Gpu);
-    match (&f.exec, wants) {
-        (None, true) => Err(Issue::missing(
-            format!("{field}.exec"),
-            "is required: the command that kills the engine inside its container, e.g. [pkill, -KILL, -f, llama-server] (a container's PID 1 ignores SIGKILL from inside it)",
-        )),
-        (Some(c), true) if c.is_empty() || c[0].trim().is_empty() => {
-            Err(Issue::missing(format!("{field}.exec"), "is empty"))
-        }
-        (Some(_), false) => Err(Issue::missing(
-            format!("{field}.exec"),
-            "is only for `backend: kubernetes` faults of domain `process` or `gpu`",
         )),
         _ => Ok(()),
     }
@@ -101,14 +81,20 @@ fn proxy_params(field: &str, f: &Fault, action: FaultAction) -> Result<(), Issue
     Ok(())
 }
 
-/// `factor` with `action: slow` only (above 1, at most 10000), `health` with
-/// `action: gpu_hang` only.
+/// `factor` with the engine backend's `action: slow` only (above 1, at most 10000),
+/// `health` with `action: gpu_hang` only.
 fn engine_params(field: &str, f: &Fault, action: FaultAction) -> Result<(), Issue> {
     match (action, f.factor) {
-        (FaultAction::Slow, None) => {
+        (FaultAction::Slow, None) if f.backend == FaultBackend::Engine => {
             return Err(Issue::missing(
                 format!("{field}.factor"),
                 "is required for `action: slow` (every engine step takes `factor` times as long)",
+            ));
+        }
+        (_, Some(_)) if f.backend != FaultBackend::Engine => {
+            return Err(Issue::missing(
+                format!("{field}.factor"),
+                "is only for the engine backend's `slow` (elsewhere the fault's own command makes the replica slow)",
             ));
         }
         (FaultAction::Slow, Some(k)) if !(k.is_finite() && k > 1.0 && k <= 10_000.0) => {

@@ -70,9 +70,10 @@ pub struct FaultPlan {
     pub gpu: Option<u32>,
     pub restart: Option<Restart>,
     pub command: Option<CommandSpec>,
-    /// `kubernetes` backend, `process` / `gpu`: the kill command exec'd in the pod.
+    /// `kubernetes` backend: the commands exec'd in the pod (a `process` / `gpu` kill,
+    /// `freeze`, `gpu_lost`, `slow`); a kill command alone is an `inject`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub exec: Option<Vec<String>>,
+    pub exec: Option<crate::scenario::ExecSteps>,
     /// `kubernetes` backend, `network`: how the established connections are reset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reset_connections: Option<crate::scenario::ResetConnections>,
@@ -86,5 +87,11 @@ impl FaultPlan {
     /// The fault removes a replica from service for good (unless it is replaced).
     pub fn removes(&self) -> bool {
         matches!(self.action, FaultAction::Kill | FaultAction::Drain)
+    }
+
+    /// haq undoes the fault (at its duration's end, or the load's): its action is
+    /// reversible, and a kubernetes exec fault has a `heal`.
+    pub fn healed(&self) -> bool {
+        self.action.reversible() && self.exec.as_ref().is_none_or(|e| e.heal.is_some())
     }
 }

@@ -77,7 +77,8 @@ pub enum FaultBackend {
     /// Your own shell commands (inject / verify / heal) with haq's context in env vars.
     Command,
     /// The Kubernetes API (`kind: kubernetes` targets): delete or evict pods, cordon
-    /// nodes, isolate pods with a NetworkPolicy, exec a kill in the engine's container.
+    /// nodes, isolate pods with a NetworkPolicy, exec commands in a pod's container (a
+    /// kill, a freeze, a lost GPU, a slow replica) and their heal.
     Kubernetes,
     /// The sim worker's engine, through its admin API (`kind: sim`): a lost GPU behind
     /// a live process, a hung engine, a slow one.
@@ -91,7 +92,8 @@ pub enum FaultAction {
     Kill,
     /// process: SIGTERM, a planned drain (domain `drain`).
     Drain,
-    /// process: SIGSTOP, a frozen replica; healed with SIGCONT.
+    /// process: SIGSTOP, a frozen replica; healed with SIGCONT. kubernetes: the `exec`
+    /// commands (e.g. SIGSTOP of the engine core only, SIGCONT to heal).
     Freeze,
     /// proxy: abort the replica's connections with RST (open ones at once, new ones
     /// while the fault lasts).
@@ -111,14 +113,16 @@ pub enum FaultAction {
     /// process stays up — in-flight streams end with the engine's error, new requests
     /// get 500, `/health` fails, `/metrics` is still served. In a TP group one GPU's
     /// loss takes the whole replica. Healed by restarting the engine in place (cold
-    /// prefix cache).
+    /// prefix cache). kubernetes: the `exec` commands (e.g. a kill of the engine core
+    /// with the API server kept alive).
     GpuLost,
     /// engine: the engine stops stepping (a hung GPU or NCCL collective): every stream
     /// of the replica stalls, sockets are still accepted, `/health` passes or times
     /// out (`health`). Healed by resuming it.
     GpuHang,
     /// engine: every engine step takes `factor` times as long (a throttled GPU, a noisy
-    /// neighbour): slow is not dead (M4). Healed by factor 1.
+    /// neighbour): slow is not dead (M4). Healed by factor 1. kubernetes: the `exec`
+    /// commands (e.g. `tc qdisc add dev eth0 root netem delay 50ms`).
     Slow,
 }
 
@@ -281,7 +285,8 @@ pub struct Fault {
     /// `throttle`: bytes per second allowed each way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_per_s: Option<u64>,
-    /// `slow`: how many times as long every engine step takes (above 1).
+    /// `slow` of the engine backend: how many times as long every engine step takes
+    /// (above 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub factor: Option<f64>,
     /// `gpu_hang`: whether the hung replica's health endpoints still pass (default) or
@@ -294,13 +299,16 @@ pub struct Fault {
     /// `command` backend: the commands to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandSpec>,
-    /// `kubernetes` backend, domain `process` or `gpu`: the command exec'd in the
-    /// engine's container to kill the engine (one GPU's engine, or the whole TP
+    /// `kubernetes` backend, domain `process` or `gpu` `kill`: the command exec'd in
+    /// the engine's container to kill the engine (one GPU's engine, or the whole TP
     /// group), e.g. `[pkill, -KILL, -f, llama-server]`. A container's PID 1 ignores a
     /// SIGKILL sent from inside its own PID namespace: kill a child of it, or share
-    /// the pod's process namespace (docs/kubernetes.md).
+    /// the pod's process namespace (docs/kubernetes.md). `freeze`, `gpu_lost` and
+    /// `slow` (and a `kill` with a verify of its own) take `{inject, verify, heal,
+    /// container, timeout}`: e.g. a hung engine core, `inject: [pkill, -STOP, -f,
+    /// EngineCore]`, `heal: [pkill, -CONT, -f, EngineCore]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exec: Option<Vec<String>>,
+    pub exec: Option<super::kubernetes::KubeExec>,
     /// `kubernetes` backend, domain `network`: also reset the connections established
     /// before the NetworkPolicy, which many CNIs let live on (conntrack): `proxy`
     /// (haq's proxy in front of the replica resets its connections of it) or

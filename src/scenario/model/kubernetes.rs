@@ -196,3 +196,66 @@ impl KubeGrace {
         }
     }
 }
+
+/// `faults[].exec` of a kubernetes fault: commands run in the pod (`pods/exec`), each
+/// an argument list (no shell unless you name one: `[sh, -c, "…"]`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(
+    untagged,
+    expecting = "a command (a list: the kill of a `kill` fault) or {inject, verify, heal, container, timeout}"
+)]
+pub enum KubeExec {
+    /// `[pkill, -KILL, llama-server]`: the kill of a `process` / `gpu` `kill` fault,
+    /// verified by the container's restart count.
+    Kill(Vec<String>),
+    /// Commands to inject, verify and heal the fault.
+    Steps(ExecSteps),
+}
+
+/// The commands of a kubernetes exec fault (`faults[].exec: {inject, …}`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSteps {
+    /// Applies the fault, e.g. `[pkill, -STOP, -f, EngineCore]`; must exit 0 (a `kill`
+    /// may end the exec with the container).
+    pub inject: Vec<String>,
+    /// Proves the fault took effect: exit 0 in the container = applied. Default: for
+    /// `kill`, the container's restart count rising; for `gpu_lost`, the pod's
+    /// readiness path answering an error (the API server alive, its engine dead).
+    /// Required for `freeze` and `slow` (or `verify: false` on the fault).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Vec<String>>,
+    /// Undoes it, e.g. `[pkill, -CONT, -f, EngineCore]`: run when the fault's
+    /// `duration` ends, at the end of the load, on error and on Ctrl-C, and by `haq heal
+    /// RUN_DIR` after a SIGKILL of haq (it is in the heal ledger). Required for
+    /// `freeze` and `slow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heal: Option<Vec<String>>,
+    /// The container the commands run in. Default: the engine's
+    /// (`target.kubernetes.container`, or the pod's first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// Longest time each command may take.
+    #[serde(default = "default_exec_timeout")]
+    pub timeout: crate::wire::units::Dur,
+}
+
+fn default_exec_timeout() -> crate::wire::units::Dur {
+    crate::wire::units::Dur::secs(30)
+}
+
+impl KubeExec {
+    /// Both forms as steps (a kill command is an `inject` alone).
+    pub fn steps(&self) -> ExecSteps {
+        match self {
+            KubeExec::Kill(cmd) => ExecSteps {
+                inject: cmd.clone(),
+                verify: None,
+                heal: None,
+                container: None,
+                timeout: default_exec_timeout(),
+            },
+            KubeExec::Steps(s) => s.clone(),
+        }
+    }
+}

@@ -175,7 +175,7 @@ fn fault_steps(
             out.push(step(&each, calls::get_pod(ns, "POD_ON_NODE")));
             out.push(step(&heal, calls::cordon(&node, false)));
         }
-        (D::Network, _) => {
+        (D::Network, A::Blackhole) => {
             let (policy, label) = calls::isolation_names(token, &f.name, replica);
             let np = calls::isolating_policy(&policy, token, &calls::dns_name(&f.name), &label);
             out.push(step(
@@ -202,15 +202,48 @@ fn fault_steps(
             out.push(step(&heal, calls::label_pod(ns, pod, ISOLATE_LABEL, None)));
             out.push(step(&heal, calls::get_policy(ns, &policy)));
         }
-        (_, _) => {
-            let container = k
-                .container
-                .clone()
-                .unwrap_or_else(|| "FIRST_CONTAINER".into());
-            let cmd = f.exec.clone().unwrap_or_default();
-            out.push(read());
-            out.push(step(when, calls::exec(ns, pod, &container, &cmd)));
-            out.push(read());
+        (_, _) => exec_steps(f, k, replica, pod, (when, &heal), out),
+    }
+}
+
+/// An exec fault: the pod read, the inject, the verify (an exec, the restart count
+/// read from the pod, or `gpu_lost`'s readiness path), and the heal with its verify.
+fn exec_steps(
+    f: &FaultPlan,
+    k: &KubeTarget,
+    replica: &str,
+    pod: &str,
+    (when, heal): (&str, &str),
+    out: &mut Vec<Step>,
+) {
+    let Some(e) = &f.exec else { return };
+    let ns = &k.namespace;
+    let c = e.container.clone().or_else(|| k.container.clone());
+    let c = c.unwrap_or_else(|| "FIRST_CONTAINER".into());
+    out.push(step(when, calls::get_pod(ns, pod)));
+    out.push(step(when, calls::exec(ns, pod, &c, &e.inject)));
+    let verify = e.verify.as_ref().filter(|_| f.verify);
+    match (verify, f.action) {
+        _ if !f.verify => {}
+        (Some(v), _) => out.push(step(when, calls::exec(ns, pod, &c, v))),
+        (None, A::GpuLost) => {
+            let port = k.port.map_or_else(|| "PORT".to_string(), |p| p.to_string());
+            out.push(note(
+                when,
+                format!(
+                    "GET http://IP_OF_{replica}:{port}{} answers an error (haq's HTTP client, no API call)",
+                    k.ready_path
+                ),
+            ));
+            out.push(step(when, calls::get_pod(ns, pod)));
+        }
+        (None, _) => out.push(step(when, calls::get_pod(ns, pod))),
+    }
+    if let Some(h) = &e.heal {
+        out.push(step(heal, calls::get_pod(ns, pod)));
+        out.push(step(heal, calls::exec(ns, pod, &c, h)));
+        if let Some(v) = verify {
+            out.push(step(heal, calls::exec(ns, pod, &c, v)));
         }
     }
 }

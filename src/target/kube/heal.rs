@@ -1,6 +1,7 @@
 //! Undoing what a kubernetes fault left: uncordon a node haq cordoned, delete the
 //! NetworkPolicy haq created and take its label off the pod, scale a workload haq
-//! scaled down back to its count. The run's heals and
+//! scaled down back to its count, run an exec fault's heal command in its pod. The
+//! run's heals and
 //! `haq heal RUN_DIR` (from the heal ledger, after a killed run) call the same
 //! functions; each is verified by what the API answers.
 
@@ -10,8 +11,8 @@ use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
-use super::calls;
 use super::cluster::api_error;
+use super::{calls, exec};
 
 /// Longest a heal outside the run (`haq heal`) may take.
 const HEAL_LIMIT: Duration = Duration::from_secs(60);
@@ -105,6 +106,55 @@ pub async fn rescale(
     }
 }
 
+/// Where an exec fault ran: the pod it hit (by uid) and the container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecAt {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    pub container: String,
+}
+
+/// Exec's an exec fault's `heal` where the fault ran, while the pod is the one it hit
+/// (a pod gone or replaced since holds nothing of it), verified by its exit 0 — and,
+/// given the fault's `verify`, by that no longer passing.
+pub async fn exec_heal(
+    client: &kube::Client,
+    at: &ExecAt,
+    heal: &[String],
+    verify: Option<&[String]>,
+    timeout: Duration,
+) -> Result<String, String> {
+    let (ns, pod) = (&at.namespace, &at.pod);
+    match client.request::<Pod>(calls::get_pod(ns, pod).req).await {
+        Ok(p) if p.metadata.uid.as_deref() == Some(at.uid.as_str()) => {}
+        Ok(p) => {
+            return Ok(format!(
+                "pod {pod} was replaced (uid {}): nothing of the fault is left",
+                p.metadata.uid.unwrap_or_default()
+            ));
+        }
+        Err(e) if api_error(&e).0 == 404 => {
+            return Ok(format!("pod {pod} is gone: nothing of the fault is left"));
+        }
+        Err(e) => return Err(format!("reading pod {pod}: {}", api_error(&e).1)),
+    }
+    let c = &at.container;
+    let ran = exec::exec(client, ns, pod, c, heal, timeout).await;
+    let d = ran.describe(&exec::what(pod, &at.container, heal));
+    if !ran.ok() {
+        return Err(d);
+    }
+    let Some(v) = verify else { return Ok(d) };
+    let still = exec::exec(client, ns, pod, c, v, timeout).await;
+    let vd = still.describe(&exec::what(pod, &at.container, v));
+    if still.ok() {
+        Err(format!("{d}; {vd}: the fault is still in effect"))
+    } else {
+        Ok(format!("{d}; {vd}: the fault is gone"))
+    }
+}
+
 /// What `haq heal` undoes in a cluster.
 pub enum Leftover {
     Cordon {
@@ -122,12 +172,43 @@ pub enum Leftover {
         name: String,
         replicas: i32,
     },
+    /// An exec fault's heal command, where the fault ran.
+    Exec {
+        at: ExecAt,
+        heal: Vec<String>,
+        timeout: Duration,
+    },
+}
+
+/// Undoes `what` through `client`: how, or why not.
+pub async fn heal_leftover(client: &kube::Client, what: &Leftover) -> Result<String, String> {
+    match what {
+        Leftover::Cordon { node } => uncordon(client, node).await,
+        Leftover::Isolation {
+            namespace,
+            policy,
+            pod,
+            label,
+        } => unisolate(client, namespace, policy, pod, label).await,
+        Leftover::Scale {
+            namespace,
+            plural,
+            name,
+            replicas,
+        } => rescale(client, namespace, plural, name, *replicas).await,
+        Leftover::Exec { at, heal, timeout } => exec_heal(client, at, heal, None, *timeout).await,
+    }
 }
 
 /// Undoes a leftover in kubeconfig context `context`, from synchronous code (on a
 /// thread and runtime of its own, bounded): whether nothing is left, and how.
 pub fn heal_blocking(context: &str, what: Leftover) -> (bool, String) {
     let context = context.to_string();
+    // An exec's own timeout, and the pod read before it.
+    let limit = match &what {
+        Leftover::Exec { timeout, .. } => HEAL_LIMIT.max(*timeout + Duration::from_secs(10)),
+        _ => HEAL_LIMIT,
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = match tokio::runtime::Builder::new_current_thread()
@@ -142,31 +223,14 @@ pub fn heal_blocking(context: &str, what: Leftover) -> (bool, String) {
         };
         let got = rt.block_on(async {
             let client = client_of(&context).await?;
-            match &what {
-                Leftover::Cordon { node } => uncordon(&client, node).await,
-                Leftover::Isolation {
-                    namespace,
-                    policy,
-                    pod,
-                    label,
-                } => unisolate(&client, namespace, policy, pod, label).await,
-                Leftover::Scale {
-                    namespace,
-                    plural,
-                    name,
-                    replicas,
-                } => rescale(&client, namespace, plural, name, *replicas).await,
-            }
+            heal_leftover(&client, &what).await
         });
         let _ = tx.send(got);
     });
-    match rx.recv_timeout(HEAL_LIMIT) {
+    match rx.recv_timeout(limit) {
         Ok(Ok(d)) => (true, d),
         Ok(Err(e)) => (false, e),
-        Err(_) => (
-            false,
-            format!("the heal did not finish within {HEAL_LIMIT:?}"),
-        ),
+        Err(_) => (false, format!("the heal did not finish within {limit:?}")),
     }
 }
 

@@ -75,8 +75,15 @@ impl ApiServer {
         self.expect(method, uri, body, code, status).await;
     }
 
-    /// Answers `status` with raw `text` (a watch stream: one event per line).
-    pub async fn stream(&mut self, method: &str, uri: &str, text: String) {
+    /// The next request, which must be `method uri`, and how to answer it.
+    async fn take(
+        &mut self,
+        method: &str,
+        uri: &str,
+    ) -> (
+        Request<Body>,
+        tower_test::mock::SendResponse<Response<Body>>,
+    ) {
         let (req, send) = self
             .0
             .next_request()
@@ -87,6 +94,12 @@ impl ApiServer {
             (method, uri),
             "the request"
         );
+        (req, send)
+    }
+
+    /// Answers `status` with raw `text` (a watch stream: one event per line).
+    pub async fn stream(&mut self, method: &str, uri: &str, text: String) {
+        let (_, send) = self.take(method, uri).await;
         send.send_response(Response::new(Body::from(text.into_bytes())));
     }
 
@@ -145,4 +158,70 @@ pub fn list(kind: &str, items: Vec<Value>, version: &str) -> Value {
         _ => "v1",
     };
     json!({"apiVersion": api, "kind": kind, "metadata": {"resourceVersion": version}, "items": items})
+}
+
+/// The exit status an exec'd command sends on the status channel: `Success`, or the
+/// kubelet's failure with its exit code.
+pub fn exit_status(code: i32) -> Value {
+    if code == 0 {
+        return json!({"metadata": {}, "status": "Success"});
+    }
+    json!({
+        "metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+        "message": format!("command terminated with non-zero exit code: exit status {code}"),
+        "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}
+    })
+}
+
+impl ApiServer {
+    /// Expects an exec (`GET uri`, a websocket upgrade) and runs it: the command
+    /// prints `stdout` and exits with `code` (0: `Success`). The 101 answer comes from
+    /// a real HTTP/1.1 exchange over an in-memory pipe (hyper upgrades nothing else),
+    /// the pipe's far end speaking the exec's channels (1 stdout, 3 status).
+    pub async fn exec(&mut self, uri: &str, stdout: &str, code: i32) {
+        use futures_util::SinkExt;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio_tungstenite::tungstenite::{Message, handshake, protocol::Role};
+        let (req, send) = self.take("GET", uri).await;
+        let key = req.headers()["sec-websocket-key"].as_bytes().to_vec();
+        let (near, mut far) = tokio::io::duplex(64 * 1024);
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(near))
+                .await
+                .expect("handshake");
+        tokio::spawn(conn.with_upgrades());
+        let (out, status) = (stdout.as_bytes().to_vec(), exit_status(code));
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut b = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = far.read(&mut b).await.expect("request head");
+                assert!(n > 0, "the pipe closed");
+                head.extend_from_slice(&b[..n]);
+            }
+            let answer = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\nSec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n",
+                handshake::derive_accept_key(&key)
+            );
+            far.write_all(answer.as_bytes()).await.expect("101");
+            let mut ws =
+                tokio_tungstenite::WebSocketStream::from_raw_socket(far, Role::Server, None).await;
+            let frame = |ch: u8, b: &[u8]| Message::binary([&[ch][..], b].concat());
+            if !out.is_empty() {
+                let _ = ws.send(frame(1, &out)).await;
+            }
+            let status = serde_json::to_vec(&status).expect("json");
+            let _ = ws.send(frame(3, &status)).await;
+            let _ = ws.close(None).await;
+        });
+        let upgrade = http::Request::get("/")
+            .header(http::header::CONNECTION, "Upgrade")
+            .header(http::header::UPGRADE, "websocket")
+            .body(Body::from(Vec::new()))
+            .expect("request");
+        let resp = sender.send_request(upgrade).await.expect("101");
+        let (parts, _) = resp.into_parts();
+        // The parts keep hyper's pending upgrade, which the client's exec takes.
+        send.send_response(Response::from_parts(parts, Body::from(Vec::new())));
+    }
 }

@@ -15,6 +15,7 @@ pub mod calls;
 pub mod cluster;
 pub mod discover;
 pub mod dryrun;
+pub mod exec;
 pub mod follow;
 pub mod heal;
 pub mod jobs;

@@ -495,6 +495,96 @@ fn the_dry_run_lists_every_call_of_each_fault() {
     );
 }
 
+/// An exec fault's dry run: the pod read, the inject, the verify, and at the heal's
+/// time the pod read, the heal and the verify again — each exec request exactly;
+/// `gpu_lost` without a verify reads the pod's readiness path (no API call).
+#[test]
+fn the_dry_run_lists_the_execs_of_inject_verify_and_heal() {
+    let lines = |sets: &[&str]| -> Vec<String> {
+        let mut all = vec![
+            "target.kubernetes.pod_watch=false",
+            "target.kubernetes.container=vllm",
+            "faults[0].domain=gpu",
+        ];
+        all.extend_from_slice(sets);
+        dryrun::render(&plan(&all), "kind-haq")
+            .lines()
+            .skip(4)
+            .map(|l| {
+                let l = l.split_whitespace().collect::<Vec<_>>().join(" ");
+                l.split(" (exec").next().unwrap_or_default().to_string()
+            })
+            .collect()
+    };
+    let pod = "/api/v1/namespaces/llm/pods/POD_OF_w2";
+    let exec =
+        |c: &str, cmd: &str| format!("{pod}/exec?&stdout=true&stderr=true&container={c}{cmd}");
+    let stop = exec(
+        "vllm",
+        "&command=pkill&command=-STOP&command=-f&command=EngineCore",
+    );
+    let stopped = exec(
+        "vllm",
+        "&command=pgrep&command=-r&command=T&command=-f&command=EngineCore",
+    );
+    let cont = exec(
+        "vllm",
+        "&command=pkill&command=-CONT&command=-f&command=EngineCore",
+    );
+    let freeze = lines(&[
+        "faults[0].action=freeze",
+        "faults[0].duration=10s",
+        "faults[0].exec={inject: [pkill, -STOP, -f, EngineCore], verify: [pgrep, -r, T, -f, EngineCore], heal: [pkill, -CONT, -f, EngineCore]}",
+    ]);
+    let heal = "+6.0s freeze-w2 heal (after 10.0s)";
+    assert_eq!(
+        freeze[..6],
+        [
+            format!("+6.0s freeze-w2 GET {pod} (read pod POD_OF_w2)"),
+            format!("+6.0s freeze-w2 GET {stop}"),
+            format!("+6.0s freeze-w2 GET {stopped}"),
+            format!("{heal} GET {pod} (read pod POD_OF_w2)"),
+            format!("{heal} GET {cont}"),
+            format!("{heal} GET {stopped}"),
+        ]
+    );
+    let tc = exec(
+        "net",
+        "&command=tc&command=qdisc&command=add&command=dev&command=eth0&command=root&command=netem&command=delay&command=200ms",
+    );
+    let slow = lines(&[
+        "faults[0].domain=network",
+        "faults[0].action=slow",
+        "faults[0].exec={inject: [tc, qdisc, add, dev, eth0, root, netem, delay, 200ms], heal: [tc, qdisc, del, dev, eth0, root], container: net}",
+        "faults[0].verify=false",
+    ]);
+    assert_eq!(slow[1], format!("+6.0s slow-w2 GET {tc}"));
+    assert!(
+        slow[2].starts_with("+6.0s slow-w2 heal (end of load) GET "),
+        "{slow:?}"
+    );
+    assert!(
+        slow[3].contains("container=net&command=tc&command=qdisc&command=del"),
+        "{slow:?}"
+    );
+    let lost = lines(&[
+        "faults[0].action=gpu_lost",
+        "faults[0].exec=[pkill, -KILL, -f, EngineCore]",
+        "target.kubernetes.port=8000",
+    ]);
+    assert_eq!(
+        lost[2..4],
+        [
+            "+6.0s gpu_lost-w2 GET http://IP_OF_w2:8000/health answers an error (haq's HTTP client, no API call)".to_string(),
+            format!("+6.0s gpu_lost-w2 GET {pod} (read pod POD_OF_w2)"),
+        ]
+    );
+    assert!(
+        !lost.iter().any(|l| l.contains(" heal ")),
+        "no heal: {lost:?}"
+    );
+}
+
 /// `pod` owned by ReplicaSet `rs` (its uid).
 fn owned(mut pod: serde_json::Value, rs: &str) -> serde_json::Value {
     pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": rs, "controller": true}]);
