@@ -6,12 +6,13 @@
 //! frees it. glibc serves such buffers from `mmap` at first, but raises its mmap
 //! threshold to the size of each one freed, after which the next ones come from the
 //! arenas' heaps, where freed blocks stay part of the process while fragments of other
-//! allocations sit above them: peak RSS then follows the history of responses, not the
-//! buffers alive at once (the hostile-server test saw 92 MiB once on a busy machine
-//! where 47 MiB was usual). A fixed threshold keeps every buffer of 1 MiB or more in its
+//! allocations sit above them: the heap then follows the history of responses, not the
+//! buffers alive at once. A fixed threshold keeps every buffer of 1 MiB or more in its
 //! own mapping, returned at its free; two arenas bound what the few threads that
 //! allocate (the client's runtime, the dispatcher, the trace writer, the proxy's
 //! runtime) can each keep. musl's allocator already maps large blocks on their own.
+//! Measured on the hostile-server test (tests/it/hostile.rs, a debug build): peak
+//! anonymous RSS 11.6 MiB without these settings, 9.5 MiB with them.
 
 /// Sets the heap's mmap threshold to 1 MiB (fixed) and its arenas to two, once at the
 /// start of the process, before any thread.

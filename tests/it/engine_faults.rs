@@ -109,9 +109,11 @@ fn hang(health: &str, policy: &str) -> haq::plan::Plan {
     );
     let policy = format!("target.gateway.policy={policy}");
     short(&[
-        // Long streams: the hung replica's stuck requests do not keep least-loaded
-        // routing away from it on their own.
+        // Long streams at twice the quickstart's rate: the healthy replicas keep as
+        // many requests in flight as the hung one has stuck, so its stuck requests do
+        // not keep least-loaded routing away from it on their own.
         "workload.mix.classes[0].output_tokens={uniform: [100, 200]}",
+        "workload.arrival.rate=12/s",
         &fault,
         &policy,
         "target.gateway.stall_timeout=1s",
