@@ -193,14 +193,18 @@ async fn a_gateway_that_keeps_routing_to_a_draining_replica_fails_maintenance() 
 }
 
 /// One phase of `secs` s at `rate`/s of 100-delta streams whose class leaves as
-/// `abandon` says, judged with `evidence.cancel_grace: grace`; no fault.
-fn leaving(seed: u32, abandon: &str, rate: u32, grace: &str, secs: u32) -> String {
+/// `abandon` says (stays to the end without), judged with `evidence.cancel_grace:
+/// grace`; no fault.
+fn leaving(seed: u32, abandon: Option<&str>, rate: u32, grace: &str, secs: u32) -> String {
+    let abandon = abandon
+        .map(|a| format!(", abandon: {a}"))
+        .unwrap_or_default();
     format!(
         r#"workload:
   seed: {seed}
   mix:
     classes:
-      - {{name: chat, prompt_tokens: 60, output_tokens: 100, abandon: {abandon}}}
+      - {{name: chat, prompt_tokens: 60, output_tokens: 100{abandon}}}
   arrival: {{process: constant, rate: {rate}/s}}
 protected_load: {rate}/s
 slo: {{ttft_p95: 10s, itl_p95: 2s, e2e_p95: 60s}}
@@ -216,7 +220,13 @@ faults: []
 /// upstream runs on for about 2 s after its client left, unless cancelled.
 async fn abandon_run(policy: Policy, name: &str) -> RunResult {
     let bed = bed(name, json!({"decode_step": "20ms"}), policy).await;
-    let text = bed.scenario(&leaving(11, "{share: 30%, after_deltas: 2}", 4, "500ms", 4));
+    let text = bed.scenario(&leaving(
+        11,
+        Some("{share: 30%, after_deltas: 2}"),
+        4,
+        "500ms",
+        4,
+    ));
     let r = run(plan_text(&text, &[]), name).await;
     no_journal(&r);
     let left = r
@@ -271,7 +281,13 @@ async fn the_proxy_keeps_observing_for_the_cancel_grace_after_the_last_client_le
         ..Policy::default()
     };
     let bed = bed("vantage-leave-last", json!({"decode_step": "20ms"}), keeps).await;
-    let text = bed.scenario(&leaving(2, "{share: 100%, after_deltas: 1}", 2, "1s", 2));
+    let text = bed.scenario(&leaving(
+        2,
+        Some("{share: 100%, after_deltas: 1}"),
+        2,
+        "1s",
+        2,
+    ));
     let r = run(plan_text(&text, &[]), "vantage-leave-last").await;
     no_journal(&r);
     let reqs = &r.judgement.facts.requests;
@@ -295,4 +311,80 @@ async fn the_proxy_keeps_observing_for_the_cancel_grace_after_the_last_client_le
         r.judgement.findings
     );
     assert_eq!(flagged.len(), reqs.len(), "{flagged:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_keeps_observing_for_the_cancel_grace_after_haqs_own_end_of_load_cancel() {
+    // 2-second streams sent through a 2-second phase with a 300 ms drain timeout: the
+    // streams sent in the phase's last ~1.7 s are still open when haq stops them
+    // itself (`cancelled`). A gateway that does not cancel reads each upstream on to
+    // its end, past the 500 ms grace for those sent last; haq's proxy observes until
+    // the grace has passed after its own cancels, so the last one stopped is flagged.
+    let keeps = Policy {
+        cancel: false,
+        ..Policy::default()
+    };
+    let end_of_load = |text: String| {
+        text.replace(
+            "client: {max_late: 3s}",
+            "client: {max_late: 3s, drain_timeout: 300ms}",
+        )
+    };
+    let b = bed("vantage-stop-keeps", json!({"decode_step": "20ms"}), keeps).await;
+    let text = end_of_load(b.scenario(&leaving(5, None, 4, "500ms", 2)));
+    let r = run(plan_text(&text, &[]), "vantage-stop-keeps").await;
+    no_journal(&r);
+    let stopped: Vec<_> = r
+        .judgement
+        .facts
+        .requests
+        .iter()
+        .filter(|q| q.outcome == haq::trace::Outcome::Cancelled)
+        .collect();
+    assert!(stopped.len() >= 3, "{} stopped by haq", stopped.len());
+    let flagged: Vec<&str> = r
+        .judgement
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::UpstreamNotCancelled)
+        .map(|f| f.request.as_str())
+        .collect();
+    // Those sent last had more than the grace left to run: the last of them most.
+    let last = stopped
+        .iter()
+        .max_by_key(|q| q.end)
+        .expect("a stopped request");
+    assert!(
+        flagged.contains(&last.id.as_str()) && flagged.len() >= 2,
+        "the last request stopped by haq, {}, is not flagged: {:#?}",
+        last.id,
+        r.judgement.findings
+    );
+    assert_eq!(verdict(&r, "Request-Fate").status, Status::Fail);
+
+    // The same load through a gateway that cancels: the upstreams end with the client.
+    let b = bed(
+        "vantage-stop-cancels",
+        json!({"decode_step": "20ms"}),
+        Policy::default(),
+    )
+    .await;
+    let text = end_of_load(b.scenario(&leaving(5, None, 4, "500ms", 2)));
+    let r = run(plan_text(&text, &[]), "vantage-stop-cancels").await;
+    no_journal(&r);
+    assert!(
+        r.judgement
+            .facts
+            .requests
+            .iter()
+            .any(|q| q.outcome == haq::trace::Outcome::Cancelled)
+    );
+    assert!(
+        !r.judgement
+            .findings
+            .iter()
+            .any(|f| f.kind == FindingKind::UpstreamNotCancelled),
+        "{:#?}",
+        r.judgement.findings
+    );
 }
