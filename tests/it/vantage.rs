@@ -192,6 +192,16 @@ async fn a_gateway_that_keeps_routing_to_a_draining_replica_fails_maintenance() 
     assert_eq!(v.status, Status::Pass, "{v:?}");
 }
 
+/// The requests flagged `upstream_not_cancelled`.
+fn not_cancelled(r: &RunResult) -> Vec<&str> {
+    r.judgement
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::UpstreamNotCancelled)
+        .map(|f| f.request.as_str())
+        .collect()
+}
+
 /// One phase of `secs` s at `rate`/s of 100-delta streams whose class leaves as
 /// `abandon` says (stays to the end without), judged with `evidence.cancel_grace:
 /// grace`; no fault.
@@ -297,13 +307,7 @@ async fn the_proxy_keeps_observing_for_the_cancel_grace_after_the_last_client_le
             .all(|q| q.outcome == haq::trace::Outcome::Abandoned)
     );
     let last = reqs.iter().max_by_key(|q| q.end).expect("a request");
-    let flagged: Vec<&str> = r
-        .judgement
-        .findings
-        .iter()
-        .filter(|f| f.kind == FindingKind::UpstreamNotCancelled)
-        .map(|f| f.request.as_str())
-        .collect();
+    let flagged = not_cancelled(&r);
     assert!(
         flagged.contains(&last.id.as_str()),
         "the last leaver {} is not flagged: {:#?}",
@@ -342,13 +346,7 @@ async fn the_proxy_keeps_observing_for_the_cancel_grace_after_haqs_own_end_of_lo
         .filter(|q| q.outcome == haq::trace::Outcome::Cancelled)
         .collect();
     assert!(stopped.len() >= 3, "{} stopped by haq", stopped.len());
-    let flagged: Vec<&str> = r
-        .judgement
-        .findings
-        .iter()
-        .filter(|f| f.kind == FindingKind::UpstreamNotCancelled)
-        .map(|f| f.request.as_str())
-        .collect();
+    let flagged = not_cancelled(&r);
     // Those sent last had more than the grace left to run: the last of them most.
     let last = stopped
         .iter()
