@@ -416,5 +416,11 @@ async fn probe_points_fire_on_the_serving_replica_behind_a_gateway_without_heade
         assert_eq!(fault.pid, Some(pid), "{point}");
         let fd = verdict(&r, "Failure-Domain");
         assert_eq!(fd.status, Status::Pass, "{point}: {fd:?}");
+        // Routing with no header to go by: the gateway's round robin keeps sending
+        // every other request to the killed replica, whose refused connects haq's
+        // proxy sees (packet socket, CAP_NET_RAW: these tests run as root).
+        let rt = verdict(&r, "Routing");
+        assert_eq!(rt.status, Status::Fail, "{point}: {rt:?}");
+        assert!(rt.summary.contains(&fault.replica), "{point}: {rt:?}");
     }
 }
