@@ -32,8 +32,9 @@ pub fn warnings(plan: &Plan) -> Vec<Issue> {
     out
 }
 
-/// The degraded interval's phases of the plan's first fault that removes capacity.
-fn capacity_window(plan: &Plan) -> Vec<String> {
+/// The degraded interval's phases of the plan's first fault that removes capacity
+/// (the phases the Capacity verdict holds to the protected load).
+pub fn capacity_window(plan: &Plan) -> Vec<String> {
     plan.faults
         .iter()
         .filter(|f| !matches!(f.action, FaultAction::Delay | FaultAction::Throttle))
