@@ -396,14 +396,18 @@ fn compare_runs(a: &CompareArgs) -> Exit {
             phase: pb,
         },
     );
-    if !differences.is_empty() && !a.allow_different {
+    let refuse = compare::refused(&differences) && !a.allow_different;
+    if refuse {
         for d in &differences {
-            eprintln!("error: not like for like: {d}");
+            let level = match d.effect {
+                compare::Effect::Refuse => "error",
+                compare::Effect::Warn => "warning",
+            };
+            eprintln!("{level}: {}: {d}", compare::said(d.effect));
         }
         eprintln!(
             "error: refusing to compare runs that differ (--allow-different compares them anyway, with these warnings)"
         );
-        return Exit::Unusable;
     }
     let same_run = std::fs::canonicalize(&a.run_a).ok() == std::fs::canonicalize(&a.run_b).ok();
     let verdicts = if same_run {
@@ -415,8 +419,10 @@ fn compare_runs(a: &CompareArgs) -> Exit {
         max_regression: a.max_regression,
         max_error_increase: a.max_error_increase,
     };
-    let c = compare::compare(sa, sb, t, verdicts, differences);
+    let mut c = compare::compare(sa, sb, t, verdicts, differences);
+    c.refused = refuse;
     if a.json {
+        // Refused too: the document says so (`refused`) and names every difference.
         match serde_json::to_string_pretty(&c) {
             Ok(j) => println!("{j}"),
             Err(e) => {
@@ -424,8 +430,11 @@ fn compare_runs(a: &CompareArgs) -> Exit {
                 return Exit::Unusable;
             }
         }
-    } else {
+    } else if !refuse {
         print!("{}", compare::render(&c));
+    }
+    if refuse {
+        return Exit::Unusable;
     }
     if c.regressed { Exit::Fail } else { Exit::Pass }
 }
