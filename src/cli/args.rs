@@ -57,7 +57,8 @@ pub enum Command {
     Compare(CompareArgs),
     /// Print the JSON Schema of scenario files (for editors).
     Schema,
-    /// Write a commented starter scenario.
+    /// Write a commented starter scenario (to scenario.yaml, or to stdout when it is
+    /// not a terminal: `haq init > s.yaml`).
     Init(InitArgs),
     /// Keep haq's proxies up between runs: bind every `listen` address of the
     /// scenario's url replicas and relay to their upstreams until Ctrl-C; each `haq
@@ -207,9 +208,10 @@ pub struct CompareArgs {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// Where to write it (`-`: print it on stdout, e.g. `haq init - > s.yaml`).
-    #[arg(default_value = "scenario.yaml")]
-    pub path: PathBuf,
+    /// Where to write it. Without a path: scenario.yaml when stdout is a terminal,
+    /// else the scenario on stdout and no file (`haq init > s.yaml`); `-`: stdout
+    /// always.
+    pub path: Option<PathBuf>,
     /// Overwrite an existing file.
     #[arg(long)]
     pub force: bool,

@@ -284,28 +284,46 @@ fn dry_run(plan: &crate::plan::Plan, a: &RunArgs) -> Exit {
     }
 }
 
+/// `haq init`: the starter scenario on stdout when asked (`-`) or when stdout is not a
+/// terminal and no path was given (`haq init > s.yaml`: nothing but the scenario goes
+/// there), else written to the path (default scenario.yaml); messages on stderr.
 fn init(a: InitArgs) -> Exit {
-    if a.path.as_os_str() == "-" {
-        print!("{STARTER}");
-        return Exit::Pass;
-    }
-    if a.path.exists() && !a.force {
+    use std::io::IsTerminal;
+    let path = match a.path {
+        Some(p) if p.as_os_str() != "-" => p,
+        Some(_) => return starter_to_stdout(),
+        None if !std::io::stdout().is_terminal() => return starter_to_stdout(),
+        None => std::path::PathBuf::from("scenario.yaml"),
+    };
+    if path.exists() && !a.force {
         eprintln!(
             "error: {} exists (use --force to overwrite)",
-            a.path.display()
+            path.display()
         );
         return Exit::Unusable;
     }
-    match std::fs::write(&a.path, STARTER) {
+    match std::fs::write(&path, STARTER) {
         Ok(()) => {
-            println!(
+            eprintln!(
                 "wrote {} — try: haq validate {0} && haq run {0}",
-                a.path.display()
+                path.display()
             );
             Exit::Pass
         }
         Err(e) => {
-            eprintln!("error: writing {}: {e}", a.path.display());
+            eprintln!("error: writing {}: {e}", path.display());
+            Exit::Unusable
+        }
+    }
+}
+
+fn starter_to_stdout() -> Exit {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(STARTER.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Exit::Pass,
+        Err(e) => {
+            eprintln!("error: writing the scenario to stdout: {e}");
             Exit::Unusable
         }
     }
