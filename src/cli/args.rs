@@ -48,13 +48,17 @@ pub enum Command {
     Heal(CheckArgs),
     /// Compare two stored runs (or a phase of each, e.g. healthy vs degraded): latency
     /// percentiles, throughput, goodput, errors and the verdicts side by side. Exit 1
-    /// when B regresses against A beyond the thresholds or a verdict got worse; exit 2
-    /// when the runs are not like for like (other scenario, mix, offered load or
-    /// phases: each named) unless --allow-different.
+    /// when B regresses against A beyond the thresholds or a verdict got worse. The
+    /// recorded scenarios are compared and every difference named with both values:
+    /// other load or faults (request mix, arrival process, offered load, phases,
+    /// protected load, faults) refuse the comparison, exit 2, unless
+    /// --allow-different; another name, target, SLO, fate policy, criteria, client or
+    /// evidence setting is a warning beside the numbers; the seed is not compared.
     Compare(CompareArgs),
     /// Print the JSON Schema of scenario files (for editors).
     Schema,
-    /// Write a commented starter scenario.
+    /// Write a commented starter scenario (to scenario.yaml, or to stdout when it is
+    /// not a terminal: `haq init > s.yaml`).
     Init(InitArgs),
     /// Keep haq's proxies up between runs: bind every `listen` address of the
     /// scenario's url replicas and relay to their upstreams until Ctrl-C; each `haq
@@ -190,21 +194,24 @@ pub struct CompareArgs {
     /// Largest allowed increase of the error or the rejection rate, in points.
     #[arg(long, default_value = "1%", value_parser = wire::units::parse_fraction)]
     pub max_error_increase: f64,
-    /// Compare even when the scenarios, request mixes, offered loads or phases differ
-    /// (each is then named in a warning); without it such runs are refused (exit 2).
+    /// Compare even when the runs offered other load or faults (request mix, arrival
+    /// process, offered load, phases, protected load, faults: each is then named in a
+    /// warning); without it such runs are refused (exit 2).
     #[arg(long)]
     pub allow_different: bool,
-    /// Print the comparison as one JSON document (metrics, verdicts, differences,
-    /// `regressed`).
+    /// Print the comparison as one JSON document (metrics, verdicts, `differences`
+    /// each with `what`, `a`, `b` and `effect` refuse|warn, `refused`, `regressed`),
+    /// refused runs too (exit 2).
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// Where to write it (`-`: print it on stdout, e.g. `haq init - > s.yaml`).
-    #[arg(default_value = "scenario.yaml")]
-    pub path: PathBuf,
+    /// Where to write it. Without a path: scenario.yaml when stdout is a terminal,
+    /// else the scenario on stdout and no file (`haq init > s.yaml`); `-`: stdout
+    /// always.
+    pub path: Option<PathBuf>,
     /// Overwrite an existing file.
     #[arg(long)]
     pub force: bool,

@@ -284,28 +284,46 @@ fn dry_run(plan: &crate::plan::Plan, a: &RunArgs) -> Exit {
     }
 }
 
+/// `haq init`: the starter scenario on stdout when asked (`-`) or when stdout is not a
+/// terminal and no path was given (`haq init > s.yaml`: nothing but the scenario goes
+/// there), else written to the path (default scenario.yaml); messages on stderr.
 fn init(a: InitArgs) -> Exit {
-    if a.path.as_os_str() == "-" {
-        print!("{STARTER}");
-        return Exit::Pass;
-    }
-    if a.path.exists() && !a.force {
+    use std::io::IsTerminal;
+    let path = match a.path {
+        Some(p) if p.as_os_str() != "-" => p,
+        Some(_) => return starter_to_stdout(),
+        None if !std::io::stdout().is_terminal() => return starter_to_stdout(),
+        None => std::path::PathBuf::from("scenario.yaml"),
+    };
+    if path.exists() && !a.force {
         eprintln!(
             "error: {} exists (use --force to overwrite)",
-            a.path.display()
+            path.display()
         );
         return Exit::Unusable;
     }
-    match std::fs::write(&a.path, STARTER) {
+    match std::fs::write(&path, STARTER) {
         Ok(()) => {
-            println!(
+            eprintln!(
                 "wrote {} — try: haq validate {0} && haq run {0}",
-                a.path.display()
+                path.display()
             );
             Exit::Pass
         }
         Err(e) => {
-            eprintln!("error: writing {}: {e}", a.path.display());
+            eprintln!("error: writing {}: {e}", path.display());
+            Exit::Unusable
+        }
+    }
+}
+
+fn starter_to_stdout() -> Exit {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(STARTER.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Exit::Pass,
+        Err(e) => {
+            eprintln!("error: writing the scenario to stdout: {e}");
             Exit::Unusable
         }
     }
@@ -396,14 +414,18 @@ fn compare_runs(a: &CompareArgs) -> Exit {
             phase: pb,
         },
     );
-    if !differences.is_empty() && !a.allow_different {
+    let refuse = compare::refused(&differences) && !a.allow_different;
+    if refuse {
         for d in &differences {
-            eprintln!("error: not like for like: {d}");
+            let level = match d.effect {
+                compare::Effect::Refuse => "error",
+                compare::Effect::Warn => "warning",
+            };
+            eprintln!("{level}: {}: {d}", compare::said(d.effect));
         }
         eprintln!(
             "error: refusing to compare runs that differ (--allow-different compares them anyway, with these warnings)"
         );
-        return Exit::Unusable;
     }
     let same_run = std::fs::canonicalize(&a.run_a).ok() == std::fs::canonicalize(&a.run_b).ok();
     let verdicts = if same_run {
@@ -415,8 +437,10 @@ fn compare_runs(a: &CompareArgs) -> Exit {
         max_regression: a.max_regression,
         max_error_increase: a.max_error_increase,
     };
-    let c = compare::compare(sa, sb, t, verdicts, differences);
+    let mut c = compare::compare(sa, sb, t, verdicts, differences);
+    c.refused = refuse;
     if a.json {
+        // Refused too: the document says so (`refused`) and names every difference.
         match serde_json::to_string_pretty(&c) {
             Ok(j) => println!("{j}"),
             Err(e) => {
@@ -424,8 +448,11 @@ fn compare_runs(a: &CompareArgs) -> Exit {
                 return Exit::Unusable;
             }
         }
-    } else {
+    } else if !refuse {
         print!("{}", compare::render(&c));
+    }
+    if refuse {
+        return Exit::Unusable;
     }
     if c.regressed { Exit::Fail } else { Exit::Pass }
 }

@@ -457,39 +457,96 @@ fn haq_compare_refuses_runs_that_are_not_like_for_like_and_names_why() {
     let (code, out, err) = crate::cli::haq(&["compare", a, b]);
     assert_eq!(code, 2, "{out}{err}");
     assert!(
-        err.contains("error: not like for like: mixes differ: class `chat`: output_tokens"),
+        err.contains(
+            "error: not like for like: workload.mix.classes[chat].output_tokens: {\"uniform\":[20,40]} vs {\"fixed\":400}"
+        ),
         "{err}"
     );
     assert!(
-        err.contains("error: not like for like: offered loads differ: A 8.00/s, B 12.00/s"),
+        err.contains("error: not like for like: offered load: 8.00/s vs 12.00/s"),
         "{err}"
     );
+    assert!(out.is_empty(), "refused: no table\n{out}");
     let (code, out, _) = crate::cli::haq(&["compare", a, b, "--allow-different"]);
     assert!(code == 0 || code == 1, "{out}");
     assert!(
-        out.contains("warning: not like for like: offered loads differ"),
+        out.contains("warning: not like for like: offered load: 8.00/s vs 12.00/s"),
         "{out}"
     );
     assert!(out.contains("but the runs are not like for like"), "{out}");
     let (_, out, _) = crate::cli::haq(&["compare", a, b, "--allow-different", "--json"]);
     let j: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
     assert_eq!(j["differences"].as_array().map(Vec::len), Some(2), "{j}");
+    assert_eq!(
+        j["differences"][1],
+        serde_json::json!({"what": "offered load", "a": "8.00/s", "b": "12.00/s", "effect": "refuse"})
+    );
+    assert_eq!(j["refused"], false);
     assert_eq!(j["verdicts"].as_array().map(Vec::len), Some(8), "{j}");
     assert!(j["rows"].as_array().is_some_and(|r| !r.is_empty()));
 }
 
 #[test]
+fn haq_compare_of_one_scenario_with_another_seed_finds_no_difference() {
+    let a = fixture();
+    let b = fixture_with(|s| s["workload"]["seed"] = 7.into());
+    let (a, b) = (a.to_str().expect("utf8"), b.to_str().expect("utf8"));
+    let (code, out, err) = crate::cli::haq(&["compare", a, b]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        !out.contains("warning") && !err.contains("warning"),
+        "{out}{err}"
+    );
+    let (_, out, _) = crate::cli::haq(&["compare", a, b, "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(j["differences"], serde_json::json!([]));
+}
+
+#[test]
+fn haq_compare_refuses_other_faults_and_its_json_says_so() {
+    let a = fixture();
+    // The same trace, its fault declared half a second later: another experiment.
+    let b = fixture_with(|s| s["faults"][0]["at"]["offset"] = "2s".into());
+    let (a, b) = (a.to_str().expect("utf8"), b.to_str().expect("utf8"));
+    let (code, out, err) = crate::cli::haq(&["compare", a, b, "--json"]);
+    assert_eq!(code, 2, "{out}{err}");
+    let named = "faults: kill-w2 (kill w2 at fault +1500ms, process) vs kill-w2 (kill w2 at fault +2s, process)";
+    assert!(
+        err.contains(&format!("error: not like for like: {named}")),
+        "{err}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&out).expect("the refused comparison");
+    assert_eq!(j["refused"], true, "{j}");
+    let d = &j["differences"];
+    assert_eq!(d.as_array().map(Vec::len), Some(1), "{d}");
+    assert_eq!(
+        format!("{}: {} vs {}", d[0]["what"], d[0]["a"], d[0]["b"]).replace('"', ""),
+        named
+    );
+    assert_eq!(d[0]["effect"], "refuse");
+}
+
+#[test]
 fn haq_compare_shows_the_verdict_diff_and_a_worse_verdict_regresses() {
     let a = fixture();
-    // The same run judged against a 10 ms TTFT objective: Latency FAILs in B.
+    // The same run judged against a 10 ms TTFT objective: Latency FAILs in B. Another
+    // SLO is named, a warning: the comparison goes on.
     let b = fixture_with(|s| s["slo"]["ttft_p95"] = "10ms".into());
     let (a, b) = (a.to_str().expect("utf8"), b.to_str().expect("utf8"));
     let (code, out, err) = crate::cli::haq(&["compare", a, b]);
     assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("warning: the runs differ: slo.ttft_p95: 2s vs 10ms\n"),
+        "{out}"
+    );
     assert!(out.contains("│ Latency"), "{out}");
     assert!(out.contains("WORSE"), "{out}");
     assert!(
         out.contains("result: B regressed against A (") && out.contains("Latency PASS → FAIL"),
+        "{out}"
+    );
+    assert!(
+        out.contains("with the differences warned about above"),
         "{out}"
     );
     let (code, out, _) = crate::cli::haq(&["compare", a, b, "--json"]);
@@ -504,7 +561,10 @@ fn haq_compare_shows_the_verdict_diff_and_a_worse_verdict_regresses() {
         (&"PASS".into(), &"FAIL".into(), &true.into())
     );
     assert_eq!(j["regressed"], true);
-    assert_eq!(j["differences"], serde_json::json!([]));
+    assert_eq!(
+        j["differences"],
+        serde_json::json!([{"what": "slo.ttft_p95", "a": "2s", "b": "10ms", "effect": "warn"}])
+    );
 }
 
 #[test]

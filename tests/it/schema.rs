@@ -78,6 +78,46 @@ fn the_starter_and_every_shipped_file_validate_against_haq_schema() {
 /// The scenarios under examples/ (Kubernetes, the real stacks; the manifests beside
 /// them are not scenarios) and in the real-cluster guide validate against the schema
 /// too: they are what a user copies first.
+/// `haq init > s.yaml && haq schema` (issue 20 item 3): with stdout a pipe and no path,
+/// `haq init` prints the scenario and nothing else there, writes no file, and what it
+/// printed validates against the schema and as a scenario.
+#[test]
+fn haq_init_piped_prints_a_scenario_the_schema_and_haq_validate_accept() {
+    let dir = scratch("schema-init-piped");
+    let out = std::process::Command::new(crate::support::haq_bin())
+        .arg("init")
+        .current_dir(&dir)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "nothing but the scenario: {err}");
+    assert!(
+        !dir.join("scenario.yaml").exists(),
+        "stdout was not a terminal: no file"
+    );
+    let s = dir.join("s.yaml");
+    std::fs::write(&s, &out.stdout).expect("write");
+    assert_eq!(
+        std::fs::read_to_string(&s).expect("read"),
+        std::fs::read_to_string(root().join("src/starter.yaml")).expect("starter"),
+        "the starter, byte for byte"
+    );
+    let e = errors(&validator(None), &yaml(&s));
+    assert!(e.is_empty(), "{}", e.join("\n"));
+    let (code, _, err) = haq(&["validate", s.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "{err}");
+    // A path given is written, whatever stdout is; the message goes to stderr.
+    let f = dir.join("given.yaml");
+    let (code, out, err) = haq(&["init", f.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.is_empty() && err.starts_with("wrote "), "{out}|{err}");
+    assert_eq!(
+        std::fs::read(&f).expect("written"),
+        std::fs::read(&s).expect("read")
+    );
+}
+
 #[test]
 fn every_example_scenario_and_the_guides_validate_against_haq_schema() {
     let scenario = validator(None);

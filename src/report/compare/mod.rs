@@ -1,9 +1,9 @@
 //! `haq compare RUN_A RUN_B`: latency percentiles, throughput, goodput, errors and
 //! rejections of two stored runs (or of one phase of each: healthy vs degraded) side
 //! by side, the verdicts of each, with an exit code for regression thresholds. Two runs
-//! are compared like for like only: what differs between them — the scenario, the
-//! request mix, the offered load, the phases — is named ([`differences`]), and the
-//! command refuses them unless told to go on.
+//! are compared like for like only: what differs between their recorded scenarios is
+//! named with both values ([`differences`]); other load or faults refuse the
+//! comparison unless told to go on, another target, SLO or criterion is a warning.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,7 +14,9 @@ use serde::Serialize;
 
 use crate::check::{Judgement, Status, VerdictName};
 use crate::metrics::{Pcts, pcts};
-use crate::plan::Plan;
+
+mod differences;
+pub use differences::{Difference, Effect, Of, differences, refused};
 
 /// One side of a comparison.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -59,8 +61,12 @@ pub struct Comparison {
     /// Each verdict of A and of B, when they are two runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub verdicts: Vec<VerdictRow>,
-    /// What makes the two sides not like for like (empty: comparable).
-    pub differences: Vec<String>,
+    /// What makes the two sides not like for like, each with its effect (empty:
+    /// comparable).
+    pub differences: Vec<Difference>,
+    /// A difference refuses the comparison and `--allow-different` was not given: the
+    /// figures are printed for the record only (exit 2).
+    pub refused: bool,
     pub regressed: bool,
 }
 
@@ -100,113 +106,6 @@ pub fn verdict_diff(a: &Judgement, b: &Judgement) -> Vec<VerdictRow> {
         .collect()
 }
 
-/// What one side is: its plan and the phase compared (`None`: the whole run).
-pub struct Of<'a> {
-    pub plan: &'a Plan,
-    pub phase: Option<&'a str>,
-}
-
-/// Everything that makes two sides not like for like, each named: the scenario, the
-/// request mix (class by class), the offered load, and for whole runs the phases.
-pub fn differences(a: &Of, b: &Of) -> Vec<String> {
-    let mut out = Vec::new();
-    let (sa, sb) = (&a.plan.scenario, &b.plan.scenario);
-    if sa.name != sb.name {
-        out.push(format!(
-            "scenarios differ: A is `{}`, B is `{}`",
-            sa.name, sb.name
-        ));
-    }
-    out.extend(mix_differences(&a.plan.mix, &b.plan.mix));
-    let rate = |o: &Of| match o.phase {
-        Some(p) => o.plan.phases.iter().find(|x| x.name == p).map(|x| x.rate),
-        None => Some(o.plan.rate),
-    };
-    if let (Some(ra), Some(rb)) = (rate(a), rate(b))
-        && (ra - rb).abs() > 0.01 * ra.max(rb)
-    {
-        out.push(format!(
-            "offered loads differ: A {ra:.2}/s, B {rb:.2}/s{}",
-            match (a.phase, b.phase) {
-                (Some(x), Some(y)) => format!(" (phases {x} and {y})"),
-                _ => String::new(),
-            }
-        ));
-    }
-    if sa.protected_load.0 != sb.protected_load.0 {
-        out.push(format!(
-            "protected loads differ: A {}, B {}",
-            sa.protected_load, sb.protected_load
-        ));
-    }
-    if a.phase.is_none() && b.phase.is_none() {
-        let phases = |p: &Plan| -> Vec<String> {
-            p.phases
-                .iter()
-                .map(|x| {
-                    format!(
-                        "{} {}",
-                        x.name,
-                        crate::wire::units::format_duration(x.duration)
-                    )
-                })
-                .collect()
-        };
-        let (pa, pb) = (phases(a.plan), phases(b.plan));
-        if pa != pb {
-            out.push(format!(
-                "phases differ: A {}, B {}",
-                pa.join(" → "),
-                pb.join(" → ")
-            ));
-        }
-    }
-    out
-}
-
-/// The classes of two mixes that differ, each named with the fields that do.
-fn mix_differences(a: &crate::scenario::Mix, b: &crate::scenario::Mix) -> Vec<String> {
-    let json = |c: &crate::scenario::RequestClass| serde_json::to_value(c).unwrap_or_default();
-    let mut out = Vec::new();
-    for ca in &a.classes {
-        match b.classes.iter().find(|cb| cb.name == ca.name) {
-            None => out.push(format!("mixes differ: class `{}` is only in A", ca.name)),
-            Some(cb) => {
-                let (ja, jb) = (json(ca), json(cb));
-                let (Some(oa), Some(ob)) = (ja.as_object(), jb.as_object()) else {
-                    continue;
-                };
-                let mut keys: Vec<&String> = oa.keys().chain(ob.keys()).collect();
-                keys.sort();
-                keys.dedup();
-                let fields: Vec<String> = keys
-                    .into_iter()
-                    .filter(|k| oa.get(*k) != ob.get(*k))
-                    .map(|k| {
-                        let v = |o: &serde_json::Map<String, serde_json::Value>| {
-                            o.get(k).map_or("-".to_string(), |v| v.to_string())
-                        };
-                        format!("{k} {} vs {}", v(oa), v(ob))
-                    })
-                    .collect();
-                if !fields.is_empty() {
-                    out.push(format!(
-                        "mixes differ: class `{}`: {}",
-                        ca.name,
-                        fields.join(", ")
-                    ));
-                }
-            }
-        }
-    }
-    for cb in &b.classes {
-        if !a.classes.iter().any(|ca| ca.name == cb.name) {
-            out.push(format!("mixes differ: class `{}` is only in B", cb.name));
-        }
-    }
-    out
-}
-
 fn rel(a: f64, b: f64) -> Option<f64> {
     (a > 0.0).then(|| (b - a) / a)
 }
@@ -223,7 +122,7 @@ pub fn compare(
     b: Side,
     t: Thresholds,
     verdicts: Vec<VerdictRow>,
-    differences: Vec<String>,
+    differences: Vec<Difference>,
 ) -> Comparison {
     let mut rows = Vec::new();
     latency_rows(&mut rows, &a, &b, t);
@@ -244,6 +143,7 @@ pub fn compare(
         rows,
         verdicts,
         differences,
+        refused: false,
         regressed,
     }
 }
@@ -395,6 +295,15 @@ pub fn side(dir: &Path, j: &Judgement, hlog: &[u8], phase: Option<&str>) -> anyh
     })
 }
 
+/// How a difference is introduced in the text: refusing ones (shown only with
+/// `--allow-different`, or as errors) and the ones that only warn.
+pub fn said(e: Effect) -> &'static str {
+    match e {
+        Effect::Refuse => "not like for like",
+        Effect::Warn => "the runs differ",
+    }
+}
+
 /// The comparison as a terminal table: what differs first, the metrics, the verdicts.
 pub fn render(c: &Comparison) -> String {
     let table = || {
@@ -422,7 +331,7 @@ pub fn render(c: &Comparison) -> String {
     }
     let mut out = format!("A: {}\nB: {}\n", c.a.label, c.b.label);
     for d in &c.differences {
-        out.push_str(&format!("warning: not like for like: {d}\n"));
+        out.push_str(&format!("warning: {}: {d}\n", said(d.effect)));
     }
     out.push_str(&format!("{t}\n"));
     if !c.verdicts.is_empty() {
@@ -454,8 +363,10 @@ pub fn render(c: &Comparison) -> String {
         (true, false) => format!("result: B regressed against A ({})", worse.join(", ")),
     };
     out.push_str(&result);
-    if !c.differences.is_empty() {
+    if refused(&c.differences) {
         out.push_str(" — but the runs are not like for like (see the warnings)");
+    } else if !c.differences.is_empty() {
+        out.push_str(" — with the differences warned about above");
     }
     out.push('\n');
     out
@@ -494,42 +405,6 @@ mod tests {
         max_regression: 0.1,
         max_error_increase: 0.01,
     };
-
-    #[test]
-    fn what_makes_two_runs_not_like_for_like_is_named() {
-        use crate::check::testkit::plan;
-        let a = plan(&[]);
-        let of = |p| Of {
-            plan: p,
-            phase: None,
-        };
-        assert_eq!(differences(&of(&a), &of(&a)), Vec::<String>::new());
-        let b = plan(&[
-            "name=other",
-            "workload.mix.classes[0].output_tokens=200",
-            "workload.arrival.rate=12/s",
-        ]);
-        let d = differences(&of(&a), &of(&b));
-        assert_eq!(
-            d,
-            [
-                "scenarios differ: A is `hand`, B is `other`",
-                "mixes differ: class `chat`: output_tokens {\"fixed\":10} vs {\"fixed\":200}",
-                "offered loads differ: A 10.00/s, B 12.00/s",
-            ]
-        );
-        // Phases of one run: compared by their own offered load.
-        let c = plan(&["phases[2].rate=20/s"]);
-        let ph = |name| Of {
-            plan: &c,
-            phase: Some(name),
-        };
-        assert!(differences(&ph("baseline"), &ph("fault")).is_empty());
-        assert_eq!(
-            differences(&ph("baseline"), &ph("degraded")),
-            ["offered loads differ: A 10.00/s, B 20.00/s (phases baseline and degraded)"]
-        );
-    }
 
     #[test]
     fn a_verdict_worse_in_b_is_a_regression() {
