@@ -45,8 +45,8 @@ impl RequestSink for Acc {
         }
         self.local.add(r);
         self.agents.add(r);
-        self.fate.add(r, faults);
-        self.run.request(r, &m, faults);
+        let caught = self.fate.add(r, faults);
+        self.run.request(r, &m, faults, caught);
     }
 }
 

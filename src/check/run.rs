@@ -67,9 +67,10 @@ impl RunAcc {
         self.evidence.gateway(t, item);
     }
 
-    pub fn request(&mut self, r: &RequestRecord, m: &Measured, faults: &[FaultRec]) {
+    /// `caught`: a fault caught the request in flight (Request-Fate judges it).
+    pub fn request(&mut self, r: &RequestRecord, m: &Measured, faults: &[FaultRec], caught: bool) {
         self.evidence.request(r, faults);
-        self.window.add(r, m);
+        self.window.add(r, m, caught);
     }
 
     /// `capacity`: the run's capacity search, judged from its directory.

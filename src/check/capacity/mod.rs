@@ -2,7 +2,8 @@
 //! within the SLO through the degraded interval — protected requests sent after the
 //! fault, until the first phase that is not a fault or degraded phase; their errors
 //! and rejections count against it (rejecting protected traffic is a Capacity FAIL,
-//! not a pass by load shedding). With a capacity search the gate is the measured
+//! not a pass by load shedding). Requests a later fault caught in flight are judged
+//! by Request-Fate, as the first fault's are, and not counted here. With a capacity search the gate is the measured
 //! C_degraded ≥ L_protected (`search`, docs/capacity.md).
 //!
 //! The protected load is an offered rate of the whole mix (best-effort classes
@@ -35,6 +36,8 @@ pub const NAME: VerdictName = VerdictName::Capacity;
 pub struct WindowAcc {
     from: Option<u64>,
     phases: Vec<String>,
+    /// Of them, caught in flight by a later fault (a second kill): not counted.
+    caught: u64,
     /// The phase table's accumulator (one definition of every figure), over the
     /// window's requests.
     acc: PhaseAcc,
@@ -55,14 +58,23 @@ impl WindowAcc {
         WindowAcc {
             from: first.map(|f| f.t),
             phases,
+            caught: 0,
             acc: PhaseAcc::new("degraded interval", PhaseKind::Degraded),
         }
     }
 
-    /// `m`: the request's figures as the phase table has them (metrics::Measured).
-    pub fn add(&mut self, r: &RequestRecord, m: &Measured) {
+    /// `m`: the request's figures as the phase table has them (metrics::Measured);
+    /// `caught`: a fault caught it in flight. The first fault's catch was sent before
+    /// the interval; a later fault's (a second kill inside it) is what that fault did
+    /// to the streams it cut, judged by Request-Fate against the declared policy, not
+    /// what the degraded topology failed to serve: not counted, as the first's.
+    pub fn add(&mut self, r: &RequestRecord, m: &Measured, caught: bool) {
         let Some(from) = self.from else { return };
         if r.end.is_none() || !r.protected || r.intended < from || !self.phases.contains(&r.phase) {
+            return;
+        }
+        if caught {
+            self.caught += 1;
             return;
         }
         self.acc.add_measured(r, m);
@@ -78,6 +90,7 @@ impl WindowAcc {
             // Stopped by haq at the drain timeout: not served either.
             failed: a.failed + a.cancelled,
             rejected: a.rejected,
+            caught: self.caught,
             ttft_ms: pcts(&a.ttft),
             itl_ms: pcts(&a.itl),
             e2e_ms: pcts(&a.e2e),
@@ -93,6 +106,8 @@ pub struct Window {
     pub completed: u64,
     pub failed: u64,
     pub rejected: u64,
+    /// Caught in flight by a later fault: left to Request-Fate, not in the figures.
+    pub caught: u64,
     pub ttft_ms: Pcts,
     pub itl_ms: Pcts,
     pub e2e_ms: Pcts,
@@ -375,6 +390,12 @@ impl Served {
                 slo.rejection_rate_max.0 * 100.0
             ),
         ];
+        if w.caught > 0 {
+            evidence.push(format!(
+                "{} sent in it caught in flight by a later fault: judged by Request-Fate, not counted here",
+                crate::scenario::words::plural(w.caught, "protected request")
+            ));
+        }
         for (what, v, lim) in self.lat {
             evidence.push(format!("p95 {what} {v:.1} ms (SLO {lim:.0} ms)"));
         }
@@ -410,6 +431,8 @@ impl Served {
     }
 }
 
+#[cfg(test)]
+mod caught_tests;
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,16 +119,18 @@ impl FateAcc {
         }
     }
 
-    /// Judges one finished request with every checker, each isolated. A request haq's
-    /// own host failed (`local`) says nothing of the target's: it is not judged (the
-    /// run is INVALID for it).
-    pub fn add(&mut self, r: &RequestRecord, faults: &[FaultRec]) {
-        let Some(v) = View::new(r) else { return };
+    /// Judges one finished request with every checker, each isolated; true when a
+    /// fault caught it (in flight on the replica the fault hit). A request haq's own
+    /// host failed (`local`) says nothing of the target's: it is not judged (the run is
+    /// INVALID for it).
+    pub fn add(&mut self, r: &RequestRecord, faults: &[FaultRec]) -> bool {
+        let Some(v) = View::new(r) else { return false };
         // Stopped by haq's interrupt (what it would have become is not known), or
         // failed by haq's own host: not the target's doing.
         if matches!(v.end.outcome, Outcome::Interrupted | Outcome::Local) {
-            return;
+            return false;
         }
+        let hit = self.hit;
         self.judged += 1;
         if r.chunks.iter().any(|c| c.kind == ChunkKind::ToolCall) {
             self.tool_call_requests += 1;
@@ -147,6 +149,7 @@ impl FateAcc {
             Ok(()) => self.merge(out),
             Err(p) => self.crashed("cache-truth", Some(&r.id), panic_text(p.as_ref())),
         }
+        self.hit > hit
     }
 
     /// One line of the tool log.
