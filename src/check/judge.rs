@@ -482,7 +482,7 @@ pub fn judge_search_step(dir: &Path) -> anyhow::Result<Judged> {
             &p,
             v,
             &j.phases,
-            &j.facts.requests,
+            (&j.facts.requests, &j.faults),
             (&j.client, &j.own),
         );
         return Ok(Judged::Overload(Box::new(s)));
@@ -497,7 +497,13 @@ pub fn judge_search_step(dir: &Path) -> anyhow::Result<Judged> {
         .iter()
         .find(|x| x.name == STEP)
         .map_or(0.0, |x| x.rate);
-    let s = super::capacity::steps::judge(&p, stats, &j.facts.requests, (&j.client, &j.own), rate);
+    let s = super::capacity::steps::judge(
+        &p,
+        stats,
+        (&j.facts.requests, &j.faults),
+        (&j.client, &j.own),
+        rate,
+    );
     Ok(Judged::Step(Box::new(s)))
 }
 

@@ -17,8 +17,9 @@ use crate::plan::Plan;
 use crate::plan::capacity::{Bisect, Outcome, Params, Topology};
 
 /// A search step's outcome and its line, judged from its run directory (the judge
-/// `engine::search` is given, by `haq capacity` and by `haq run`).
-pub fn step_outcome(dir: &Path) -> anyhow::Result<(Outcome, String)> {
+/// `engine::search` is given, by `haq capacity` and by `haq run`); `None`: the step
+/// proves nothing (a degraded step whose faults did not all hold).
+pub fn step_outcome(dir: &Path) -> anyhow::Result<(Option<Outcome>, String)> {
     match crate::check::judge_search_step(dir)? {
         Judged::Step(s) => {
             let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -26,7 +27,7 @@ pub fn step_outcome(dir: &Path) -> anyhow::Result<(Outcome, String)> {
                 dir: name.unwrap_or_default(),
                 judged: *s,
             };
-            Ok((ran.judged.outcome, ran.describe()))
+            Ok((ran.judged.counts(), ran.describe()))
         }
         Judged::Overload(_) => {
             anyhow::bail!("{}: an overload step, not a search step", dir.display())

@@ -8,6 +8,11 @@
 //! caller passes the judge of a step's run directory (`check::judge_search_step`),
 //! and the search's result is judged afterwards from the directory alone
 //! (`check::judge_search_dir`), so a stored search re-judges identically.
+//!
+//! A step the judge says proves nothing (a degraded step whose faults did not all
+//! hold: `check::capacity::steps::SearchStep::counts`) is never read into the bracket
+//! and ends its topology's search — the next step would hold the same faults — and no
+//! overload step runs on it: the judgement of the directory does the same.
 
 use std::path::{Path, PathBuf};
 
@@ -28,8 +33,20 @@ pub struct Opts {
     pub haq_bin: Option<PathBuf>,
 }
 
-/// A step's outcome as its judge saw it, and its line for the terminal.
-pub type Judge<'a> = &'a (dyn Fn(&Path) -> anyhow::Result<(Outcome, String)> + Sync);
+/// A step's outcome as its judge saw it (`None`: the step proves nothing), and its
+/// line for the terminal.
+pub type Judge<'a> = &'a (dyn Fn(&Path) -> anyhow::Result<(Option<Outcome>, String)> + Sync);
+
+/// How one topology's search ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The bracket said stop.
+    Done,
+    /// SIGINT/SIGTERM.
+    Interrupted,
+    /// A step proved nothing (its faults did not hold).
+    ProvedNothing,
+}
 
 /// Runs one step's plan into `OUT/<name>/`; true when it was interrupted.
 async fn one(
@@ -49,27 +66,30 @@ async fn one(
     Ok((rec.run_dir, rec.interrupted))
 }
 
-/// One topology's bracket and bisection; true when interrupted.
+/// One topology's bracket and bisection, and how it ended.
 async fn topology(
     plan: &Plan,
     topo: Topology,
     o: &Opts,
     judge: Judge<'_>,
     cancel: &CancellationToken,
-) -> anyhow::Result<(Bracket, bool)> {
+) -> anyhow::Result<(Bracket, Ended)> {
     let mut b = Bracket::default();
     while let Ok(rate) = b.next(&o.params.bisect) {
         let p = capacity::step_plan(plan, rate, topo, &o.params).map_err(anyhow::Error::msg)?;
         let name = capacity::step_dir(topo.as_str(), b.steps.len(), rate);
         let (dir, interrupted) = one(p, &name, o, cancel).await?;
         if interrupted || cancel.is_cancelled() {
-            return Ok((b, true));
+            return Ok((b, Ended::Interrupted));
         }
         let (outcome, line) = judge(&dir).with_context(|| format!("judging {}", dir.display()))?;
         say(o, &format!("{} {line}", topo.as_str()));
-        b.record(rate, outcome);
+        match outcome {
+            Some(outcome) => b.record(rate, outcome),
+            None => return Ok((b, Ended::ProvedNothing)),
+        }
     }
-    Ok((b, false))
+    Ok((b, Ended::Done))
 }
 
 fn say(o: &Opts, s: &str) {
@@ -122,11 +142,11 @@ pub async fn run(
     }
     std::fs::create_dir_all(&o.out).with_context(|| format!("creating {}", o.out.display()))?;
     for t in &o.params.topologies {
-        let (b, interrupted) = topology(plan, *t, o, judge, cancel).await?;
-        if interrupted {
+        let (b, ended) = topology(plan, *t, o, judge, cancel).await?;
+        if ended == Ended::Interrupted {
             return Ok(true);
         }
-        if let (Topology::Degraded, Some(c)) = (t, b.capacity())
+        if let (Topology::Degraded, Ended::Done, Some(c)) = (t, ended, b.capacity())
             && overload(plan, c, o, cancel).await?
         {
             return Ok(true);

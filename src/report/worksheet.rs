@@ -580,27 +580,11 @@ mod tests {
         TopologyResult::new(t, &b, Stop::Precise, ran)
     }
 
-    /// The Q5 rows of report.md's worksheet with a capacity search (issue 19 item 5):
-    /// headroom from the normal peak beside failover reserve above L_protected, the
-    /// brackets and their width, and every step in a section of its own.
-    #[test]
-    fn the_worksheet_shows_headroom_and_failover_reserve_of_a_search() {
-        use Outcome::*;
+    /// report.md of the standard run with a search of `h` and `d` (L_protected and
+    /// the normal peak 10/s, 3 replicas, 1 lost).
+    fn markdown_with(h: TopologyResult, d: TopologyResult) -> String {
         let p = plan(&[]);
         let mut j = standard(&p).judge(&p);
-        let h = topo(
-            Topology::Healthy,
-            &[(10.0, Sustained), (20.0, Broken), (19.5, Sustained)],
-        );
-        let d = topo(
-            Topology::Degraded,
-            &[
-                (10.0, Sustained),
-                (20.0, Broken),
-                (13.0, Sustained),
-                (13.5, Broken),
-            ],
-        );
         let c = Context {
             protected_load: 10.0,
             normal_peak: 10.0,
@@ -624,7 +608,7 @@ mod tests {
             hypothesis,
             headroom,
             failover_reserve,
-            gate: true,
+            gate: status == crate::check::Status::Pass,
             status,
             summary,
             overload: Vec::new(),
@@ -632,7 +616,29 @@ mod tests {
             overload_summary: "the search asked for no overload step (`overload: []`)".into(),
             model_per_replica: None,
         });
-        let md = super::super::markdown(&p, &j);
+        super::super::markdown(&p, &j)
+    }
+
+    /// The Q5 rows of report.md's worksheet with a capacity search (issue 19 item 5):
+    /// headroom from the normal peak beside failover reserve above L_protected, the
+    /// brackets and their width, and every step in a section of its own.
+    #[test]
+    fn the_worksheet_shows_headroom_and_failover_reserve_of_a_search() {
+        use Outcome::*;
+        let h = topo(
+            Topology::Healthy,
+            &[(10.0, Sustained), (20.0, Broken), (19.5, Sustained)],
+        );
+        let d = topo(
+            Topology::Degraded,
+            &[
+                (10.0, Sustained),
+                (20.0, Broken),
+                (13.0, Sustained),
+                (13.5, Broken),
+            ],
+        );
+        let md = markdown_with(h, d);
         for row in [
             "| headroom = C_healthy − normal peak (Q5) | +9.50/s |  | normal peak 10.00/s |",
             "| failover reserve = C_degraded − L_protected (Q5) |  | +3.00/s | ≥ 0: headroom is not failover reserve |",
@@ -644,5 +650,43 @@ mod tests {
         ] {
             assert!(md.contains(row), "{row}\n{md}");
         }
+    }
+
+    /// A degraded step whose fault did not hold: the worksheet names it where the
+    /// steps are listed and where C_degraded is, and shows no capacity for it.
+    #[test]
+    fn the_worksheet_names_a_degraded_step_that_proves_nothing() {
+        use Outcome::*;
+        let h = topo(Topology::Healthy, &[(10.0, Sustained), (20.0, Broken)]);
+        let mut b = Bracket::default();
+        b.record(5.0, Sustained);
+        let mut unproven = fake(10.0, Sustained);
+        unproven.proves_nothing = vec![
+            "kill-w2 on w2 was not verified: the degraded topology is not the declared one".into(),
+        ];
+        let ran = vec![
+            RanStep {
+                dir: "degraded-01-5.00".into(),
+                judged: fake(5.0, Sustained),
+            },
+            RanStep {
+                dir: "degraded-02-10.00".into(),
+                judged: unproven,
+            },
+        ];
+        let d = TopologyResult::new(Topology::Degraded, &b, Stop::Unfinished, ran);
+        assert_eq!(d.capacity, None);
+        let md = markdown_with(h, d);
+        for row in [
+            "| degraded | 2 | 10.00/s | proves nothing: kill-w2 on w2 was not verified",
+            "C_degraded ≥ L_protected",
+            "not measured: step degraded-02-10.00 proves nothing — kill-w2 on w2 was not verified",
+        ] {
+            assert!(md.contains(row), "{row}\n{md}");
+        }
+        assert!(
+            !md.contains("| failover reserve = C_degraded − L_protected (Q5) |  | +"),
+            "{md}"
+        );
     }
 }

@@ -425,3 +425,159 @@ async fn an_interrupt_during_a_runs_search_is_an_interrupted_run() {
     let (_, j) = haq::check::judge_dir(&out).expect("re-judged");
     assert!(j.run.interrupted);
 }
+
+/// The audit's case (a degraded step never checked its faults): every step of the
+/// degraded topology holds a fault whose verify says it did not take effect. Its
+/// steps ran on the healthy cluster, so they would sustain 8/s — a false PASS. The
+/// first step proves nothing instead, ends the search and names the fault; Capacity
+/// is UNKNOWN, no overload step runs on it, and capacity.md says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_step_whose_fault_did_not_take_effect_proves_nothing() {
+    let plan = plan_text(
+        SCENARIO,
+        &[
+            r#"faults=[{name: unverified, backend: command, command: {inject: "true", verify: "echo the rule is not there; exit 1"}, target: {replica: w2}, at: {phase: baseline, offset: 2s}}]"#,
+        ],
+    );
+    let mut o = opts(
+        "capacity-unverified",
+        vec![Topology::Degraded],
+        precise(8.0, 3),
+        vec![1.5],
+    );
+    o.params.step = std::time::Duration::from_secs(2);
+    o.params.warmup = std::time::Duration::from_secs(1);
+    let (r, interrupted) = search(&plan, &o, &CancellationToken::new())
+        .await
+        .expect("search");
+    assert!(!interrupted);
+    haq::cli::capacity::write(&o.out, &r).expect("write");
+    let report = serde_json::to_string_pretty(&r).unwrap_or_default();
+    let d = r.degraded.as_ref().expect("d");
+    assert_eq!(d.steps.len(), 1, "{report}");
+    assert_eq!((d.capacity, d.stop), (None, Stop::Unfinished), "{report}");
+    let step = &d.steps[0].judged;
+    assert!(
+        step.proves_nothing
+            .iter()
+            .any(|w| w.starts_with("unverified on w2 was not verified (")
+                && w.contains("verify exit 1: the rule is not there")),
+        "{report}"
+    );
+    assert_eq!(step.counts(), None);
+    assert_eq!(r.status, Status::Unknown, "{report}");
+    assert!(!r.gate && r.failover_reserve.is_none(), "{report}");
+    assert!(
+        r.summary
+            .contains("step degraded-01-8.00 proves nothing — unverified on w2 was not verified"),
+        "{}",
+        r.summary
+    );
+    assert!(r.overload.is_empty(), "{report}");
+    assert_ne!(r.overload_status, Status::Pass, "{report}");
+    let md = std::fs::read_to_string(o.out.join("capacity.md")).expect("md");
+    assert!(
+        md.contains("proves nothing: unverified on w2 was not verified"),
+        "{md}"
+    );
+    let json = std::fs::read_to_string(o.out.join("capacity.json")).expect("json");
+    assert!(json.contains("\"proves_nothing\""), "{json}");
+}
+
+/// `haq capacity` as a user runs it, to its end (issue 19 item 1): the parameters
+/// are the flags over the scenario's `criteria.capacity.search` over the defaults,
+/// `--topology` picks what is searched, and the exit code is the gate's: 0 for a
+/// healthy-only search that found its capacity, 1 when C_degraded < L_protected. The
+/// engines run at half the module's speed (`speed=1`: 7.14/s per replica, 21.4/s
+/// healthy, 14.3/s with w2 killed), two 1 s + 2 s steps per invocation.
+#[test]
+fn haq_capacity_merges_its_parameters_and_exits_with_the_gate() {
+    use crate::cli::haq;
+    let dir = scratch("capacity-cli");
+    let file = dir.join("cap.yaml");
+    // The scenario's search: `from` and `warmup` are its own, `step` a flag overrides.
+    let text = format!(
+        "{SCENARIO}criteria:\n  capacity:\n    search: {{from: 16/s, step: 10s, warmup: 1s, overload: []}}\n"
+    );
+    std::fs::write(&file, text).expect("scenario");
+    let file = file.to_str().expect("utf8");
+    let capacity = |out: &std::path::Path| -> serde_json::Value {
+        let text = std::fs::read_to_string(out.join("capacity.json")).expect("capacity.json");
+        serde_json::from_str(&text).expect("json")
+    };
+    let t0 = std::time::Instant::now();
+    // Healthy only: 16/s held, 32/s broken: C_healthy measured, exit 0.
+    let out = dir.join("healthy");
+    let (code, stdout, err) = haq(&[
+        "capacity",
+        file,
+        "--topology",
+        "healthy",
+        "--precision",
+        "50%",
+        "--max-steps",
+        "2",
+        "--step",
+        "2s",
+        "--set",
+        "target.engine.speed=1",
+        "--out",
+        out.to_str().expect("utf8"),
+    ]);
+    let c = capacity(&out);
+    assert_eq!(code, 0, "{stdout}\n{err}\n{c:#}");
+    // Flags: precision, max_steps, step; the scenario: warmup, from; no degraded.
+    assert_eq!(c["precision"], 0.5, "{c:#}");
+    assert_eq!(c["max_steps"], 2, "{c:#}");
+    assert_eq!(c["step_s"], 2.0, "{c:#}");
+    assert_eq!(c["warmup_s"], 1.0, "{c:#}");
+    assert_eq!(c["healthy"]["steps"][0]["dir"], "healthy-01-16.00", "{c:#}");
+    assert_eq!(c["healthy"]["steps"].as_array().map(Vec::len), Some(2));
+    assert!(c["healthy"]["capacity"].is_number(), "{c:#}");
+    assert!(c["degraded"].is_null(), "{c:#}");
+    assert_eq!(c["status"], "NOT_EVALUATED", "{c:#}");
+    assert!(out.join("capacity.md").exists());
+    assert!(stdout.contains("Capacity NOT_EVALUATED"), "{stdout}");
+    // Degraded only, the protected load above what the two survivors sustain: 20/s
+    // broken, 10/s held, C_degraded 10/s < L_protected 20/s: FAIL, exit 1.
+    let out = dir.join("degraded");
+    let (code, stdout, err) = haq(&[
+        "capacity",
+        file,
+        "--topology",
+        "degraded",
+        "--from",
+        "20/s",
+        "--max-steps",
+        "2",
+        "--step",
+        "2s",
+        "--set",
+        "target.engine.speed=1",
+        "--set",
+        "protected_load=20/s",
+        "--set",
+        "workload.arrival.rate=20/s",
+        "--out",
+        out.to_str().expect("utf8"),
+    ]);
+    let c = capacity(&out);
+    assert_eq!(code, 1, "{stdout}\n{err}\n{c:#}");
+    assert_eq!(c["status"], "FAIL", "{c:#}");
+    assert!(c["healthy"].is_null(), "{c:#}");
+    assert_eq!(
+        c["degraded"]["steps"][0]["dir"], "degraded-01-20.00",
+        "{c:#}"
+    );
+    assert_eq!(c["protected_load"], 20.0, "{c:#}");
+    assert_eq!(c["gate"], false, "{c:#}");
+    assert!(
+        stdout.contains("Capacity FAIL") && stdout.contains("< L_protected 20.00/s"),
+        "{stdout}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(90),
+        "{:?}",
+        t0.elapsed()
+    );
+}

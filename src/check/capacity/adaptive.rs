@@ -5,6 +5,12 @@
 //! L_protected), and the Capacity verdict: PASS when the degraded topology sustained
 //! at least L_protected, FAIL when its capacity lies below it, UNKNOWN when it was
 //! not measured or haq's own client gave out first below L_protected.
+//!
+//! A degraded step whose faults did not all hold proves nothing
+//! (`super::steps::SearchStep::counts`) and ends its topology's search: the topology
+//! then has no capacity, and only the steps before it — in the declared topology —
+//! can still decide the gate (PASS when one sustained L_protected, FAIL when one broke
+//! at or below it); otherwise it is UNKNOWN, the fault named.
 
 use serde::Serialize;
 
@@ -64,11 +70,15 @@ pub struct TopologyResult {
 }
 
 impl TopologyResult {
+    /// `b`: the bracket of the steps that count (never one that proves nothing);
+    /// `steps`: every step run, the one that proved nothing (last) included.
     pub fn new(topology: Topology, b: &Bracket, stop: Stop, steps: Vec<RanStep>) -> Self {
         let limited = b.client_limited;
+        let unproven = steps.iter().any(|s| s.judged.counts().is_none());
         TopologyResult {
             topology,
-            capacity: b.capacity(),
+            // The bracket was cut short in a topology that was not the declared one.
+            capacity: b.capacity().filter(|_| !unproven),
             bracket: (b.lo, b.hi),
             precision: b.lo.zip(b.hi).map(|(l, h)| (h - l) / l),
             stop,
@@ -77,9 +87,36 @@ impl TopologyResult {
         }
     }
 
+    /// The step that proved nothing (its faults did not all hold) and ended the
+    /// search, if one did.
+    pub fn proves_nothing(&self) -> Option<&RanStep> {
+        self.steps.iter().find(|s| s.judged.counts().is_none())
+    }
+
     /// `18.90/s [18.90, 19.70)` or why there is none.
     pub fn describe(&self) -> String {
         let r = |x: Option<f64>| x.map_or("—".into(), |v| format!("{v:.2}"));
+        if let Some(s) = self.proves_nothing() {
+            let before: Vec<String> = [
+                self.bracket.0.map(|v| format!("sustained up to {v:.2}/s")),
+                self.bracket.1.map(|v| format!("broken at {v:.2}/s")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let before = match before.is_empty() {
+                true => String::new(),
+                false => format!(
+                    " (the steps before it, in the declared topology: {})",
+                    before.join(", ")
+                ),
+            };
+            return format!(
+                "not measured: step {} proves nothing — {}{before}",
+                s.dir,
+                s.judged.proves_nothing.join("; ")
+            );
+        }
         match (self.capacity, self.load_generator_limited) {
             (Some(c), _) => format!(
                 "{c:.2}/s, in [{}, {})/s",
@@ -190,6 +227,20 @@ pub fn conclude(
                     d.describe()
                 ),
             ),
+            (None, _)
+                if d.proves_nothing().is_some()
+                    && d.bracket.1.is_some_and(|h| h <= lp)
+                    && !d.load_generator_limited =>
+            {
+                (
+                    Status::Fail,
+                    format!(
+                        "the degraded topology broke the SLO at {:.2}/s ≤ L_protected {lp:.2}/s (C_degraded {})",
+                        d.bracket.1.unwrap_or_default(),
+                        d.describe()
+                    ),
+                )
+            }
             (None, _) if d.bracket.1.is_some_and(|h| h <= lp) && !d.load_generator_limited => (
                 Status::Fail,
                 format!("C_degraded {} < L_protected {lp:.2}/s", d.describe()),

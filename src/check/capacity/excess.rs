@@ -7,12 +7,15 @@
 //! traffic not shed within its protected load) and by one more: after the excess the
 //! cluster is back inside the SLO at the protected load ([`super::steps`]'s rule on the
 //! `after` phase, once one `slo.ttft_p95` has let the queue the excess left drain). A
-//! step where haq's own client was the limit says nothing (UNKNOWN).
+//! step where haq's own client was the limit says nothing (UNKNOWN), and neither does
+//! one whose faults did not all hold (applied and verified, `super::faults_not_held`):
+//! its excess met another topology than the degraded one (UNKNOWN, the fault named).
 
 use serde::Serialize;
 
 use super::steps::{Step, judge_step_shed};
 use crate::check::facts::Req;
+use crate::check::history::FaultRec;
 use crate::check::own::PhaseOwn;
 use crate::check::validity::ClientHealth;
 use crate::check::{Status, Verdict, VerdictName};
@@ -41,13 +44,13 @@ pub struct OverloadStep {
     pub load_generator: Vec<String>,
 }
 
-/// An overload step's run: its Overload verdict (of its `overload` phase), its phases
-/// and requests, haq's own health.
+/// An overload step's run: its Overload verdict (of its `overload` phase), its phases,
+/// requests and fault records, haq's own health.
 pub fn judge(
     plan: &Plan,
     overload: &Verdict,
     phases: &[PhaseStats],
-    requests: &[Req],
+    (requests, faults): (&[Req], &[FaultRec]),
     (client, own): (&ClientHealth, &[PhaseOwn]),
 ) -> OverloadStep {
     let rate = |name: &str| {
@@ -118,6 +121,11 @@ pub fn judge(
             "limit is the load generator: {} ({summary})",
             load_generator.join("; ")
         );
+    }
+    let not_held = super::faults_not_held(plan, faults);
+    if !not_held.is_empty() {
+        status = Status::Unknown;
+        summary = format!("proves nothing: {} ({summary})", not_held.join("; "));
     }
     OverloadStep {
         dir: String::new(),

@@ -3,7 +3,9 @@
 //! every step's run directory judged again (`<topology>-NN-<rate>/`,
 //! `overload-NN-<rate>/`), each topology's bracket replayed from its steps in order
 //! (so where it stopped, and why, is the steps' doing, not a figure the driver wrote
-//! down), then C_healthy, C_degraded, headroom, failover reserve, the Capacity verdict
+//! down; a degraded step whose faults did not all hold proves nothing: it is reported,
+//! never read into the bracket, and ends its topology as it ended the driver's), then
+//! C_healthy, C_degraded, headroom, failover reserve, the Capacity verdict
 //! and the overload steps' Overload verdict ([`super::adaptive::conclude`],
 //! [`super::excess::conclude`]). Reading the directory is all it does: judging a
 //! step's run directory is the caller's (`check::judge_search_step`).
@@ -60,11 +62,20 @@ fn topology(
     for name in step_dirs(dir, topo.as_str()) {
         match judge(&dir.join(&name)) {
             Ok(Judged::Step(s)) => {
-                b.record(s.step.rate, s.outcome);
+                // A step that proves nothing (its faults did not all hold) is never
+                // read into the bracket, and the search did not go on after it.
+                let counts = s.counts();
+                if let Some(o) = counts {
+                    b.record(s.step.rate, o);
+                }
                 steps.push(RanStep {
                     dir: name,
                     judged: *s,
                 });
+                if counts.is_none() {
+                    broken = true;
+                    break;
+                }
             }
             Ok(Judged::Overload(_)) => {
                 errors.push(format!(
@@ -210,13 +221,22 @@ mod tests {
         }
     }
 
-    /// A search directory with a step directory per (name) and a judge that reads
-    /// the outcome back from a table instead of a run.
     fn searched(steps: &[(&str, Outcome)], overload: &[(&str, Status)]) -> Search {
+        searched_with(steps, overload, &[])
+    }
+
+    /// A search directory with a step directory per (name) and a judge that reads
+    /// the outcome back from a table instead of a run; the steps named in `unproven`
+    /// ran with their fault not verified.
+    fn searched_with(
+        steps: &[(&str, Outcome)],
+        overload: &[(&str, Status)],
+        unproven: &[&str],
+    ) -> Search {
         let dir = std::env::temp_dir().join(format!(
             "haq-search-{}-{}",
             std::process::id(),
-            steps.len() * 100 + overload.len()
+            unproven.len() * 10000 + steps.len() * 100 + overload.len()
         ));
         let _ = std::fs::remove_dir_all(&dir);
         for (n, _) in steps {
@@ -244,7 +264,13 @@ mod tests {
             }
             let o = steps.iter().find(|(m, _)| *m == n).map(|x| x.1);
             let o = o.ok_or_else(|| anyhow::anyhow!("no such step"))?;
-            Ok(Judged::Step(Box::new(super::super::steps::fake(rate, o))))
+            let mut s = super::super::steps::fake(rate, o);
+            if unproven.contains(&n) {
+                s.proves_nothing = vec![format!(
+                    "kill-w2 on w2 was not verified (SIGKILL sent; process still alive after 5s): the degraded topology is not the declared one"
+                )];
+            }
+            Ok(Judged::Step(Box::new(s)))
         };
         let s = judge(&dir, &p, &params(), &step_of);
         let _ = std::fs::remove_dir_all(&dir);
@@ -323,6 +349,62 @@ mod tests {
         // The healthy bracket [16.82, 20) is 18.9% wide, not yet within 10%.
         assert_eq!(s.healthy.as_ref().map(|h| h.stop), Some(Stop::Unfinished));
         assert_eq!(s.overload_status, Status::Unknown);
+    }
+
+    /// The audit's case: every degraded step ran with its kill not verified — in
+    /// another topology than the declared one. Read as measured they would make
+    /// C_degraded 14.14/s and a PASS; each proves nothing, the first ends the search.
+    #[test]
+    fn a_degraded_step_whose_fault_did_not_hold_is_never_a_capacity() {
+        use Outcome::*;
+        let degraded = [
+            ("degraded-01-10.00", Sustained),
+            ("degraded-02-20.00", Broken),
+            ("degraded-03-14.14", Sustained),
+            ("degraded-04-16.82", Broken),
+            ("degraded-05-15.42", Broken),
+        ];
+        let names: Vec<&str> = degraded.iter().map(|x| x.0).collect();
+        let mut steps = vec![
+            ("healthy-01-10.00", Sustained),
+            ("healthy-02-20.00", Broken),
+        ];
+        steps.extend(degraded);
+        let s = searched_with(&steps, &[], &names);
+        let d = s.degraded.as_ref().expect("d");
+        assert_eq!((d.capacity, d.stop), (None, Stop::Unfinished), "{d:?}");
+        assert_eq!(d.steps.len(), 1, "nothing read after the first: {d:?}");
+        assert_eq!(d.bracket, (None, None));
+        assert_eq!(s.status, Status::Unknown, "{}", s.summary);
+        assert!(!s.gate && s.failover_reserve.is_none());
+        for want in [
+            "C_degraded not measured: step degraded-01-10.00 proves nothing",
+            "kill-w2 on w2 was not verified",
+        ] {
+            assert!(s.summary.contains(want), "{want}: {}", s.summary);
+        }
+        assert!(
+            d.steps[0]
+                .judged
+                .outcome_text()
+                .starts_with("proves nothing: kill-w2"),
+            "{}",
+            d.steps[0].judged.outcome_text()
+        );
+        // The overload steps never ran on it.
+        assert_eq!(s.overload_status, Status::Unknown, "{}", s.overload_summary);
+        // Held for the first two steps (10/s sustained: L_protected, 20/s broken): the
+        // gate rests on them alone, and the step that proved nothing is named.
+        let s = searched_with(&steps, &[], &names[2..]);
+        let d = s.degraded.as_ref().expect("d");
+        assert_eq!((d.capacity, d.steps.len()), (None, 3), "{d:?}");
+        assert_eq!(d.bracket, (Some(10.0), Some(20.0)));
+        assert_eq!(s.status, Status::Pass, "{}", s.summary);
+        assert!(
+            s.summary.contains("step degraded-03-14.14 proves nothing"),
+            "{}",
+            s.summary
+        );
     }
 
     #[test]

@@ -17,10 +17,18 @@
 //! missing load, trace writer waits, local resource failures: `check::validity`) was
 //! limited by the load generator, not by the target: it is marked so and is never a
 //! capacity.
+//!
+//! Degraded topology: a step whose run does not show every fault it declares applied
+//! and verified (`check::capacity::faults_not_held`: the injector failed, its verify
+//! said no, the target was already gone, or the trace has no record of it) ran in a
+//! topology that is not the declared one. It **proves nothing**: whatever it measured
+//! is neither a capacity nor a broken rate, the bracket never reads it
+//! ([`SearchStep::counts`]) and it ends its topology's search, the fault named.
 
 use serde::Serialize;
 
 use crate::check::facts::Req;
+use crate::check::history::FaultRec;
 use crate::check::own::PhaseOwn;
 use crate::check::validity::ClientHealth;
 use crate::metrics::PhaseStats;
@@ -212,11 +220,32 @@ pub struct SearchStep {
     pub best_effort_rejected: u64,
     /// Why haq's own client was the limit (empty when it was not).
     pub load_generator: Vec<String>,
+    /// Why the step proves nothing: a fault of its degraded topology not applied or
+    /// not verified, named (empty when every fault it declares held, and in the
+    /// healthy topology). `outcome` is then only what it measured, never read.
+    pub proves_nothing: Vec<String>,
 }
 
 impl SearchStep {
-    /// `sustained`, `not sustained: why`, `limit is the load generator: why`.
+    /// The outcome the search's bracket reads: `None` for a step that proves nothing.
+    pub fn counts(&self) -> Option<StepOutcome> {
+        self.proves_nothing.is_empty().then_some(self.outcome)
+    }
+
+    /// `sustained`, `not sustained: why`, `limit is the load generator: why`,
+    /// `proves nothing: why (measured: …)`.
     pub fn outcome_text(&self) -> String {
+        if !self.proves_nothing.is_empty() {
+            let measured = match self.outcome {
+                StepOutcome::Sustained => "sustained",
+                StepOutcome::Broken => "not sustained",
+                StepOutcome::LoadGenerator => "the load generator's limit",
+            };
+            return format!(
+                "proves nothing: {} (it measured: {measured}, in another topology)",
+                self.proves_nothing.join("; ")
+            );
+        }
         match self.outcome {
             StepOutcome::Sustained => "sustained".to_string(),
             StepOutcome::Broken => format!("not sustained: {}", self.step.why),
@@ -238,12 +267,13 @@ impl SearchStep {
     }
 }
 
-/// The step phase (`stats`) of a step run, judged with the run's finished requests
-/// and haq's own health (`client`: its sends; `own`: its CPU, the sim's stalls) in it.
+/// The step phase (`stats`) of a step run, judged with the run's finished requests,
+/// its fault records (a degraded step's faults must all have held) and haq's own
+/// health (`client`: its sends; `own`: its CPU, the sim's stalls) in it.
 pub fn judge(
     plan: &Plan,
     stats: &PhaseStats,
-    requests: &[Req],
+    (requests, faults): (&[Req], &[FaultRec]),
     (client, own): (&ClientHealth, &[PhaseOwn]),
     rate: f64,
 ) -> SearchStep {
@@ -306,6 +336,7 @@ pub fn judge(
         protected_rejected: p_rej,
         best_effort_rejected: all_rej - p_rej,
         load_generator,
+        proves_nothing: super::faults_not_held(plan, faults),
     }
 }
 
@@ -336,6 +367,7 @@ pub fn fake(rate: f64, outcome: StepOutcome) -> SearchStep {
         protected_rejected: 0,
         best_effort_rejected: 0,
         load_generator: Vec::new(),
+        proves_nothing: Vec::new(),
     }
 }
 
@@ -363,7 +395,111 @@ mod tests {
             .iter()
             .find(|s| s.name == "baseline")
             .expect("baseline");
-        judge(&p, stats, &j.facts.requests, (&j.client, &j.own), 10.0)
+        judge(
+            &p,
+            stats,
+            (&j.facts.requests, &j.faults),
+            (&j.client, &j.own),
+            10.0,
+        )
+    }
+
+    /// How a degraded step's fault was recorded.
+    enum Rec {
+        Verified,
+        Unverified,
+        NotApplied,
+        Absent,
+    }
+
+    /// A degraded step in the SLO (the base plan's `kill-w2` held from the start),
+    /// with the fault's record as asked.
+    fn degraded_step(rec: Rec) -> SearchStep {
+        use crate::check::testkit::*;
+        let p = plan(&[
+            "phases=[{name: baseline, duration: 10s}]",
+            "faults[0].at.phase=baseline",
+        ]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        match rec {
+            Rec::Verified => {
+                tb.inject("kill-w2", "w2", us(1.0), true);
+            }
+            Rec::Unverified => {
+                tb.inject("kill-w2", "w2", us(1.0), false);
+            }
+            Rec::NotApplied => {
+                tb.fault_as(crate::trace::FaultLine {
+                    t: us(1.0),
+                    name: "kill-w2".into(),
+                    domain: crate::scenario::FailureDomain::Worker,
+                    action: crate::scenario::FaultAction::Kill,
+                    replica: "w2".into(),
+                    pid: None,
+                    verified: false,
+                    detail: format!("{}replica w2 is not running", crate::trace::NOT_APPLIED),
+                    backend: None,
+                    node: None,
+                    trigger: None,
+                    triggered: None,
+                    probe: None,
+                });
+            }
+            Rec::Absent => {}
+        }
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w3"]));
+        tb.run_end(us(12.0));
+        let j = tb.judge(&p);
+        let stats = j
+            .phases
+            .iter()
+            .find(|s| s.name == "baseline")
+            .expect("baseline");
+        judge(
+            &p,
+            stats,
+            (&j.facts.requests, &j.faults),
+            (&j.client, &j.own),
+            10.0,
+        )
+    }
+
+    #[test]
+    fn a_degraded_step_whose_fault_did_not_hold_proves_nothing_and_names_it() {
+        // Verified: the step counts, as it measured.
+        let held = degraded_step(Rec::Verified);
+        assert!(held.proves_nothing.is_empty(), "{held:?}");
+        assert_eq!(held.counts(), Some(StepOutcome::Sustained));
+        // Not verified: inside the SLO all the same, and never a sustained rate.
+        let unverified = degraded_step(Rec::Unverified);
+        assert_eq!(unverified.outcome, StepOutcome::Sustained, "{unverified:?}");
+        assert_eq!(unverified.counts(), None);
+        let why = unverified.outcome_text();
+        assert!(
+            why.starts_with("proves nothing: kill-w2 on w2 was not verified (SIGKILL sent; process still alive after 5s)"),
+            "{why}"
+        );
+        // Not applied (the injector's why), or no record of the fault at all.
+        let missed = degraded_step(Rec::NotApplied);
+        assert_eq!(missed.counts(), None);
+        assert_eq!(
+            missed.proves_nothing,
+            [
+                "kill-w2 on w2 was not applied (replica w2 is not running): the degraded topology is not the declared one"
+            ]
+        );
+        let absent = degraded_step(Rec::Absent);
+        assert_eq!(absent.counts(), None);
+        assert_eq!(
+            absent.proves_nothing,
+            [
+                "kill-w2 was never applied (the trace has no record of it): the degraded topology is not the declared one"
+            ]
+        );
+        // The healthy topology declares no fault: nothing to hold.
+        let healthy = step_with_rejections(false);
+        assert!(healthy.proves_nothing.is_empty() && healthy.counts().is_some());
     }
 
     #[test]
