@@ -8,7 +8,7 @@
 //! cluster is back inside the SLO at the protected load ([`super::steps`]'s rule on the
 //! `after` phase, once one `slo.ttft_p95` has let the queue the excess left drain). A
 //! step where haq's own client was the limit says nothing (UNKNOWN), and neither does
-//! one whose faults did not all hold (applied and verified, `super::faults_not_held`):
+//! one whose faults did not all hold (applied and verified, `super::held::faults_not_held`):
 //! its excess met another topology than the degraded one (UNKNOWN, the fault named).
 
 use serde::Serialize;
@@ -122,7 +122,7 @@ pub fn judge(
             load_generator.join("; ")
         );
     }
-    let not_held = super::faults_not_held(plan, faults);
+    let not_held = super::held::faults_not_held(plan, faults);
     if !not_held.is_empty() {
         status = Status::Unknown;
         summary = format!("proves nothing: {} ({summary})", not_held.join("; "));

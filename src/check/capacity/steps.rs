@@ -336,7 +336,7 @@ pub fn judge(
         protected_rejected: p_rej,
         best_effort_rejected: all_rej - p_rej,
         load_generator,
-        proves_nothing: super::faults_not_held(plan, faults),
+        proves_nothing: super::held::faults_not_held(plan, faults),
     }
 }
 
