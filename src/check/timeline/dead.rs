@@ -177,11 +177,7 @@ fn down_at(ev: &Evidence, t: u64) -> Vec<&str> {
         .iter()
         .filter(|f| f.verified && removes_endpoint(f) && f.t <= t)
         .filter(|f| {
-            let heal = ev
-                .heals
-                .iter()
-                .find(|h| h.name == f.name && h.t >= f.t)
-                .map(|h| h.t);
+            let heal = super::fault::heal_of(ev, f).map(|h| h.t);
             let ready = ev
                 .replacements
                 .iter()

@@ -6,18 +6,20 @@ use super::detection::{detection, removal};
 use super::replacement::{back_after_heal, replacement};
 use super::routed::routing_sources;
 use super::types::{FaultTimeline, InFlight, mark};
-use crate::check::facts::{self, Evidence};
+use crate::check::facts::{self, Evidence, Healed};
 use crate::check::history::FaultRec;
 use crate::scenario::PhaseKind;
 use crate::trace::Outcome;
 
 /// The timeline of fault `idx` (`f`) of the run.
 pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
-    let healed = ev
-        .heals
-        .iter()
-        .find(|h| h.name == f.name && h.t >= f.t)
-        .map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
+    let heal = heal_of(ev, f);
+    let heal_mark = heal.map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
+    // An undo haq could not verify is no heal: the endpoint is not known to be back.
+    let (healed, heal_unverified) = match heal {
+        Some(h) if h.verified => (heal_mark, None),
+        _ => (None, heal_mark),
+    };
     let mut replacement = replacement(ev, f);
     if let Some(h) = &healed {
         replacement = back_after_heal(ev, f, h, replacement);
@@ -27,7 +29,9 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
     let removal = removes
         .then(|| {
             let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-            let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+            // Once haq tried to undo the fault, the endpoint is no longer known to be
+            // dead: traffic after an unverified heal is not blamed on the gateway.
+            let heal = heal.map(|h| h.t).unwrap_or(u64::MAX);
             removal(ev, f, sources, back, heal)
         })
         .flatten();
@@ -47,7 +51,16 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
         planned_until: planned_until(ev, f.t),
         replacement,
         healed,
+        heal_unverified,
     }
+}
+
+/// The heal of fault record `f`, verified or not: its replica's (a node fault heals
+/// each replica of its node), or the fault's when the line names no replica.
+pub fn heal_of<'a>(ev: &'a Evidence, f: &FaultRec) -> Option<&'a Healed> {
+    ev.heals.iter().find(|h| {
+        h.name == f.name && h.t >= f.t && h.replica.as_ref().is_none_or(|r| *r == f.replica)
+    })
 }
 
 /// The requests fault `idx` caught, and how they ended.
