@@ -679,3 +679,81 @@ async fn a_pods_metrics_are_scraped_only_when_the_target_asks() {
     assert!(crate::faults::scrape::read(&http, &r).await.is_none());
     assert_eq!(hits.load(Ordering::Relaxed), 1, "read once, when asked");
 }
+
+/// A kubernetes kill with no target, fired by its probe (`when: {probe: queued}`): the
+/// probe goes through haq's proxy in front of w2 — the gateway forwards only the body,
+/// whose marker names the probe — the proxy holds it there, and the pod deleted is
+/// the one of the replica the proxy saw serving it (w2's llama-b), learned at run
+/// time, not declared. The trace records the fault on w2 with its probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_fired_kill_deletes_the_pod_of_the_replica_the_proxy_saw_serve_the_probe() {
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listen.set_nonblocking(true).expect("nonblocking");
+    let at = listen.local_addr().expect("addr");
+    // Every replica proxied (the plan's rule for a probe); only w2's is started here.
+    let proxies = format!(
+        "target.kubernetes.proxies={{w1: \"127.0.0.1:1\", w2: \"{at}\", w3: \"127.0.0.1:2\"}}"
+    );
+    let sets = [
+        "faults[0]={name: kill-probed, backend: kubernetes, domain: worker, action: kill, at: {phase: baseline}, when: {probe: queued}}",
+        proxies.as_str(),
+    ];
+    let (w2, mut api, cx, _) = setup_with("probe-kill", &sets);
+    // The "pod" behind the proxy: never reached, the probe is held before it.
+    let pod_at = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let spec = crate::proxy::ProxySpec {
+        name: "w2".into(),
+        listen: at,
+        upstream: Some(pod_at.local_addr().expect("addr").to_string()),
+    };
+    let trace = Trace::new("probe-kill");
+    let set = crate::proxy::ProxySet::from_listeners(&[spec], vec![listen], &trace.tw, &cx.clock)
+        .expect("the proxy");
+    let token = crate::wire::marker::RunToken::from_u32(0x5eed);
+    set.board().set_run_token(token);
+    let p = w2.pod().expect("pod");
+    let w2 =
+        crate::target::kube::proxied(&p.cluster, p.pod.clone(), "/health", set.get("w2").cloned());
+    let w1 = sibling(&w2, "w1", "llama-a", "u-a", "node-a", "10.0.0.1");
+    let server = tokio::spawn(async move {
+        deleted(&mut api).await;
+        api.refuse("GET", POD, None, 404, "NotFound", "gone").await;
+        api
+    });
+    let guard = HealGuard::new(trace.tw.clone(), cx.clock);
+    let mut env = env(vec![w1, w2], &cx, trace.tw.clone(), &guard);
+    let e = Arc::get_mut(&mut env).expect("the only handle");
+    e.board = Some(set.board().clone());
+    e.probes.url = format!("http://{at}/v1/chat/completions");
+    e.probes.marker = crate::workload::BodyMarker {
+        field: crate::scenario::MarkerField::User,
+        token,
+    };
+    let faults = tokio::spawn(schedule::run(plan(&sets).faults.clone(), env.clone()));
+    let limit = std::time::Duration::from_secs(30);
+    let api = tokio::time::timeout(limit, server).await;
+    let api = api
+        .expect("the pod deleted in time")
+        .expect("exact requests");
+    env.load_done.cancel();
+    env.stop.cancel();
+    tokio::time::timeout(limit, faults)
+        .await
+        .expect("the fault's task ends")
+        .expect("faults");
+    api.no_more(std::time::Duration::from_millis(100)).await;
+    set.stop();
+    drop((env, guard));
+    let fault: Vec<(String, bool, Option<String>)> = trace
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Fault(f) => Some((f.replica, f.verified, f.probe)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fault,
+        [("w2".into(), true, Some("probe-kill-probed".into()))]
+    );
+}
