@@ -2,11 +2,12 @@
 //! requests in flight on the endpoint, the degraded interval, the replacement (or the
 //! heal) that brought it back.
 
+use super::dead::heal_of;
 use super::detection::{detection, removal};
 use super::replacement::{back_after_heal, replacement};
 use super::routed::routing_sources;
 use super::types::{FaultTimeline, InFlight, mark};
-use crate::check::facts::{self, Evidence, Healed};
+use crate::check::facts::{self, Evidence};
 use crate::check::history::FaultRec;
 use crate::scenario::PhaseKind;
 use crate::trace::Outcome;
@@ -53,14 +54,6 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
         healed,
         heal_unverified,
     }
-}
-
-/// The heal of fault record `f`, verified or not: its replica's (a node fault heals
-/// each replica of its node), or the fault's when the line names no replica.
-pub fn heal_of<'a>(ev: &'a Evidence, f: &FaultRec) -> Option<&'a Healed> {
-    ev.heals.iter().find(|h| {
-        h.name == f.name && h.t >= f.t && h.replica.as_ref().is_none_or(|r| *r == f.replica)
-    })
 }
 
 /// The requests fault `idx` caught, and how they ended.

@@ -17,7 +17,7 @@ mod replacement;
 mod routed;
 mod types;
 
-pub use fault::heal_of;
+pub use dead::heal_of;
 pub use full_recovery::envelope_restored;
 pub use routed::{routed_to, routing_sources};
 pub use types::{
