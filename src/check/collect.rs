@@ -135,13 +135,19 @@ impl EvidenceAcc {
                 }
             }
             Event::Heal {
-                t, name, detail, ..
+                t,
+                name,
+                detail,
+                replica,
+                verified,
             } => {
                 self.retain.back(*t, name);
                 self.ev.heals.push(Healed {
                     t: *t,
                     name: name.clone(),
                     detail: detail.clone(),
+                    replica: replica.clone(),
+                    verified: verified.unwrap_or(true),
                 })
             }
             Event::Replacement {

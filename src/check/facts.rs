@@ -150,6 +150,10 @@ pub struct Healed {
     pub t: u64,
     pub name: String,
     pub detail: String,
+    /// The replica healed, when the line names it (one line per replica of a node).
+    pub replica: Option<String>,
+    /// The undo was verified (absent in older traces: taken as verified).
+    pub verified: bool,
 }
 
 /// A replacement stage as the fault backend recorded it (Q11).

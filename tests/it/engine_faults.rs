@@ -37,6 +37,33 @@ fn pass(r: &haq::RunResult, names: &[&str]) {
     }
 }
 
+/// The run's heal of `fault`: recorded in the trace as verified, and the timeline's
+/// (an unverified heal is no heal there). Returns how the undo was verified.
+fn healed_verified(r: &haq::RunResult, fault: &str) -> String {
+    use haq::trace::Event;
+    let trace = r.run_dir.join(haq::trace::files::TRACE_FILE);
+    let heals: Vec<(String, Option<bool>)> = haq::trace::read(&trace)
+        .expect("trace")
+        .map(|e| e.expect("event"))
+        .filter_map(|e| match e {
+            Event::Heal {
+                name,
+                detail,
+                verified,
+                ..
+            } if name == fault => Some((detail, verified)),
+            _ => None,
+        })
+        .collect();
+    let [(detail, verified)] = &heals[..] else {
+        panic!("one heal of {fault}: {heals:?}");
+    };
+    assert_eq!(*verified, Some(true), "{fault}: {detail}");
+    let f = r.judgement.timeline.fault(fault).expect("timeline");
+    assert!(f.healed.is_some() && f.heal_unverified.is_none(), "{f:?}");
+    detail.clone()
+}
+
 const GPU_LOST: &str = "faults[0]={name: gpu1-w2, domain: gpu, backend: engine, action: gpu_lost, target: {replica: w2, gpu: 1}, at: {phase: fault, offset: 300ms}, when: {in_flight: 2}, duration: 2500ms}";
 
 /// GPU 1 of w2's TP group of 2 is lost: the engine dies, the process lives on. The
@@ -51,13 +78,13 @@ async fn a_lost_gpu_behind_a_live_process_is_routed_around_unless_health_checks_
     ];
     let r = run(short(&sets), "gpu-lost").await;
     pass(&r, &["Failure-Domain", "Routing", "Request-Fate"]);
-    let f = &r.judgement.timeline.faults[0];
     let (s, v) = status_of(&r, "Failure-Domain");
     assert!(
         v.contains("GPU 1 of a tensor-parallel group of 2") && v.contains("/metrics 200"),
         "{s:?} {v}"
     );
-    assert!(f.healed.is_some(), "{f:?}");
+    let h = healed_verified(&r, "gpu1-w2");
+    assert!(h.contains("engine restarted"), "{h}");
     // Q12 step 14: the survivors' engine metrics before the fault and after the
     // reroute, next to their TTFT, in report.md.
     let e = r.judgement.cache_effects.first().expect("cache effects");
@@ -128,11 +155,10 @@ fn hang(health: &str, policy: &str) -> haq::plan::Plan {
 async fn a_hung_engine_with_passing_health_is_caught_by_the_deep_check_not_by_tcp_checks() {
     let r = run(hang("pass", "reference"), "hang-pass").await;
     pass(&r, &["Failure-Domain", "Routing", "Request-Fate"]);
+    // The hang is healed after its 4 s, and the engine verified stepping again.
+    let h = healed_verified(&r, "hang-w2");
+    assert!(h.contains("engine steps again"), "{h}");
     let f = &r.judgement.timeline.faults[0];
-    assert!(
-        f.healed.is_some(),
-        "the hang is healed after its 4 s: {f:?}"
-    );
     let d = f.detected.as_ref().expect("detected");
     assert!(d.detail.contains("deep health check"), "{d:?}");
     let (_, v) = status_of(&r, "Failure-Domain");
@@ -150,7 +176,8 @@ async fn a_hung_engine_whose_health_times_out_leaves_rotation_unless_checks_are_
     pass(&r, &["Failure-Domain", "Routing", "Request-Fate"]);
     let (_, v) = status_of(&r, "Failure-Domain");
     assert!(v.contains("/health times out"), "{v}");
-    assert!(r.judgement.timeline.faults[0].healed.is_some());
+    let h = healed_verified(&r, "hang-w2");
+    assert!(h.contains("engine steps again"), "{h}");
 
     let r = run(hang("timeout", "tcp-health-check"), "hang-timeout-tcp").await;
     tcp_checks_kept_routing(&r);
@@ -173,11 +200,17 @@ fn slow(policy: &str) -> haq::plan::Plan {
 async fn a_slow_engine_is_not_dead_and_soft_timeout_failover_fails_request_fate() {
     let r = run(slow("reference"), "slow").await;
     pass(&r, &["Failure-Domain", "Request-Fate"]);
-    let f = &r.judgement.timeline.faults[0];
-    assert!(
-        f.healed.is_some(),
-        "the slowness is healed after its 2 s: {f:?}"
-    );
+    // The slowness is healed after its 2 s: verified from the worker's state, and
+    // the worker's own journal shows its step factor 40 then back to 1.
+    let h = healed_verified(&r, "slow-w2");
+    assert!(h.contains("step factor back to 1"), "{h}");
+    let lines: Vec<Value> = journal(&r.run_dir.join("worker-w2.jsonl"));
+    let factors: Vec<f64> = lines
+        .iter()
+        .filter(|l| l["ev"] == "degraded")
+        .filter_map(|l| l["slow_factor"].as_f64())
+        .collect();
+    assert_eq!(factors, [40.0, 1.0], "w2's step factor, set and healed");
     let (s, v) = status_of(&r, "Routing");
     assert_eq!(s, Status::NotEvaluated, "slow removes no endpoint: {v}");
     assert!(

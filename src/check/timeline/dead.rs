@@ -9,7 +9,7 @@
 
 use super::routed::routed_to;
 use super::types::{CLIENT, Mark, PROXY, mark, ms};
-use crate::check::facts::{Evidence, is_drain, removes_endpoint, says_unreachable};
+use crate::check::facts::{Evidence, Healed, is_drain, removes_endpoint, says_unreachable};
 use crate::check::history::FaultRec;
 use crate::scenario::FaultAction;
 use crate::trace::{RefusedHow, ReplacementStage};
@@ -169,6 +169,14 @@ fn pending_at(ev: &Evidence, t: u64) -> Option<&str> {
         .map(|q| q.id.as_str())
 }
 
+/// The heal of fault record `f`, verified or not: its replica's (a node fault heals
+/// each replica of its node), or the fault's when the line names no replica.
+pub fn heal_of<'a>(ev: &'a Evidence, f: &FaultRec) -> Option<&'a Healed> {
+    ev.heals.iter().find(|h| {
+        h.name == f.name && h.t >= f.t && h.replica.as_ref().is_none_or(|r| *r == f.replica)
+    })
+}
+
 /// The endpoints out of service at `t`: each verified removing fault's, from the
 /// fault to its heal or its replacement's readiness.
 fn down_at(ev: &Evidence, t: u64) -> Vec<&str> {
@@ -177,11 +185,7 @@ fn down_at(ev: &Evidence, t: u64) -> Vec<&str> {
         .iter()
         .filter(|f| f.verified && removes_endpoint(f) && f.t <= t)
         .filter(|f| {
-            let heal = ev
-                .heals
-                .iter()
-                .find(|h| h.name == f.name && h.t >= f.t)
-                .map(|h| h.t);
+            let heal = heal_of(ev, f).map(|h| h.t);
             let ready = ev
                 .replacements
                 .iter()

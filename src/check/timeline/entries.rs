@@ -119,6 +119,9 @@ fn fault_rows(rows: &mut Rows<'_>, f: &FaultTimeline) {
     if let Some(h) = &f.healed {
         rows.push(h.t, at, format!("{} healed", f.fault), m(h));
     }
+    if let Some(h) = &f.heal_unverified {
+        rows.push(h.t, at, format!("heal of {} not verified", f.fault), m(h));
+    }
     rows.push(
         f.degraded_until,
         at,

@@ -2,6 +2,7 @@
 //! requests in flight on the endpoint, the degraded interval, the replacement (or the
 //! heal) that brought it back.
 
+use super::dead::heal_of;
 use super::detection::{detection, removal};
 use super::replacement::{back_after_heal, replacement};
 use super::routed::routing_sources;
@@ -13,11 +14,13 @@ use crate::trace::Outcome;
 
 /// The timeline of fault `idx` (`f`) of the run.
 pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTimeline {
-    let healed = ev
-        .heals
-        .iter()
-        .find(|h| h.name == f.name && h.t >= f.t)
-        .map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
+    let heal = heal_of(ev, f);
+    let heal_mark = heal.map(|h| mark(h.t, "haq fault injector", h.detail.clone()));
+    // An undo haq could not verify is no heal: the endpoint is not known to be back.
+    let (healed, heal_unverified) = match heal {
+        Some(h) if h.verified => (heal_mark, None),
+        _ => (None, heal_mark),
+    };
     let mut replacement = replacement(ev, f);
     if let Some(h) = &healed {
         replacement = back_after_heal(ev, f, h, replacement);
@@ -27,7 +30,9 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
     let removal = removes
         .then(|| {
             let back = replacement.ready.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
-            let heal = healed.as_ref().map(|m| m.t).unwrap_or(u64::MAX);
+            // Once haq tried to undo the fault, the endpoint is no longer known to be
+            // dead: traffic after an unverified heal is not blamed on the gateway.
+            let heal = heal.map(|h| h.t).unwrap_or(u64::MAX);
             removal(ev, f, sources, back, heal)
         })
         .flatten();
@@ -47,6 +52,7 @@ pub(super) fn fault_timeline(ev: &Evidence, idx: usize, f: &FaultRec) -> FaultTi
         planned_until: planned_until(ev, f.t),
         replacement,
         healed,
+        heal_unverified,
     }
 }
 

@@ -17,6 +17,7 @@ mod replacement;
 mod routed;
 mod types;
 
+pub use dead::heal_of;
 pub use full_recovery::envelope_restored;
 pub use routed::{routed_to, routing_sources};
 pub use types::{
@@ -224,5 +225,70 @@ mod tests {
             d.map(|d| (d.t, d.source)),
             Some((us(13.1), watch.to_string()))
         );
+    }
+
+    /// w2 frozen at 13 s for 3 s; haq's heal at 16 s says `verified`; traffic
+    /// around w2 while frozen, to all three after.
+    fn frozen(verified: bool) -> crate::check::Judgement {
+        let p = plan(&[
+            "faults[0]={name: freeze-w2, domain: worker, action: freeze, target: {replica: w2}, at: {phase: fault, offset: 2s}}",
+            "faults[0].duration=3s",
+        ]);
+        let mut tb = Tb::new().without_journal();
+        tb.phases(&p);
+        tb.steady("baseline", 1.0, 11.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.inject_as("freeze-w2", "worker", "freeze", "w2", us(13.0), true);
+        tb.steady("fault", 13.05, 16.0, 10.0, rr(&["w1", "w3"]));
+        tb.ev(crate::trace::Event::Heal {
+            t: us(16.0),
+            name: "freeze-w2".into(),
+            detail: "duration ended: SIGCONT sent; w2 still in state T".into(),
+            replica: Some("w2".into()),
+            verified: Some(verified),
+        });
+        tb.steady("fault", 16.05, 21.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.steady("degraded", 21.0, 31.0, 10.0, rr(&["w1", "w2", "w3"]));
+        tb.run_end(us(32.0));
+        tb.judge(&p)
+    }
+
+    #[test]
+    fn a_heal_haq_could_not_verify_is_not_a_heal() {
+        let events = |j: &crate::check::Judgement| -> Vec<String> {
+            j.timeline.entries.iter().map(|e| e.event.clone()).collect()
+        };
+        let j = frozen(true);
+        let f = j.timeline.fault("freeze-w2").expect("fault");
+        assert!(f.healed.is_some() && f.heal_unverified.is_none(), "{f:?}");
+        assert!(f.replacement.serving.is_some(), "{f:?}");
+        let ev = events(&j);
+        assert!(ev.contains(&"freeze-w2 healed".to_string()), "{ev:?}");
+        // The same heal, unverified: the timeline says so and reads no way back.
+        let j = frozen(false);
+        let f = j.timeline.fault("freeze-w2").expect("fault");
+        assert!(f.healed.is_none(), "{f:?}");
+        let h = f.heal_unverified.as_ref().expect("the unverified heal");
+        assert_eq!(h.t, us(16.0));
+        assert!(f.replacement.serving.is_none(), "{f:?}");
+        // Traffic after haq's undo is not blamed on the gateway either.
+        let r = f.removal.as_ref().expect("removal");
+        assert_eq!(r.routed_after_fault, 0, "{r:?}");
+        let ev = events(&j);
+        assert!(!ev.contains(&"freeze-w2 healed".to_string()), "{ev:?}");
+        assert!(
+            !ev.contains(&"w2 receiving traffic again".to_string()),
+            "{ev:?}"
+        );
+        let row = j
+            .timeline
+            .entries
+            .iter()
+            .find(|e| e.event == "heal of freeze-w2 not verified")
+            .expect("the unverified heal's row");
+        assert_eq!(
+            row.detail,
+            "duration ended: SIGCONT sent; w2 still in state T"
+        );
+        assert!(j.timeline.full_recovery.is_none());
     }
 }

@@ -114,7 +114,12 @@ pub struct FaultTimeline {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub planned_until: Option<u64>,
     pub replacement: Replacement,
+    /// haq undid the fault and verified the undo.
     pub healed: Option<Mark>,
+    /// haq tried to undo the fault but could not verify it (the mark's detail says
+    /// why): the fault is not healed, and may still be in place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heal_unverified: Option<Mark>,
 }
 
 /// One row of the timeline as people read it.

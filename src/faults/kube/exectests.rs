@@ -198,11 +198,16 @@ async fn a_gpu_lost_is_verified_by_the_pods_health_failing_with_its_container_al
     done(server).await;
 }
 
-/// The fault tasks' environment for `r`, its trace `tw`, the load starting now.
-fn env(r: Arc<Replica>, cx: &Context, tw: TraceWriter, guard: &HealGuard) -> Arc<Env> {
+/// The fault tasks' environment for `replicas`, its trace `tw`, the load starting now.
+pub(super) fn env(
+    replicas: Vec<Arc<Replica>>,
+    cx: &Context,
+    tw: TraceWriter,
+    guard: &HealGuard,
+) -> Arc<Env> {
     Arc::new(Env {
         registry: Arc::new(Registry {
-            replicas: vec![r],
+            replicas,
             respawn: Respawn::Kube,
         }),
         heals: guard.heals(),
@@ -257,7 +262,7 @@ async fn an_exec_fault_is_healed_by_its_heal_exec_when_its_duration_ends() {
     let p = plan(&sets);
     let trace = Trace::new("exec-duration");
     let guard = HealGuard::new(trace.tw.clone(), cx.clock);
-    let env = env(r, &cx, trace.tw.clone(), &guard);
+    let env = env(vec![r], &cx, trace.tw.clone(), &guard);
     let faults = tokio::spawn(super::super::schedule::run(p.faults.clone(), env.clone()));
     let (api, healed_after) = server.await.expect("exact requests");
     assert!(

@@ -8,11 +8,15 @@ use serde_json::{Value, json};
 use super::super::ledger::{Ledger, Remedy, open_entries};
 use super::super::tests::{context, scratch};
 use super::super::{Context, Injected, Undo, injector};
+use super::exectests::env;
+use crate::faults::{HealGuard, schedule};
 use crate::scenario::FaultBackend;
 use crate::target::kube::mock::{self, ApiServer, pod};
+use crate::target::kube::tests::Trace;
 use crate::target::kube::tests::plan;
 use crate::target::kube::{PodInfo, replica};
 use crate::target::registry::Replica;
+use crate::trace::Event;
 
 pub(super) const POD: &str = "/api/v1/namespaces/llm/pods/llama-b";
 
@@ -464,6 +468,117 @@ async fn a_worker_kill_with_a_grace_period_is_verified_by_the_pod_terminating() 
     done(server).await;
 }
 
+/// Pods `llama-a` and `llama-b` each deleted (grace 0) and read back gone, in whatever
+/// order the two injections send them.
+async fn both_deleted(api: &mut ApiServer) {
+    let a = pod("llama-a", "u-a", "node-a", "10.0.0.1", true);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (req, send) = api.next().await;
+        let answer = match req.as_str() {
+            "DELETE /api/v1/namespaces/llm/pods/llama-a?" => (200, terminating(a.clone())),
+            "DELETE /api/v1/namespaces/llm/pods/llama-b?" => (200, terminating(b())),
+            "GET /api/v1/namespaces/llm/pods/llama-a"
+            | "GET /api/v1/namespaces/llm/pods/llama-b" => (
+                404,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound", "message": "gone"}),
+            ),
+            other => panic!("unexpected request {other}"),
+        };
+        ApiServer::answer(send, answer.0, answer.1);
+        seen.push(req);
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "DELETE /api/v1/namespaces/llm/pods/llama-a?",
+            "DELETE /api/v1/namespaces/llm/pods/llama-b?",
+            "GET /api/v1/namespaces/llm/pods/llama-a",
+            "GET /api/v1/namespaces/llm/pods/llama-b",
+        ]
+    );
+}
+
+/// Replica `who` on pod `name` (uid `uid`, IP `ip`) of `node`, in w2's cluster.
+fn sibling(w2: &Replica, who: &str, name: &str, uid: &str, node: &str, ip: &str) -> Arc<Replica> {
+    let p = w2.pod().expect("pod");
+    let mut info = p.pod.clone();
+    (info.replica, info.name, info.uid, info.node, info.ip) =
+        (who.into(), name.into(), uid.into(), node.into(), ip.into());
+    replica(&p.cluster, info, "/health")
+}
+
+/// A node fault the scenario declares on ONE replica (w2), fired by the fault
+/// schedule: `faults::fire::declared` widens it to every selected replica on w2's
+/// node — w1's pod there too, not w3's on another node. One cordon, both pods
+/// deleted, one uncordon when the load ends; the trace records both replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_fault_declared_on_one_replica_takes_every_selected_pod_of_its_node() {
+    let sets = ["faults[0].domain=node", "faults[0].at={phase: baseline}"];
+    let (w2, mut api, cx, dir) = setup_with("node-widen", &sets);
+    let w1 = sibling(&w2, "w1", "llama-a", "u-a", "node-a", "10.0.0.1");
+    let w3 = sibling(&w2, "w3", "llama-c", "u-c", "node-b", "10.0.0.3");
+    let (applied, deleted) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(async move {
+        api.expect("GET", NODE, None, 200, node(false)).await;
+        let cordon = Some(json!({"spec": {"unschedulable": true}}));
+        api.expect("PATCH", &format!("{NODE}?"), cordon, 200, node(true))
+            .await;
+        both_deleted(&mut api).await;
+        let _ = applied.send(());
+        let uncordon = Some(json!({"spec": {"unschedulable": false}}));
+        api.expect("PATCH", &format!("{NODE}?"), uncordon, 200, node(false))
+            .await;
+        api
+    });
+    let trace = Trace::new("node-widen");
+    let guard = HealGuard::new(trace.tw.clone(), cx.clock);
+    let env = env(vec![w1, w2, w3], &cx, trace.tw.clone(), &guard);
+    let faults = tokio::spawn(schedule::run(plan(&sets).faults.clone(), env.clone()));
+    // (Were the fault not widened, w1's pod would never be deleted: fail, not hang.)
+    let limit = std::time::Duration::from_secs(30);
+    let deleted = tokio::time::timeout(limit, deleted).await;
+    deleted.expect("in time").expect("both pods deleted");
+    // The load ends: the cordon is healed then, and the fault's task ends.
+    env.load_done.cancel();
+    faults.await.expect("faults");
+    let api = server.await.expect("exact requests");
+    api.no_more(std::time::Duration::from_millis(100)).await;
+    drop((env, guard));
+    let events = trace.events();
+    let mut hit: Vec<(String, bool, Option<String>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fault(f) => Some((f.replica.clone(), f.verified, f.node.clone())),
+            _ => None,
+        })
+        .collect();
+    hit.sort();
+    let on_a = Some("node-a".to_string());
+    assert_eq!(
+        hit,
+        [("w1".into(), true, on_a.clone()), ("w2".into(), true, on_a)]
+    );
+    let heals: Vec<(&str, Option<bool>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Heal {
+                detail, verified, ..
+            } => Some((detail.as_str(), *verified)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        heals,
+        [(
+            "the load ended: node node-a uncordoned (schedulable again)",
+            Some(true)
+        )]
+    );
+    assert!(open_entries(&dir).expect("ledger").0.is_empty(), "healed");
+}
+
 /// A node fault on a replica whose node runs two selected pods hits both at once (as
 /// `faults::fire` does): the node is read and cordoned once — the second injection
 /// waits for the first and finds it done — both pods are deleted, and only the
@@ -471,48 +586,13 @@ async fn a_worker_kill_with_a_grace_period_is_verified_by_the_pod_terminating() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_fault_on_two_pods_of_one_node_cordons_it_once() {
     let (w2, mut api, cx, dir) = setup_with("node-twice", &["faults[0].domain=node"]);
-    let p = w2.pod().expect("pod");
-    let mut info = p.pod.clone();
-    (info.replica, info.name, info.uid, info.ip) = (
-        "w1".into(),
-        "llama-a".into(),
-        "u-a".into(),
-        "10.0.0.1".into(),
-    );
-    let w1 = replica(&p.cluster, info, "/health");
+    let w1 = sibling(&w2, "w1", "llama-a", "u-a", "node-a", "10.0.0.1");
     let server = tokio::spawn(async move {
         api.expect("GET", NODE, None, 200, node(false)).await;
         let cordon = Some(json!({"spec": {"unschedulable": true}}));
         api.expect("PATCH", &format!("{NODE}?"), cordon, 200, node(true))
             .await;
-        // Each pod deleted and read back gone, in whatever order the two go.
-        let a = pod("llama-a", "u-a", "node-a", "10.0.0.1", true);
-        let mut seen = Vec::new();
-        for _ in 0..4 {
-            let (req, send) = api.next().await;
-            let answer = match req.as_str() {
-                "DELETE /api/v1/namespaces/llm/pods/llama-a?" => (200, terminating(a.clone())),
-                "DELETE /api/v1/namespaces/llm/pods/llama-b?" => (200, terminating(b())),
-                "GET /api/v1/namespaces/llm/pods/llama-a"
-                | "GET /api/v1/namespaces/llm/pods/llama-b" => (
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound", "message": "gone"}),
-                ),
-                other => panic!("unexpected request {other}"),
-            };
-            ApiServer::answer(send, answer.0, answer.1);
-            seen.push(req);
-        }
-        seen.sort();
-        assert_eq!(
-            seen,
-            [
-                "DELETE /api/v1/namespaces/llm/pods/llama-a?",
-                "DELETE /api/v1/namespaces/llm/pods/llama-b?",
-                "GET /api/v1/namespaces/llm/pods/llama-a",
-                "GET /api/v1/namespaces/llm/pods/llama-b",
-            ]
-        );
+        both_deleted(&mut api).await;
         // The heal: one uncordon.
         let uncordon = Some(json!({"spec": {"unschedulable": false}}));
         api.expect("PATCH", &format!("{NODE}?"), uncordon, 200, node(false))
@@ -598,4 +678,82 @@ async fn a_pods_metrics_are_scraped_only_when_the_target_asks() {
     assert_eq!(crate::faults::scrape::url(&r), None);
     assert!(crate::faults::scrape::read(&http, &r).await.is_none());
     assert_eq!(hits.load(Ordering::Relaxed), 1, "read once, when asked");
+}
+
+/// A kubernetes kill with no target, fired by its probe (`when: {probe: queued}`): the
+/// probe goes through haq's proxy in front of w2 — the gateway forwards only the body,
+/// whose marker names the probe — the proxy holds it there, and the pod deleted is
+/// the one of the replica the proxy saw serving it (w2's llama-b), learned at run
+/// time, not declared. The trace records the fault on w2 with its probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_fired_kill_deletes_the_pod_of_the_replica_the_proxy_saw_serve_the_probe() {
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listen.set_nonblocking(true).expect("nonblocking");
+    let at = listen.local_addr().expect("addr");
+    // Every replica proxied (the plan's rule for a probe); only w2's is started here.
+    let proxies = format!(
+        "target.kubernetes.proxies={{w1: \"127.0.0.1:1\", w2: \"{at}\", w3: \"127.0.0.1:2\"}}"
+    );
+    let sets = [
+        "faults[0]={name: kill-probed, backend: kubernetes, domain: worker, action: kill, at: {phase: baseline}, when: {probe: queued}}",
+        proxies.as_str(),
+    ];
+    let (w2, mut api, cx, _) = setup_with("probe-kill", &sets);
+    // The "pod" behind the proxy: never reached, the probe is held before it.
+    let pod_at = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let spec = crate::proxy::ProxySpec {
+        name: "w2".into(),
+        listen: at,
+        upstream: Some(pod_at.local_addr().expect("addr").to_string()),
+    };
+    let trace = Trace::new("probe-kill");
+    let set = crate::proxy::ProxySet::from_listeners(&[spec], vec![listen], &trace.tw, &cx.clock)
+        .expect("the proxy");
+    let token = crate::wire::marker::RunToken::from_u32(0x5eed);
+    set.board().set_run_token(token);
+    let p = w2.pod().expect("pod");
+    let w2 =
+        crate::target::kube::proxied(&p.cluster, p.pod.clone(), "/health", set.get("w2").cloned());
+    let w1 = sibling(&w2, "w1", "llama-a", "u-a", "node-a", "10.0.0.1");
+    let server = tokio::spawn(async move {
+        deleted(&mut api).await;
+        api.refuse("GET", POD, None, 404, "NotFound", "gone").await;
+        api
+    });
+    let guard = HealGuard::new(trace.tw.clone(), cx.clock);
+    let mut env = env(vec![w1, w2], &cx, trace.tw.clone(), &guard);
+    let e = Arc::get_mut(&mut env).expect("the only handle");
+    e.board = Some(set.board().clone());
+    e.probes.url = format!("http://{at}/v1/chat/completions");
+    e.probes.marker = crate::workload::BodyMarker {
+        field: crate::scenario::MarkerField::User,
+        token,
+    };
+    let faults = tokio::spawn(schedule::run(plan(&sets).faults.clone(), env.clone()));
+    let limit = std::time::Duration::from_secs(30);
+    let api = tokio::time::timeout(limit, server).await;
+    let api = api
+        .expect("the pod deleted in time")
+        .expect("exact requests");
+    env.load_done.cancel();
+    env.stop.cancel();
+    tokio::time::timeout(limit, faults)
+        .await
+        .expect("the fault's task ends")
+        .expect("faults");
+    api.no_more(std::time::Duration::from_millis(100)).await;
+    set.stop();
+    drop((env, guard));
+    let fault: Vec<(String, bool, Option<String>)> = trace
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Fault(f) => Some((f.replica, f.verified, f.probe)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fault,
+        [("w2".into(), true, Some("probe-kill-probed".into()))]
+    );
 }
