@@ -112,7 +112,8 @@ fn fault_env(
         load_done: load_done.clone(),
         stop: stop.clone(),
         ledger: Arc::new(
-            crate::faults::ledger::Ledger::open(&r.dir).context("opening the heal ledger")?,
+            crate::faults::ledger::Ledger::open_listed(&r.dir, Some(&target_key(plan)))
+                .context("opening the heal ledger")?,
         ),
     })
 }
@@ -144,7 +145,7 @@ pub async fn run(
     crate::plan::budget::fit(&plan, crate::wire::fds::raise_fd_limit())
         .map_err(|e| env(anyhow::anyhow!(e)))?;
     check_agents(&plan, &opts).map_err(env)?;
-    heal_leftovers(&opts);
+    heal_leftovers(&opts, &target_key(&plan));
     let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;
     let clock = Clock::start();
@@ -293,6 +294,7 @@ async fn drive(
     let load_done = CancellationToken::new();
     let stop_faults = r.cancel.child_token();
     let mut env = fault_env(r, &target, &guard, &load_done, &stop_faults)?;
+    let ledger = env.ledger.clone();
     // The replicas' own readiness, polled while the load runs (Q11), when asked for.
     let watch = match plan.scenario.evidence.readiness_watch {
         Some(every) => Some(tokio::spawn(crate::target::readiness::readiness(
@@ -351,6 +353,7 @@ async fn drive(
     }
     finish_faults(faults, plan, &stop_faults).await;
     guard.heals().heal_all("the run ended").await;
+    ledger.settle();
     if target.proxies.is_some() {
         observe_cancel_grace(r, left.load(Ordering::Relaxed)).await;
     }
@@ -429,9 +432,10 @@ async fn collect_evidence(r: &Run<'_>) {
 }
 
 /// Before a run: what earlier runs in the same reports directory (and the run
-/// directory asked for) left applied when they were killed is undone first
+/// directory asked for), and runs anywhere against the same `target`
+/// ([`crate::faults::open_runs`]), left applied when they were killed is undone first
 /// (`haq heal` on each), so no replica stays frozen from one run into the next.
-fn heal_leftovers(opts: &RunOptions) {
+fn heal_leftovers(opts: &RunOptions, target: &str) {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&opts.reports_dir)
         .into_iter()
         .flatten()
@@ -444,6 +448,9 @@ fn heal_leftovers(opts: &RunOptions) {
             .clone()
             .filter(|d| d.join(trace::files::HEALS_FILE).exists()),
     );
+    dirs.extend(crate::faults::open_runs::of_target(target));
+    let mut seen = std::collections::HashSet::new();
+    dirs.retain(|d| seen.insert(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())));
     for d in dirs {
         // A run still alive heals its own (heal_dir refuses it).
         if let Ok(done) = crate::faults::ledger::heal_dir(&d) {
@@ -458,5 +465,31 @@ fn heal_leftovers(opts: &RunOptions) {
                 );
             }
         }
+    }
+}
+
+/// The identity of the plan's target, the key of the runs listed with open faults:
+/// the gateway URL without credentials, query or fragment; the kubernetes context and
+/// namespace; `sim` (never a secret: no header, no user or password).
+fn target_key(plan: &Plan) -> String {
+    let t = &plan.scenario.target;
+    if let Some(k) = &t.kubernetes {
+        return format!(
+            "kubernetes {}/{}",
+            k.context.as_deref().unwrap_or("(current context)"),
+            k.namespace
+        );
+    }
+    match t.url.as_deref().map(reqwest::Url::parse) {
+        Some(Ok(mut u)) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            format!("url {u}")
+        }
+        // Not a URL a run could reach (validation refuses it).
+        Some(Err(_)) => "url (unparsed)".into(),
+        None => crate::scenario::words::name(&t.kind),
     }
 }
