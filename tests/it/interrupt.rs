@@ -224,3 +224,193 @@ faults: []
     assert_eq!(done.status.code(), Some(3), "stderr: {rest}");
     assert!(rest.contains("interrupted before the load began"), "{rest}");
 }
+
+/// A two-worker sim run whose one fault is the command fault `command` (on w1, 200 ms
+/// into a long fault phase), into `dir/run`, with the per-user list of open runs in
+/// `dir/state`.
+fn start_command_fault(dir: &Path, command: &str) -> tokio::process::Child {
+    let f = dir.join("command.yaml");
+    std::fs::write(
+        &f,
+        format!(
+            r#"name: interrupt-command
+target: {{kind: sim, replicas: 2}}
+workload:
+  seed: 3
+  mix:
+    classes: [{{name: chat, prompt_tokens: 10, output_tokens: 4}}]
+  arrival: {{process: constant, rate: 2/s}}
+protected_load: 2/s
+slo: {{ttft_p95: 5s, itl_p95: 1s, e2e_p95: 30s, error_rate_max: 10%}}
+phases:
+  - {{name: baseline, duration: 1s}}
+  - {{name: fault, duration: 120s}}
+faults:
+  - name: hold
+    backend: command
+    command: {command}
+    verify: false
+    target: {{replica: w1}}
+    at: {{phase: fault, offset: 200ms}}
+    duration: 100s
+"#
+        ),
+    )
+    .expect("scenario");
+    tokio::process::Command::new(haq_bin())
+        .args(["run", "--quiet", "--out"])
+        .arg(dir.join("run"))
+        .arg(&f)
+        .env("HAQ_STATE_DIR", dir.join("state"))
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("haq run")
+}
+
+/// The process group a command wrote into `file` (its `$$`: `sh` leads its group).
+async fn group_in(file: &Path) -> i32 {
+    let mut pgid = 0;
+    eventually("the command runs", Duration::from_secs(60), async || {
+        pgid = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pgid > 0
+    })
+    .await;
+    pgid
+}
+
+fn signal(child: &tokio::process::Child, sig: nix::sys::signal::Signal) {
+    let pid = child.id().expect("pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
+}
+
+/// A command fault whose inject hangs (`sleep 300`, timeout 120 s): SIGINT ends haq
+/// (exit 3) well before the command's timeout, with the command's process group gone,
+/// and the trace and the report say interrupted (issue 15 item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_while_a_command_hangs_ends_haq_and_the_commands_process_group() {
+    let dir = scratch("interrupt-hung-inject");
+    let pidfile = dir.join("inject.pgid");
+    let child = start_command_fault(
+        &dir,
+        &format!(
+            "{{inject: \"echo $$ > {}; sleep 300\", heal: \"true\", timeout: 120s}}",
+            pidfile.display()
+        ),
+    );
+    let pgid = group_in(&pidfile).await;
+    assert!(!haq::target::group::members(pgid).is_empty());
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let done = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("haq ends within 20 s of SIGINT, not at the command's 120 s timeout")
+        .expect("output");
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("a second Ctrl-C ends haq at once"),
+        "{stderr}"
+    );
+    assert!(
+        haq::target::group::members(pgid).is_empty(),
+        "left running: {:?}",
+        haq::target::group::members(pgid)
+    );
+    let out = dir.join("run");
+    assert!(matches!(
+        read(&out.join(haq::trace::TRACE_FILE)).last(),
+        Some(Event::RunEnd {
+            interrupted: true,
+            ..
+        })
+    ));
+    assert_eq!(report(&out)["interrupted"], true);
+}
+
+/// A heal that hangs (`sleep 300`, timeout 120 s) after a SIGINT: a second SIGINT
+/// ends haq at once (exit 3) and kills the heal's process group; the heal stays open
+/// in the heal ledger, haq says so and which `haq heal` to run, and that `haq heal`
+/// then heals it (the heal command completes the second time) and unlists the run
+/// (issue 15 items 2 and 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigint_abandons_a_hung_heal_to_the_ledger_for_haq_heal() {
+    let dir = scratch("interrupt-hung-heal");
+    let (pidfile, second, healed) = (
+        dir.join("heal.pgid"),
+        dir.join("second"),
+        dir.join("healed"),
+    );
+    let heal = format!(
+        "if [ -e {s} ]; then touch {h}; else echo $$ > {p}; exec sleep 300; fi",
+        s = second.display(),
+        h = healed.display(),
+        p = pidfile.display()
+    );
+    let child = start_command_fault(
+        &dir,
+        &format!("{{inject: \"true\", heal: \"{heal}\", timeout: 120s}}"),
+    );
+    let out = dir.join("run");
+    let trace = out.join(haq::trace::TRACE_FILE);
+    eventually("the fault applied", Duration::from_secs(60), async || {
+        read(&trace)
+            .iter()
+            .any(|e| matches!(e, Event::Fault(FaultLine { name, .. }) if name == "hold"))
+    })
+    .await;
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let pgid = group_in(&pidfile).await;
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let done = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("haq ends within 20 s of the second SIGINT")
+        .expect("output");
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("NOT healed: hold on w1")
+            && stderr.contains(&format!("haq heal {}", out.display())),
+        "{stderr}"
+    );
+    assert!(
+        haq::target::group::members(pgid).is_empty(),
+        "the heal left running: {:?}",
+        haq::target::group::members(pgid)
+    );
+    let (open, alive) = haq::faults::ledger::open_entries(&out).expect("ledger");
+    assert!(!alive);
+    assert_eq!(
+        open.iter().map(|o| o.fault.as_str()).collect::<Vec<_>>(),
+        ["hold"]
+    );
+    let listed = || {
+        std::fs::read_dir(dir.join("state/open"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(listed(), 1, "the run is listed with its open heal");
+    // The heal completes this time.
+    std::fs::write(&second, "").expect("marker");
+    let heal = std::process::Command::new(haq_bin())
+        .arg("heal")
+        .arg(&out)
+        .env("HAQ_STATE_DIR", dir.join("state"))
+        .output()
+        .expect("haq heal");
+    let said = String::from_utf8_lossy(&heal.stdout);
+    assert_eq!(heal.status.code(), Some(0), "{said}");
+    assert!(said.contains("healed hold on w1"), "{said}");
+    assert!(healed.exists());
+    assert!(
+        haq::faults::ledger::open_entries(&out)
+            .expect("ledger")
+            .0
+            .is_empty()
+    );
+    assert_eq!(listed(), 0, "unlisted once healed");
+}
