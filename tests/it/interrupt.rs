@@ -27,12 +27,25 @@ fn read(trace: &Path) -> Vec<Event> {
 
 /// `haq run` of the quickstart with `sets`, into `out`.
 fn start(out: &Path, sets: &[&str]) -> tokio::process::Child {
+    haq_run(out, sets, Path::new("scenarios/quickstart.yaml"), None)
+}
+
+/// `haq run` of `scenario` with `sets`, into `out` (`state`: its `HAQ_STATE_DIR`).
+fn haq_run(
+    out: &Path,
+    sets: &[&str],
+    scenario: &Path,
+    state: Option<&Path>,
+) -> tokio::process::Child {
     let mut c = tokio::process::Command::new(haq_bin());
     c.args(["run", "--quiet", "--out"]).arg(out);
     for s in sets {
         c.args(["--set", s]);
     }
-    c.arg("scenarios/quickstart.yaml")
+    if let Some(s) = state {
+        c.env("HAQ_STATE_DIR", s);
+    }
+    c.arg(scenario)
         .current_dir(root())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -42,12 +55,7 @@ fn start(out: &Path, sets: &[&str]) -> tokio::process::Child {
 }
 
 async fn sigint(child: tokio::process::Child) -> std::process::Output {
-    let pid = child.id().expect("pid") as i32;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT");
+    sigint_to(&child);
     tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
         .await
         .expect("haq exits after SIGINT")
@@ -257,17 +265,7 @@ faults:
         ),
     )
     .expect("scenario");
-    tokio::process::Command::new(haq_bin())
-        .args(["run", "--quiet", "--out"])
-        .arg(dir.join("run"))
-        .arg(&f)
-        .env("HAQ_STATE_DIR", dir.join("state"))
-        .current_dir(root())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("haq run")
+    haq_run(&dir.join("run"), &[], &f, Some(&dir.join("state")))
 }
 
 /// The process group a command wrote into `file` (its `$$`: `sh` leads its group).
@@ -284,9 +282,32 @@ async fn group_in(file: &Path) -> i32 {
     pgid
 }
 
-fn signal(child: &tokio::process::Child, sig: nix::sys::signal::Signal) {
+fn sigint_to(child: &tokio::process::Child) {
     let pid = child.id().expect("pid") as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+}
+
+/// The (last) SIGINT to `child`: it exits 3 within 20 s (`why`: what it must not wait
+/// for); its stderr.
+async fn ends_with_3(child: tokio::process::Child, why: &str) -> String {
+    sigint_to(&child);
+    let done = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("haq ends within 20 s of SIGINT, not {why}"))
+        .expect("output");
+    let stderr = String::from_utf8_lossy(&done.stderr).to_string();
+    assert_eq!(done.status.code(), Some(3), "{stderr}");
+    stderr
+}
+
+/// No process is left in group `pgid`.
+fn gone(pgid: i32) {
+    let left = haq::target::group::members(pgid);
+    assert!(left.is_empty(), "left running: {left:?}");
 }
 
 /// A command fault whose inject hangs (`sleep 300`, timeout 120 s): SIGINT ends haq
@@ -305,22 +326,12 @@ async fn sigint_while_a_command_hangs_ends_haq_and_the_commands_process_group() 
     );
     let pgid = group_in(&pidfile).await;
     assert!(!haq::target::group::members(pgid).is_empty());
-    signal(&child, nix::sys::signal::Signal::SIGINT);
-    let done = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
-        .await
-        .expect("haq ends within 20 s of SIGINT, not at the command's 120 s timeout")
-        .expect("output");
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    assert_eq!(done.status.code(), Some(3), "{stderr}");
+    let stderr = ends_with_3(child, "at the command's 120 s timeout").await;
     assert!(
         stderr.contains("a second Ctrl-C ends haq at once"),
         "{stderr}"
     );
-    assert!(
-        haq::target::group::members(pgid).is_empty(),
-        "left running: {:?}",
-        haq::target::group::members(pgid)
-    );
+    gone(pgid);
     let out = dir.join("run");
     assert!(matches!(
         read(&out.join(haq::trace::TRACE_FILE)).last(),
@@ -363,25 +374,15 @@ async fn a_second_sigint_abandons_a_hung_heal_to_the_ledger_for_haq_heal() {
             .any(|e| matches!(e, Event::Fault(FaultLine { name, .. }) if name == "hold"))
     })
     .await;
-    signal(&child, nix::sys::signal::Signal::SIGINT);
+    sigint_to(&child);
     let pgid = group_in(&pidfile).await;
-    signal(&child, nix::sys::signal::Signal::SIGINT);
-    let done = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
-        .await
-        .expect("haq ends within 20 s of the second SIGINT")
-        .expect("output");
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    assert_eq!(done.status.code(), Some(3), "{stderr}");
+    let stderr = ends_with_3(child, "at the heal's 120 s timeout").await;
     assert!(
         stderr.contains("NOT healed: hold on w1")
             && stderr.contains(&format!("haq heal {}", out.display())),
         "{stderr}"
     );
-    assert!(
-        haq::target::group::members(pgid).is_empty(),
-        "the heal left running: {:?}",
-        haq::target::group::members(pgid)
-    );
+    gone(pgid);
     let (open, alive) = haq::faults::ledger::open_entries(&out).expect("ledger");
     assert!(!alive);
     assert_eq!(
