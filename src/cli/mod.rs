@@ -143,7 +143,21 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                 Exit::Unusable
             }
         },
-        Command::Heal(a) => heal(&a.run_dir),
+        Command::Heal(a) => {
+            // Off the async threads, so that a signal is handled: it stops the heal
+            // commands running (what they did not heal stays open in the ledger).
+            let stop = cancel.clone();
+            tokio::spawn(async move {
+                stop.cancelled().await;
+                crate::target::group::abandon();
+            });
+            let done = tokio::task::spawn_blocking(move || heal(&a.run_dir)).await;
+            match done {
+                _ if crate::target::group::abandoned() => Exit::Interrupted,
+                Ok(exit) => exit,
+                Err(_) => Exit::Unusable,
+            }
+        }
         Command::Compare(a) => compare_runs(&a),
         Command::Schema => {
             println!(

@@ -145,7 +145,10 @@ pub async fn run(
     crate::plan::budget::fit(&plan, crate::wire::fds::raise_fd_limit())
         .map_err(|e| env(anyhow::anyhow!(e)))?;
     check_agents(&plan, &opts).map_err(env)?;
-    heal_leftovers(&opts, &target_key(&plan));
+    // Off the async threads: a heal command may take its time, and haq's signal
+    // handling must run meanwhile (a second signal stops it).
+    let (o, key) = (opts.clone(), target_key(&plan));
+    let _ = tokio::task::spawn_blocking(move || heal_leftovers(&o, &key)).await;
     let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;
     let clock = Clock::start();

@@ -10,8 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::target::group;
 
-/// Why a command was not run, or stopped, after a second SIGINT/SIGTERM.
-const ABANDONED: &str = "haq was stopped by a second signal";
+/// Why a command was not run, or stopped, after a second SIGINT/SIGTERM (the first,
+/// for `haq heal`).
+const ABANDONED: &str = "haq was told to end at once";
 
 /// How a command ended.
 #[derive(Debug, Clone)]

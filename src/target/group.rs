@@ -134,8 +134,9 @@ pub fn end_all(grace: Duration) {
     end(&all, grace);
 }
 
-/// A second signal: no command starts from now on, and running ones are killed by
-/// the code waiting for them (which sees [`abandoned`]).
+/// haq must end at once (a second SIGINT/SIGTERM; the first, for `haq heal`): no
+/// command starts from now on, and running ones are killed by the code waiting for
+/// them (which sees [`abandoned`]).
 pub fn abandon() {
     ABANDONED.store(true, Ordering::SeqCst);
 }

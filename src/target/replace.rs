@@ -128,7 +128,7 @@ async fn start_command(r: &Replica, how: &Restart) -> Result<(Option<u32>, Strin
     let out = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     if super::group::abandoned() {
-        return Err("not started: haq was stopped by a second signal".into());
+        return Err("not started: haq was told to end at once".into());
     }
     let mut c = super::group::sh(&cmd);
     c.stdout(out).stderr(err).envs(how.env.iter().cloned()).env(
