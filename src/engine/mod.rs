@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client;
 use crate::faults::HealGuard;
 use crate::plan::Plan;
+use crate::scenario::TargetKind;
 use crate::target::{self, Running};
 use crate::trace::{self, Clock, Event, TraceWriter};
 use progress::Progress;
@@ -112,7 +113,7 @@ fn fault_env(
         load_done: load_done.clone(),
         stop: stop.clone(),
         ledger: Arc::new(
-            crate::faults::ledger::Ledger::open_listed(&r.dir, Some(&target_key(plan)))
+            crate::faults::ledger::Ledger::open_listed(&r.dir, target_key(plan).as_deref())
                 .context("opening the heal ledger")?,
         ),
     })
@@ -148,7 +149,7 @@ pub async fn run(
     // Off the async threads: a heal command may take its time, and haq's signal
     // handling must run meanwhile (a second signal stops it).
     let (o, key) = (opts.clone(), target_key(&plan));
-    let _ = tokio::task::spawn_blocking(move || heal_leftovers(&o, &key)).await;
+    let _ = tokio::task::spawn_blocking(move || heal_leftovers(&o, key.as_deref())).await;
     let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;
     let clock = Clock::start();
@@ -438,7 +439,7 @@ async fn collect_evidence(r: &Run<'_>) {
 /// directory asked for), and runs anywhere against the same `target`
 /// ([`crate::faults::open_runs`]), left applied when they were killed is undone first
 /// (`haq heal` on each), so no replica stays frozen from one run into the next.
-fn heal_leftovers(opts: &RunOptions, target: &str) {
+fn heal_leftovers(opts: &RunOptions, target: Option<&str>) {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&opts.reports_dir)
         .into_iter()
         .flatten()
@@ -451,7 +452,11 @@ fn heal_leftovers(opts: &RunOptions, target: &str) {
             .clone()
             .filter(|d| d.join(trace::files::HEALS_FILE).exists()),
     );
-    dirs.extend(crate::faults::open_runs::of_target(target));
+    dirs.extend(
+        target
+            .map(crate::faults::open_runs::of_target)
+            .unwrap_or_default(),
+    );
     let mut seen = std::collections::HashSet::new();
     dirs.retain(|d| seen.insert(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())));
     for d in dirs {
@@ -473,26 +478,26 @@ fn heal_leftovers(opts: &RunOptions, target: &str) {
 
 /// The identity of the plan's target, the key of the runs listed with open faults:
 /// the gateway URL without credentials, query or fragment; the kubernetes context and
-/// namespace; `sim` (never a secret: no header, no user or password).
-fn target_key(plan: &Plan) -> String {
+/// namespace (never a secret: no header, no user or password). `None` for the sim: a
+/// cluster of the run's own, gone with it.
+fn target_key(plan: &Plan) -> Option<String> {
     let t = &plan.scenario.target;
-    if let Some(k) = &t.kubernetes {
-        return format!(
-            "kubernetes {}/{}",
-            k.context.as_deref().unwrap_or("(current context)"),
-            k.namespace
-        );
-    }
-    match t.url.as_deref().map(reqwest::Url::parse) {
-        Some(Ok(mut u)) => {
+    match t.kind {
+        TargetKind::Sim => None,
+        TargetKind::Kubernetes => t.kubernetes.as_ref().map(|k| {
+            format!(
+                "kubernetes {}/{}",
+                k.context.as_deref().unwrap_or("(current context)"),
+                k.namespace
+            )
+        }),
+        TargetKind::Url => {
+            let mut u = reqwest::Url::parse(t.url.as_deref()?).ok()?;
             let _ = u.set_username("");
             let _ = u.set_password(None);
             u.set_query(None);
             u.set_fragment(None);
-            format!("url {u}")
+            Some(format!("url {u}"))
         }
-        // Not a URL a run could reach (validation refuses it).
-        Some(Err(_)) => "url (unparsed)".into(),
-        None => crate::scenario::words::name(&t.kind),
     }
 }

@@ -2,10 +2,10 @@
 //! (`$HAQ_STATE_DIR/open/`, by default `$XDG_STATE_HOME/haq/open/` or
 //! `~/.local/state/haq/open/`): one small file per run with its run directory and its
 //! target's identity (the gateway URL without credentials, query or fragment; the
-//! kubernetes context and namespace). A run is listed when it first records a fault
-//! in its ledger, and unlisted once its ledger is fully healed; the next `haq run`
-//! against the same target heals the runs listed for it wherever their run
-//! directories are. No secret goes here: no header, no command, no environment.
+//! kubernetes context and namespace; a sim run, whose cluster is its own, is not
+//! listed). A run is listed when it first records a fault in its ledger, and unlisted
+//! once its ledger is fully healed; the next `haq run` against the same target heals
+//! the runs listed for it wherever their run directories are. No secret goes here: no header, no command, no environment.
 
 use std::path::{Path, PathBuf};
 

@@ -234,8 +234,8 @@ faults: []
 }
 
 /// A two-worker sim run whose one fault is the command fault `command` (on w1, 200 ms
-/// into a long fault phase), into `dir/run`, with the per-user list of open runs in
-/// `dir/state`.
+/// into a long fault phase), into `dir/run` (`HAQ_STATE_DIR`: `dir/state`, so that
+/// nothing of it reaches the user's own).
 fn start_command_fault(dir: &Path, command: &str) -> tokio::process::Child {
     let f = dir.join("command.yaml");
     std::fs::write(
@@ -346,8 +346,7 @@ async fn sigint_while_a_command_hangs_ends_haq_and_the_commands_process_group() 
 /// A heal that hangs (`sleep 300`, timeout 120 s) after a SIGINT: a second SIGINT
 /// ends haq at once (exit 3) and kills the heal's process group; the heal stays open
 /// in the heal ledger, haq says so and which `haq heal` to run, and that `haq heal`
-/// then heals it (the heal command completes the second time) and unlists the run
-/// (issue 15 items 2 and 3).
+/// then heals it (the heal command completes the second time) (issue 15 items 1-3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigint_abandons_a_hung_heal_to_the_ledger_for_haq_heal() {
     let dir = scratch("interrupt-hung-heal");
@@ -389,12 +388,6 @@ async fn a_second_sigint_abandons_a_hung_heal_to_the_ledger_for_haq_heal() {
         open.iter().map(|o| o.fault.as_str()).collect::<Vec<_>>(),
         ["hold"]
     );
-    let listed = || {
-        std::fs::read_dir(dir.join("state/open"))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    };
-    assert_eq!(listed(), 1, "the run is listed with its open heal");
     // The heal completes this time.
     std::fs::write(&second, "").expect("marker");
     let heal = std::process::Command::new(haq_bin())
@@ -413,5 +406,4 @@ async fn a_second_sigint_abandons_a_hung_heal_to_the_ledger_for_haq_heal() {
             .0
             .is_empty()
     );
-    assert_eq!(listed(), 0, "unlisted once healed");
 }
