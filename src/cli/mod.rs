@@ -13,6 +13,8 @@ pub use args::*;
 pub use exit::{Exit, exit_for_run};
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -22,34 +24,89 @@ use crate::scenario;
 use crate::scenario::words::plural;
 
 /// What haq says when a signal stops `cmd` (stopping a run heals its faults and writes
-/// a partial report; stopping `sim up` stops its processes).
+/// a partial report; stopping `sim up` stops its processes; a second signal ends haq
+/// at once, [`cancel_on_signals`]).
 pub fn interrupted_message(cmd: &Command) -> &'static str {
     match cmd {
         Command::Run(_) | Command::Capacity(_) => {
-            "haq: interrupted; stopping the load and healing faults, then judging what completed before the signal"
+            "haq: interrupted; stopping the load and healing faults, then judging what completed before the signal (a second Ctrl-C ends haq at once: heals not done by then stay open in RUN_DIR/heals.jsonl for `haq heal RUN_DIR`)"
         }
         Command::Sim(s) if matches!(s.command, SimCommand::Up(_)) => {
-            "haq: interrupted; stopping the sim's processes"
+            "haq: interrupted; stopping the sim's processes (a second Ctrl-C ends haq at once)"
         }
-        _ => "haq: interrupted; stopping",
+        _ => "haq: interrupted; stopping (a second Ctrl-C ends haq at once)",
     }
 }
 
-/// Cancels `token` on SIGINT or SIGTERM, saying `message` on stderr.
+/// How long haq may still take after a second SIGINT/SIGTERM.
+const SECOND_SIGNAL_GRACE: Duration = Duration::from_secs(2);
+
+/// Cancels `token` on SIGINT or SIGTERM, saying `message` on stderr. A second one
+/// ends haq within [`SECOND_SIGNAL_GRACE`], exit 3: the commands running (a heal) are
+/// killed and none is started, so the heals not done stay open in their run's heal
+/// ledger (said, with the `haq heal` to run); if haq has not ended by then, it ends
+/// there, its commands' process groups with it.
 pub fn cancel_on_signals(token: CancellationToken, message: &'static str) {
+    use tokio::signal::unix::{SignalKind, signal};
     tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
             return;
         };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = int.recv() => {}
             _ = term.recv() => {}
         }
         eprintln!("{message}");
         token.cancel();
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        end_soon();
     });
+}
+
+/// A second signal: heals are abandoned now, and haq ends within
+/// [`SECOND_SIGNAL_GRACE`] whatever it is doing.
+fn end_soon() {
+    eprintln!(
+        "haq: second signal; stopping the heals still running, ending within {} s",
+        SECOND_SIGNAL_GRACE.as_secs()
+    );
+    crate::target::group::abandon();
+    std::thread::spawn(|| {
+        std::thread::sleep(SECOND_SIGNAL_GRACE);
+        say_left_open();
+        crate::target::group::end_all(Duration::from_millis(500));
+        eprintln!("haq: ended by the second signal");
+        std::process::exit(Exit::Interrupted as i32);
+    });
+}
+
+/// Says, once, what the run's heal ledger leaves applied and how to heal it.
+fn say_left_open() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    for (dir, open) in crate::faults::ledger::left_open_here() {
+        for o in &open {
+            eprintln!(
+                "haq: NOT healed: {} on {} (undone by {}; open in {})",
+                o.fault,
+                o.replica,
+                o.remedy.what(),
+                dir.join(crate::trace::files::HEALS_FILE).display()
+            );
+        }
+        eprintln!(
+            "haq: heal them with: haq heal {} (the next `haq run` against this target does it too)",
+            dir.display()
+        );
+    }
 }
 
 /// Runs one command to completion.
@@ -86,7 +143,21 @@ pub async fn execute(cli: Cli, cancel: CancellationToken) -> Exit {
                 Exit::Unusable
             }
         },
-        Command::Heal(a) => heal(&a.run_dir),
+        Command::Heal(a) => {
+            // Off the async threads, so that a signal is handled: it stops the heal
+            // commands running (what they did not heal stays open in the ledger).
+            let stop = cancel.clone();
+            tokio::spawn(async move {
+                stop.cancelled().await;
+                crate::target::group::abandon();
+            });
+            let done = tokio::task::spawn_blocking(move || heal(&a.run_dir)).await;
+            match done {
+                _ if crate::target::group::abandoned() => Exit::Interrupted,
+                Ok(exit) => exit,
+                Err(_) => Exit::Unusable,
+            }
+        }
         Command::Compare(a) => compare_runs(&a),
         Command::Schema => {
             println!(
@@ -192,7 +263,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
         haq_bin: None,
     };
     let interrupt = cancel.clone();
-    match crate::run(plan, opts, cancel).await {
+    let exit = match crate::run(plan, opts, cancel).await {
         Ok(r) => {
             print!(
                 "{}",
@@ -214,7 +285,16 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
             eprintln!("error: the run failed: {e:#}");
             Exit::Unusable
         }
+    };
+    // What a run left running on an error path (a restart command's group), and what
+    // a second signal left applied.
+    let _ =
+        tokio::task::spawn_blocking(|| crate::target::group::end_all(Duration::from_secs(2))).await;
+    say_left_open();
+    if crate::target::group::abandoned() {
+        return Exit::Interrupted;
     }
+    exit
 }
 
 /// `haq agent`: one share of a `haq run --agents N` (exit 0 when it was sent).

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client;
 use crate::faults::HealGuard;
 use crate::plan::Plan;
+use crate::scenario::TargetKind;
 use crate::target::{self, Running};
 use crate::trace::{self, Clock, Event, TraceWriter};
 use progress::Progress;
@@ -112,7 +113,8 @@ fn fault_env(
         load_done: load_done.clone(),
         stop: stop.clone(),
         ledger: Arc::new(
-            crate::faults::ledger::Ledger::open(&r.dir).context("opening the heal ledger")?,
+            crate::faults::ledger::Ledger::open_listed(&r.dir, target_key(plan).as_deref())
+                .context("opening the heal ledger")?,
         ),
     })
 }
@@ -144,7 +146,10 @@ pub async fn run(
     crate::plan::budget::fit(&plan, crate::wire::fds::raise_fd_limit())
         .map_err(|e| env(anyhow::anyhow!(e)))?;
     check_agents(&plan, &opts).map_err(env)?;
-    heal_leftovers(&opts);
+    // Off the async threads: a heal command may take its time, and haq's signal
+    // handling must run meanwhile (a second signal stops it).
+    let (o, key) = (opts.clone(), target_key(&plan));
+    let _ = tokio::task::spawn_blocking(move || heal_leftovers(&o, key.as_deref())).await;
     let dir = dir::make_run_dir(&plan, opts.out.as_deref(), &opts.reports_dir).map_err(env)?;
     dir::record_scenario(&dir, &plan).map_err(env)?;
     let clock = Clock::start();
@@ -293,6 +298,7 @@ async fn drive(
     let load_done = CancellationToken::new();
     let stop_faults = r.cancel.child_token();
     let mut env = fault_env(r, &target, &guard, &load_done, &stop_faults)?;
+    let ledger = env.ledger.clone();
     // The replicas' own readiness, polled while the load runs (Q11), when asked for.
     let watch = match plan.scenario.evidence.readiness_watch {
         Some(every) => Some(tokio::spawn(crate::target::readiness::readiness(
@@ -351,12 +357,16 @@ async fn drive(
     }
     finish_faults(faults, plan, &stop_faults).await;
     guard.heals().heal_all("the run ended").await;
+    ledger.settle();
     if target.proxies.is_some() {
         observe_cancel_grace(r, left.load(Ordering::Relaxed)).await;
     }
     target.stop_proxies();
     collect_evidence(r).await;
     target.stop().await;
+    // A replacement started by a restart command ends with the run, its process
+    // group whole (issue 15 item 2).
+    target::replace::stop_restarts(&r.dir).await;
     drop(guard);
     Ok(driven)
 }
@@ -426,9 +436,10 @@ async fn collect_evidence(r: &Run<'_>) {
 }
 
 /// Before a run: what earlier runs in the same reports directory (and the run
-/// directory asked for) left applied when they were killed is undone first
+/// directory asked for), and runs anywhere against the same `target`
+/// ([`crate::faults::open_runs`]), left applied when they were killed is undone first
 /// (`haq heal` on each), so no replica stays frozen from one run into the next.
-fn heal_leftovers(opts: &RunOptions) {
+fn heal_leftovers(opts: &RunOptions, target: Option<&str>) {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&opts.reports_dir)
         .into_iter()
         .flatten()
@@ -441,6 +452,13 @@ fn heal_leftovers(opts: &RunOptions) {
             .clone()
             .filter(|d| d.join(trace::files::HEALS_FILE).exists()),
     );
+    dirs.extend(
+        target
+            .map(crate::faults::open_runs::of_target)
+            .unwrap_or_default(),
+    );
+    let mut seen = std::collections::HashSet::new();
+    dirs.retain(|d| seen.insert(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())));
     for d in dirs {
         // A run still alive heals its own (heal_dir refuses it).
         if let Ok(done) = crate::faults::ledger::heal_dir(&d) {
@@ -454,6 +472,32 @@ fn heal_leftovers(opts: &RunOptions) {
                     x.detail
                 );
             }
+        }
+    }
+}
+
+/// The identity of the plan's target, the key of the runs listed with open faults:
+/// the gateway URL without credentials, query or fragment; the kubernetes context and
+/// namespace (never a secret: no header, no user or password). `None` for the sim: a
+/// cluster of the run's own, gone with it.
+fn target_key(plan: &Plan) -> Option<String> {
+    let t = &plan.scenario.target;
+    match t.kind {
+        TargetKind::Sim => None,
+        TargetKind::Kubernetes => t.kubernetes.as_ref().map(|k| {
+            format!(
+                "kubernetes {}/{}",
+                k.context.as_deref().unwrap_or("(current context)"),
+                k.namespace
+            )
+        }),
+        TargetKind::Url => {
+            let mut u = reqwest::Url::parse(t.url.as_deref()?).ok()?;
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            Some(format!("url {u}"))
         }
     }
 }

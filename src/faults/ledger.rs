@@ -2,7 +2,8 @@
 //! could outlive haq (a frozen process, a user command with a heal) is written here
 //! *before* it is applied, and its heal after. A run that is SIGKILLed in between
 //! leaves the entry open; `haq heal RUN_DIR` — and the next `haq run` in the same
-//! reports directory — undoes it from the ledger: SIGCONT to the pid only while it is
+//! reports directory or against the same target ([`super::open_runs`]) — undoes it
+//! from the ledger: SIGCONT to the pid only while it is
 //! the same process (its start time), the heal command with the fault's environment,
 //! and for a kubernetes target the node uncordoned, the NetworkPolicy deleted, the
 //! workload scaled back, an exec fault's heal exec'd in its pod (in the context the
@@ -90,15 +91,30 @@ enum Line {
     Healed { id: u64, detail: String },
 }
 
+/// The run directories whose ledgers this process opened (what a second signal
+/// leaves open is read back from them, [`left_open_here`]).
+static OPENED: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
+
 /// The ledger a run writes; `none()` writes nothing (tests, benches).
 pub struct Ledger {
     file: Mutex<Option<std::fs::File>>,
     next: AtomicU64,
+    /// The run directory and the target's identity it is listed under in the
+    /// per-user list of runs with open faults ([`super::open_runs`]), once it opens one.
+    list: Option<(std::path::PathBuf, String)>,
+    listed: std::sync::atomic::AtomicBool,
 }
 
 impl Ledger {
     /// Opens (appends to) `dir/heals.jsonl` and records this process as its run.
     pub fn open(dir: &Path) -> std::io::Result<Ledger> {
+        Ledger::open_listed(dir, None)
+    }
+
+    /// As [`Ledger::open`]; with `target` (the target's identity), the run is listed
+    /// in the per-user list of runs with open faults from its first entry on, so that
+    /// the next run against the same target heals what it leaves.
+    pub fn open_listed(dir: &Path, target: Option<&str>) -> std::io::Result<Ledger> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -106,7 +122,13 @@ impl Ledger {
         let l = Ledger {
             file: Mutex::new(Some(file)),
             next: AtomicU64::new(1),
+            list: target.map(|t| (dir.to_path_buf(), t.to_string())),
+            listed: false.into(),
         };
+        OPENED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(dir.to_path_buf());
         let me = std::process::id();
         l.write(&Line::Run {
             pid: me,
@@ -119,6 +141,8 @@ impl Ledger {
         Ledger {
             file: Mutex::new(None),
             next: AtomicU64::new(1),
+            list: None,
+            listed: false.into(),
         }
     }
 
@@ -133,6 +157,15 @@ impl Ledger {
 
     /// Records, before it is applied, a fault that `remedy` undoes; returns the entry.
     pub fn intend(&self, fault: &str, replica: &str, remedy: Remedy) -> u64 {
+        if let Some((dir, target)) = &self.list
+            && !self.listed.swap(true, Ordering::SeqCst)
+            && let Err(e) = super::open_runs::note(dir, target)
+        {
+            eprintln!(
+                "haq: warning: {} not listed among the runs with open faults ({e}): if haq is killed, `haq heal {0}` heals it",
+                dir.display()
+            );
+        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.write(&Line::Open {
             id,
@@ -141,6 +174,17 @@ impl Ledger {
             remedy,
         });
         id
+    }
+
+    /// The run ended: it is unlisted when nothing is left open (else the next run
+    /// against its target, or `haq heal`, heals it and unlists it).
+    pub fn settle(&self) {
+        if let Some((dir, _)) = &self.list
+            && self.listed.load(Ordering::SeqCst)
+            && open_entries(dir).is_ok_and(|(open, _)| open.is_empty())
+        {
+            super::open_runs::forget(dir);
+        }
     }
 
     /// Records that entry `id` was healed.
@@ -199,6 +243,34 @@ pub fn open_entries(dir: &Path) -> std::io::Result<(Vec<Open>, bool)> {
     Ok((open, alive))
 }
 
+/// What the ledgers this process opened leave open, by run directory (after a second
+/// signal abandoned the heals: what `haq heal RUN_DIR` is left to do).
+pub fn left_open_here() -> Vec<(std::path::PathBuf, Vec<Open>)> {
+    let dirs = OPENED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    dirs.into_iter()
+        .filter_map(|d| {
+            let open = open_entries(&d).ok()?.0;
+            (!open.is_empty()).then_some((d, open))
+        })
+        .collect()
+}
+
+impl Remedy {
+    /// How it undoes its fault, in a few words (no command text: it may hold secrets).
+    pub fn what(&self) -> String {
+        match self {
+            Remedy::Resume { pid, .. } => format!("SIGCONT to pid {pid}"),
+            Remedy::Command { .. } => "its heal command".into(),
+            Remedy::KubeUncordon { node, .. } => format!("uncordon node {node}"),
+            Remedy::KubeIsolation { policy, .. } => format!("delete NetworkPolicy {policy}"),
+            Remedy::KubeScale { name, replicas, .. } => {
+                format!("scale {name} back to {replicas}")
+            }
+            Remedy::KubeExec { pod, .. } => format!("its heal exec'd in pod {pod}"),
+        }
+    }
+}
+
 /// How one open entry was healed.
 #[derive(Debug, Clone)]
 pub struct Done {
@@ -244,6 +316,9 @@ pub fn heal_dir(dir: &Path) -> Result<Vec<Done>, String> {
             ok,
             detail,
         });
+    }
+    if !alive && out.iter().all(|d| d.ok) {
+        super::open_runs::forget(dir);
     }
     Ok(out)
 }

@@ -20,6 +20,7 @@ pub mod guard;
 pub mod hook;
 mod kube;
 pub mod ledger;
+pub mod open_runs;
 pub mod probe;
 pub mod process;
 pub mod proxy;

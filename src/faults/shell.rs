@@ -3,11 +3,16 @@
 //! output bounded and never waited for past the command's end.
 
 use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+
+use crate::target::group;
+
+/// Why a command was not run, or stopped, after a second SIGINT/SIGTERM (the first,
+/// for `haq heal`).
+const ABANDONED: &str = "haq was told to end at once";
 
 /// How a command ended.
 #[derive(Debug, Clone)]
@@ -86,7 +91,8 @@ impl Drain {
 }
 
 /// Runs `sh -c cmd` with `env`, blocking, for at most `timeout` — or until `stop`
-/// (haq was interrupted). The command runs in its own process group, killed when the
+/// (haq was interrupted) or a second signal ([`group::abandon`]; then nothing new
+/// starts). The command runs in its own process group ([`group::sh`]), killed when the
 /// time is up or on stop; its output is waited for at most [`PIPE_GRACE`] after it
 /// ended, so a descendant that escaped the group cannot hold haq.
 pub fn run_sh(
@@ -95,17 +101,15 @@ pub fn run_sh(
     timeout: Duration,
     stop: Option<&CancellationToken>,
 ) -> Ran {
-    let mut c = Command::new("sh");
-    c.arg("-c")
-        .arg(cmd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    // SAFETY: restore_in_child is async-signal-safe.
-    unsafe {
-        c.pre_exec(crate::priority::restore_in_child);
+    if group::abandoned() {
+        return Ran {
+            ok: false,
+            status: format!("not run: {ABANDONED}"),
+            output: String::new(),
+        };
     }
+    let mut c = group::sh(cmd);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -119,19 +123,23 @@ pub fn run_sh(
             };
         }
     };
+    // Known while it runs: a second signal, or haq's end, ends it.
+    let grp = group::Group::of(child.id(), None);
     // Read the pipes on their own threads so a chatty command never blocks.
     let ro = Drain::new(child.stdout.take());
     let re = Drain::new(child.stderr.take());
     let deadline = Instant::now() + timeout;
     let status = loop {
         let stopped = stop.is_some_and(CancellationToken::is_cancelled);
+        let abandoned = group::abandoned();
         match child.try_wait() {
             Ok(Some(st)) => break Ok(st),
-            Ok(None) if stopped || Instant::now() >= deadline => {
-                // SAFETY: killpg on the group this child leads (process_group(0)).
-                unsafe { libc::killpg(child.id() as i32, libc::SIGKILL) };
+            Ok(None) if stopped || abandoned || Instant::now() >= deadline => {
+                grp.kill();
                 let _ = child.wait();
-                break Err(if stopped {
+                break Err(if abandoned {
+                    format!("stopped: {ABANDONED} (process group killed)")
+                } else if stopped {
                     "stopped: haq was interrupted (process group killed)".to_string()
                 } else {
                     format!("timed out after {timeout:?} (process group killed)")
@@ -141,6 +149,7 @@ pub fn run_sh(
             Err(e) => break Err(format!("wait failed: {e}")),
         }
     };
+    drop(grp);
     let mut output = tail(&ro.take(PIPE_GRACE));
     let e = tail(&re.take(PIPE_GRACE));
     if !e.is_empty() {

@@ -8,6 +8,7 @@
 //! it must stop at the end, a [`registry::Respawn`] arm for its replacements, and its
 //! start in [`start`].
 
+pub mod group;
 pub mod kube;
 pub mod procs;
 pub mod readiness;

@@ -3,7 +3,7 @@
 //! runs. [`ready_within`] follows the new replica to readiness. The stages are
 //! recorded by the fault that asked for the replacement (`faults::replace`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -19,7 +19,8 @@ pub struct Restart {
     pub cold_start: Option<Duration>,
     /// Environment of the restart command (`HAQ_FAULT`, `HAQ_REPLICA`, …).
     pub env: Vec<(String, String)>,
-    /// Where the restart command's output goes.
+    /// Where the restart command's output goes, in the run directory (the run that
+    /// owns the command's process group, [`stop_restarts`]).
     pub log: PathBuf,
     /// The load ended: stop waiting.
     pub stop: CancellationToken,
@@ -126,25 +127,25 @@ async fn start_command(r: &Replica, how: &Restart) -> Result<(Option<u32>, Strin
     let log = &how.log;
     let out = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
-    let mut c = tokio::process::Command::new("sh");
-    c.arg("-c")
-        .arg(&cmd)
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .envs(how.env.iter().cloned())
-        .env(
-            "HAQ_COLD_START_MS",
-            how.cold_start
-                .map(|d| d.as_millis().to_string())
-                .unwrap_or_default(),
-        );
-    // SAFETY: restore_in_child is async-signal-safe.
-    unsafe {
-        c.pre_exec(crate::priority::restore_in_child);
+    if super::group::abandoned() {
+        return Err("not started: haq was told to end at once".into());
     }
-    let mut child = c.spawn().map_err(|e| format!("starting `{cmd}`: {e}"))?;
+    let mut c = super::group::sh(&cmd);
+    c.stdout(out).stderr(err).envs(how.env.iter().cloned()).env(
+        "HAQ_COLD_START_MS",
+        how.cold_start
+            .map(|d| d.as_millis().to_string())
+            .unwrap_or_default(),
+    );
+    let mut child = tokio::process::Command::from(c)
+        .spawn()
+        .map_err(|e| format!("starting `{cmd}`: {e}"))?;
     let child_pid = child.id();
+    // Its whole process group (a server it started in the background too) ends with
+    // the run ([`stop_restarts`]) or with haq. The log is in the run directory.
+    if let Some(pid) = child_pid {
+        super::group::Group::of(pid, how.log.parent()).keep();
+    }
     // Reap it whenever it ends (a launcher exits at once; a server runs on).
     tokio::spawn(async move {
         let _ = child.wait().await;
@@ -180,6 +181,18 @@ async fn start_command(r: &Replica, how: &Restart) -> Result<(Option<u32>, Strin
     ))
 }
 
+/// How long a restart command's process group has between SIGTERM and SIGKILL when
+/// its run ends.
+const RESTART_GRACE: Duration = Duration::from_secs(3);
+
+/// Ends the process groups of the restart commands run `run_dir` started (SIGTERM,
+/// then SIGKILL after [`RESTART_GRACE`]): a replacement haq started does not outlive
+/// the run (issue 15 item 2).
+pub async fn stop_restarts(run_dir: &Path) {
+    let dir = run_dir.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || super::group::end_owned(&dir, RESTART_GRACE)).await;
+}
+
 /// Polls the replica's readiness path (directly, not through the gateway) until it
 /// answers 2xx; `None` when `timeout` passes or `stop` comes first.
 pub async fn ready_within(
@@ -207,4 +220,64 @@ pub async fn ready_within(
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::group;
+
+    /// A restart command whose server runs on in the background (`&`, no `setsid`)
+    /// leaves no process behind once its run stops its replacements (issue 15 item 2).
+    #[tokio::test]
+    async fn a_restart_commands_whole_process_group_ends_with_its_run() {
+        let dir = std::env::temp_dir().join(format!("haq-restart-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let r = Replica {
+            name: "a".into(),
+            node: None,
+            process: std::sync::Mutex::new(None),
+            proxy: None,
+            direct_url: std::sync::RwLock::new(None),
+            ready_path: "/ready".into(),
+            restart_cmd: None,
+        };
+        let how = Restart {
+            command: Some("sh -c 'sleep 300 & sleep 300'".into()),
+            cold_start: None,
+            env: Vec::new(),
+            log: dir.join("restart-a.log"),
+            stop: CancellationToken::new(),
+        };
+        let (pid, _) = start(&r, &Respawn::Command, &how).await.expect("started");
+        let pgid = pid.expect("pid") as i32;
+        // Both sleeps run, in the group the restart command leads.
+        let t0 = Instant::now();
+        let sleeps = || {
+            group::members(pgid)
+                .into_iter()
+                .filter(|p| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| c.trim() == "sleep")
+                })
+                .count()
+        };
+        while sleeps() < 2 && t0.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(sleeps(), 2, "{:?}", group::members(pgid));
+        stop_restarts(&dir).await;
+        // SIGTERM ended them; the leader is reaped by its task.
+        let t0 = Instant::now();
+        while !group::members(pgid).is_empty() && t0.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            group::members(pgid).is_empty(),
+            "left behind: {:?}",
+            group::members(pgid)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -27,12 +27,25 @@ fn read(trace: &Path) -> Vec<Event> {
 
 /// `haq run` of the quickstart with `sets`, into `out`.
 fn start(out: &Path, sets: &[&str]) -> tokio::process::Child {
+    haq_run(out, sets, Path::new("scenarios/quickstart.yaml"), None)
+}
+
+/// `haq run` of `scenario` with `sets`, into `out` (`state`: its `HAQ_STATE_DIR`).
+fn haq_run(
+    out: &Path,
+    sets: &[&str],
+    scenario: &Path,
+    state: Option<&Path>,
+) -> tokio::process::Child {
     let mut c = tokio::process::Command::new(haq_bin());
     c.args(["run", "--quiet", "--out"]).arg(out);
     for s in sets {
         c.args(["--set", s]);
     }
-    c.arg("scenarios/quickstart.yaml")
+    if let Some(s) = state {
+        c.env("HAQ_STATE_DIR", s);
+    }
+    c.arg(scenario)
         .current_dir(root())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -42,12 +55,7 @@ fn start(out: &Path, sets: &[&str]) -> tokio::process::Child {
 }
 
 async fn sigint(child: tokio::process::Child) -> std::process::Output {
-    let pid = child.id().expect("pid") as i32;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT");
+    sigint_to(&child);
     tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
         .await
         .expect("haq exits after SIGINT")
@@ -223,4 +231,179 @@ faults: []
     }
     assert_eq!(done.status.code(), Some(3), "stderr: {rest}");
     assert!(rest.contains("interrupted before the load began"), "{rest}");
+}
+
+/// A two-worker sim run whose one fault is the command fault `command` (on w1, 200 ms
+/// into a long fault phase), into `dir/run` (`HAQ_STATE_DIR`: `dir/state`, so that
+/// nothing of it reaches the user's own).
+fn start_command_fault(dir: &Path, command: &str) -> tokio::process::Child {
+    let f = dir.join("command.yaml");
+    std::fs::write(
+        &f,
+        format!(
+            r#"name: interrupt-command
+target: {{kind: sim, replicas: 2}}
+workload:
+  seed: 3
+  mix:
+    classes: [{{name: chat, prompt_tokens: 10, output_tokens: 4}}]
+  arrival: {{process: constant, rate: 2/s}}
+protected_load: 2/s
+slo: {{ttft_p95: 5s, itl_p95: 1s, e2e_p95: 30s, error_rate_max: 10%}}
+phases:
+  - {{name: baseline, duration: 1s}}
+  - {{name: fault, duration: 120s}}
+faults:
+  - name: hold
+    backend: command
+    command: {command}
+    verify: false
+    target: {{replica: w1}}
+    at: {{phase: fault, offset: 200ms}}
+    duration: 100s
+"#
+        ),
+    )
+    .expect("scenario");
+    haq_run(&dir.join("run"), &[], &f, Some(&dir.join("state")))
+}
+
+/// The process group a command wrote into `file` (its `$$`: `sh` leads its group).
+async fn group_in(file: &Path) -> i32 {
+    let mut pgid = 0;
+    eventually("the command runs", Duration::from_secs(60), async || {
+        pgid = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pgid > 0
+    })
+    .await;
+    pgid
+}
+
+fn sigint_to(child: &tokio::process::Child) {
+    let pid = child.id().expect("pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+}
+
+/// The (last) SIGINT to `child`: it exits 3 within 20 s (`why`: what it must not wait
+/// for); its stderr.
+async fn ends_with_3(child: tokio::process::Child, why: &str) -> String {
+    sigint_to(&child);
+    let done = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("haq ends within 20 s of SIGINT, not {why}"))
+        .expect("output");
+    let stderr = String::from_utf8_lossy(&done.stderr).to_string();
+    assert_eq!(done.status.code(), Some(3), "{stderr}");
+    stderr
+}
+
+/// No process is left in group `pgid`.
+fn gone(pgid: i32) {
+    let left = haq::target::group::members(pgid);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// A command fault whose inject hangs (`sleep 300`, timeout 120 s): SIGINT ends haq
+/// (exit 3) well before the command's timeout, with the command's process group gone,
+/// and the trace and the report say interrupted (issue 15 item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_while_a_command_hangs_ends_haq_and_the_commands_process_group() {
+    let dir = scratch("interrupt-hung-inject");
+    let pidfile = dir.join("inject.pgid");
+    let child = start_command_fault(
+        &dir,
+        &format!(
+            "{{inject: \"echo $$ > {}; sleep 300\", heal: \"true\", timeout: 120s}}",
+            pidfile.display()
+        ),
+    );
+    let pgid = group_in(&pidfile).await;
+    assert!(!haq::target::group::members(pgid).is_empty());
+    let stderr = ends_with_3(child, "at the command's 120 s timeout").await;
+    assert!(
+        stderr.contains("a second Ctrl-C ends haq at once"),
+        "{stderr}"
+    );
+    gone(pgid);
+    let out = dir.join("run");
+    assert!(matches!(
+        read(&out.join(haq::trace::TRACE_FILE)).last(),
+        Some(Event::RunEnd {
+            interrupted: true,
+            ..
+        })
+    ));
+    assert_eq!(report(&out)["interrupted"], true);
+}
+
+/// A heal that hangs (`sleep 300`, timeout 120 s) after a SIGINT: a second SIGINT
+/// ends haq at once (exit 3) and kills the heal's process group; the heal stays open
+/// in the heal ledger, haq says so and which `haq heal` to run, and that `haq heal`
+/// then heals it (the heal command completes the second time) (issue 15 items 1-3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigint_abandons_a_hung_heal_to_the_ledger_for_haq_heal() {
+    let dir = scratch("interrupt-hung-heal");
+    let (pidfile, second, healed) = (
+        dir.join("heal.pgid"),
+        dir.join("second"),
+        dir.join("healed"),
+    );
+    let heal = format!(
+        "if [ -e {s} ]; then touch {h}; else echo $$ > {p}; exec sleep 300; fi",
+        s = second.display(),
+        h = healed.display(),
+        p = pidfile.display()
+    );
+    let child = start_command_fault(
+        &dir,
+        &format!("{{inject: \"true\", heal: \"{heal}\", timeout: 120s}}"),
+    );
+    let out = dir.join("run");
+    let trace = out.join(haq::trace::TRACE_FILE);
+    eventually("the fault applied", Duration::from_secs(60), async || {
+        read(&trace)
+            .iter()
+            .any(|e| matches!(e, Event::Fault(FaultLine { name, .. }) if name == "hold"))
+    })
+    .await;
+    sigint_to(&child);
+    let pgid = group_in(&pidfile).await;
+    let stderr = ends_with_3(child, "at the heal's 120 s timeout").await;
+    assert!(
+        stderr.contains("NOT healed: hold on w1")
+            && stderr.contains(&format!("haq heal {}", out.display())),
+        "{stderr}"
+    );
+    gone(pgid);
+    let (open, alive) = haq::faults::ledger::open_entries(&out).expect("ledger");
+    assert!(!alive);
+    assert_eq!(
+        open.iter().map(|o| o.fault.as_str()).collect::<Vec<_>>(),
+        ["hold"]
+    );
+    // The heal completes this time.
+    std::fs::write(&second, "").expect("marker");
+    let heal = std::process::Command::new(haq_bin())
+        .arg("heal")
+        .arg(&out)
+        .env("HAQ_STATE_DIR", dir.join("state"))
+        .output()
+        .expect("haq heal");
+    let said = String::from_utf8_lossy(&heal.stdout);
+    assert_eq!(heal.status.code(), Some(0), "{said}");
+    assert!(said.contains("healed hold on w1"), "{said}");
+    assert!(healed.exists());
+    assert!(
+        haq::faults::ledger::open_entries(&out)
+            .expect("ledger")
+            .0
+            .is_empty()
+    );
 }

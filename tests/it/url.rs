@@ -297,8 +297,10 @@ async fn interrupted_run_heals(sig: nix::sys::signal::Signal) {
 }
 
 /// haq SIGKILLed while it holds a url-target replica frozen (nothing can heal it then):
-/// `haq heal RUN_DIR` resumes it from the run's heal ledger, once; the process is
-/// running again (issue 15 item 3).
+/// `haq check RUN_DIR` judges the trace it left; `haq heal RUN_DIR` resumes it from
+/// the run's heal ledger, once; the process is running again (issue 15 item 3). Killed
+/// again, the next run against the same target heals it first, from another reports
+/// directory, through the per-user list of runs with open heals (item 5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_a_freeze_then_haq_heal_or_the_next_run_leaves_no_process_frozen() {
     let ext = external("url-sigkill").await;
@@ -309,12 +311,31 @@ async fn sigkill_during_a_freeze_then_haq_heal_or_the_next_run_leaves_no_process
     );
     let f = ext.dir.join("sigkill.yaml");
     std::fs::write(&f, text).expect("scenario");
-    // `haq run` into `out`, SIGKILLed once it froze a.
+    // The list of runs with open heals, this test's own.
+    let state_dir = ext.dir.join("state");
+    let listed = || {
+        std::fs::read_dir(state_dir.join("open"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let haq = |args: &[&std::ffi::OsStr]| {
+        let mut c = std::process::Command::new(haq_bin());
+        c.args(args)
+            .env("HAQ_STATE_DIR", &state_dir)
+            .current_dir(crate::support::root());
+        c
+    };
+    // `haq run` into `out` (its reports directory `out`'s parent), SIGKILLed once it
+    // froze a.
     let frozen_by_a_killed_run = async |out: &Path| {
+        let reports = out.parent().expect("parent");
         let mut child = tokio::process::Command::new(haq_bin())
-            .args(["run", "--quiet", "--out"])
+            .args(["run", "--quiet", "--reports-dir"])
+            .arg(reports)
+            .arg("--out")
             .arg(out)
             .arg(&f)
+            .env("HAQ_STATE_DIR", &state_dir)
             .current_dir(crate::support::root())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -328,12 +349,32 @@ async fn sigkill_during_a_freeze_then_haq_heal_or_the_next_run_leaves_no_process
         child.start_kill().expect("SIGKILL");
         let _ = child.wait().await;
         assert_eq!(state(ext.a.p.pid), Some('T'), "SIGKILL healed nothing");
+        assert_eq!(listed(), 1, "the killed run is listed with its open freeze");
     };
     let out = ext.dir.join("run");
     frozen_by_a_killed_run(&out).await;
-    let heal = std::process::Command::new(haq_bin())
-        .arg("heal")
-        .arg(&out)
+    // `haq check` judges the trace up to its last flush (item 3): never a panic, never
+    // "unusable" (2). The run reads UNKNOWN (exit 1), not INVALID: the trace has no
+    // `run_end` and stops where the writer last flushed, so what it holds is a short
+    // baseline and at most a fraction of a second of the fault phase — too few
+    // completed requests for Latency (UNKNOWN, "too few completed requests") — and
+    // nothing is judged from what was not recorded.
+    let check = haq(&["check".as_ref(), out.as_os_str()])
+        .output()
+        .expect("haq check");
+    let said = String::from_utf8_lossy(&check.stdout);
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(check.status.code(), Some(1), "{said}{err}");
+    assert!(said.contains("result: UNKNOWN"), "{said}");
+    assert!(
+        said.lines().any(|l| l.contains("Latency")
+            && l.contains("UNKNOWN")
+            && l.contains("too few completed")),
+        "{said}"
+    );
+    assert!(!said.contains("INVALID"), "{said}");
+    let heal = haq(&["heal".as_ref(), out.as_os_str()])
         .output()
         .expect("haq heal");
     let said = String::from_utf8_lossy(&heal.stdout);
@@ -348,6 +389,7 @@ async fn sigkill_during_a_freeze_then_haq_heal_or_the_next_run_leaves_no_process
         "{said}"
     );
     assert_ne!(state(ext.a.p.pid), Some('T'), "a was left frozen");
+    assert_eq!(listed(), 0, "healed: unlisted");
     let ready = http()
         .get(format!("{}/ready", ext.a.url()))
         .timeout(Duration::from_secs(5))
@@ -356,32 +398,37 @@ async fn sigkill_during_a_freeze_then_haq_heal_or_the_next_run_leaves_no_process
         .expect("a answers");
     assert!(ready.status().is_success());
     // Healed once: a second `haq heal` finds nothing left.
-    let again = std::process::Command::new(haq_bin())
-        .arg("heal")
-        .arg(&out)
+    let again = haq(&["heal".as_ref(), out.as_os_str()])
         .output()
         .expect("haq heal");
     assert_eq!(again.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing left applied"));
-    // Killed again; this time the next `haq run` over the same reports directory
-    // heals it first, before anything of its own (here: no fault, a short run).
-    frozen_by_a_killed_run(&ext.dir.join("run-b")).await;
-    let next = std::process::Command::new(haq_bin())
-        .args(["run", "--quiet", "--reports-dir"])
-        .arg(&ext.dir)
-        .arg("--out")
-        .arg(ext.dir.join("run-c"))
-        .args(["--set", "faults=[]", "--set", "phases[1].duration=1s"])
-        .arg(&f)
-        .current_dir(crate::support::root())
-        .output()
-        .expect("haq run");
+    // Killed again with its run in reports directory x; the next `haq run` against
+    // the same target, in reports directory y, heals it first, before anything of its
+    // own (here: no fault, a short run).
+    let killed = ext.dir.join("x").join("run-b");
+    frozen_by_a_killed_run(&killed).await;
+    let y = ext.dir.join("y");
+    let next = haq(&[
+        "run".as_ref(),
+        "--quiet".as_ref(),
+        "--reports-dir".as_ref(),
+        y.as_os_str(),
+        "--set".as_ref(),
+        "faults=[]".as_ref(),
+        "--set".as_ref(),
+        "phases[1].duration=1s".as_ref(),
+        f.as_os_str(),
+    ])
+    .output()
+    .expect("haq run");
     let said = String::from_utf8_lossy(&next.stderr);
     assert!(
-        said.contains("haq: healed freeze-a on a") && said.contains("run-b"),
+        said.contains("haq: healed freeze-a on a") && said.contains("x/run-b"),
         "{said}"
     );
     assert_ne!(state(ext.a.p.pid), Some('T'), "a was left frozen");
+    assert_eq!(listed(), 0, "healed: unlisted");
     drop(ext);
 }
 
