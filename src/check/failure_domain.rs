@@ -139,12 +139,13 @@ fn judge_declared(
     }
 }
 
-/// Why a declared fault has no record: the run ended before it was due, or not.
+/// Why a declared fault has no record: the trace ends before it was due (the run
+/// ended, or was killed before its fault line was written), or not.
 fn unrecorded(ev: &Evidence, d: &FaultPlan) -> String {
     let due = ev.load_start + d.at.as_micros() as u64;
     if ev.last_t < due {
         format!(
-            "{}: the run ended before the fault was due (+{:.1}s)",
+            "{}: the trace ends before the fault was due (+{:.1}s): the run ended, or was killed before the fault's line was written",
             d.name,
             d.at.as_secs_f64()
         )

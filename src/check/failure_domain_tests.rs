@@ -152,6 +152,24 @@ fn a_fault_missing_from_the_trace_is_unknown_and_no_fault_is_not_evaluated() {
     assert_eq!(pick(&tb.judge(&p), NAME).status, Status::NotEvaluated);
 }
 
+#[test]
+fn a_trace_cut_before_the_fault_was_due_says_so() {
+    // Killed (no run_end, nothing flushed after 11 s) before kill-w2 at 12 s.
+    let p = plan(&[]);
+    let mut tb = standard(&p);
+    let cut = us(11.0);
+    tb.events
+        .retain(|e| !matches!(e, Event::Fault(_) | Event::RunEnd { .. }) && e.t() < cut);
+    let v = pick(&tb.judge(&p), NAME);
+    assert_eq!(v.status, Status::Unknown, "{v:?}");
+    assert!(
+        v.summary
+            .contains("the trace ends before the fault was due (+12.0s)"),
+        "{}",
+        v.summary
+    );
+}
+
 /// A probe fault recorded as `faults::fire::missed` writes it when the replica
 /// serving the probe was never known: on no replica, no pid, not verified.
 fn never_applied(name: &str) -> FaultLine {
