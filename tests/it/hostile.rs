@@ -60,7 +60,7 @@ enum Hostile {
     HugeLine,
     /// A 1 GiB `application/json` answer.
     HugeBody,
-    /// One 100 MB event of 64 KiB data lines.
+    /// One 1 GiB event of 64 KiB data lines.
     HugeEvent,
     /// A clean answer, then five more deltas.
     DeltasAfterDone,
@@ -118,7 +118,7 @@ async fn respond(s: &mut TcpStream, h: Hostile) -> std::io::Result<()> {
             let mut line = b"data: ".to_vec();
             line.extend_from_slice(&a);
             line.push(b'\n');
-            for _ in 0..1600 {
+            for _ in 0..(1 << 14) {
                 chunk(s, &line).await?;
             }
             chunk(s, b"\n").await?;
