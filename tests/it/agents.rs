@@ -19,18 +19,21 @@ pub(crate) const SCENARIO: &str = "scenarios/quickstart.yaml";
 
 /// The quickstart with short phases: w2 killed 2 s into the fault phase.
 pub(crate) fn sets() -> Vec<String> {
-    let mut s: Vec<String> = [
+    loose(&[
         "phases[0].duration=4s",
         "phases[1].duration=5s",
         "phases[2].duration=4s",
         "faults[0].at.offset=2s",
         "workload.mix.classes[0].output_tokens={uniform: [40, 80]}",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    s.extend(LOOSE_SLO.iter().map(|s| s.to_string()));
-    s
+    ])
+}
+
+/// `sets` with the loose SLO.
+fn loose(sets: &[&str]) -> Vec<String> {
+    sets.iter()
+        .chain(&LOOSE_SLO)
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// The M9/3 scenario on the naive-retry gateway, so that its findings are the
@@ -45,7 +48,7 @@ pub(crate) fn sets() -> Vec<String> {
 pub(crate) const PROBED: &str = "scenarios/m9-3-kill-after-first-delta.yaml";
 
 fn probed_sets() -> Vec<String> {
-    let mut s: Vec<String> = [
+    loose(&[
         "target.gateway.policy=naive-retry",
         "workload.arrival={process: constant, rate: 4/s}",
         "workload.mix.classes[0].output_tokens={uniform: [4, 8]}",
@@ -56,12 +59,7 @@ fn probed_sets() -> Vec<String> {
         "phases[2].duration=5s",
         "faults[0].when={probe: {computed_not_sent: 3}, max_tokens: 40}",
         "client.max_late=3s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    s.extend(LOOSE_SLO.iter().map(|s| s.to_string()));
-    s
+    ])
 }
 
 fn options(name: &str, agents: u64) -> RunOptions {
