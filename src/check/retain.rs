@@ -13,8 +13,9 @@
 //! [`POST_US`] of the event, as on any loaded run.
 //!
 //! Hand-written: the rule is the union of what the verdicts' queries read (listed in
-//! docs/performance.md, "Judging a stored run"); `Keep::Every` keeps every item, and
-//! the tests judge both ways and compare.
+//! docs/performance.md, "Judging a stored run"); `Keep::Unfiltered` keeps every item,
+//! and the tests judge both ways and compare (and count what each kept: the tests
+//! below).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -270,5 +271,162 @@ impl<T> Top<T> {
 
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Keep, POST_US, PRE_US};
+    use crate::check::evidence::Sources;
+    use crate::check::judge_keeping;
+    use crate::check::testkit::{R, Tb, plan, us};
+    use crate::trace::{Event, Outcome};
+
+    /// Offered rate of the long run (req/s) and the length of its baseline and
+    /// recovery phases (s).
+    const RATE: f64 = 10.0;
+    const LONG: f64 = 1000.0;
+
+    /// Requests every `1/RATE` s in `[from, to)` (s), round robin over `ws`, each
+    /// completed with 4 deltas. Written into `tb` and moved to `out` as each is complete:
+    /// `Tb::end_as` counts a request's chunks over every event written so far.
+    fn load(tb: &mut Tb, out: &mut Vec<Event>, phase: &str, (from, to): (f64, f64), ws: &[&str]) {
+        let n = ((to - from) * RATE).round() as usize;
+        for i in 0..n {
+            let t = from + i as f64 / RATE;
+            let mut r = R::ok(format!("{phase}-{i:05}"), phase, t, ws[i % ws.len()]);
+            r.tokens = 4;
+            tb.request(r);
+            out.append(&mut tb.events);
+        }
+    }
+
+    /// A long run: a 1,000 s baseline on w1..w3, w2 killed 2 s into a 10 s fault
+    /// phase with three requests in flight on it (cut: the eventful ones), a 10 s
+    /// degraded phase and a 1,000 s recovery on w1 and w3. ~20,200 requests, all but
+    /// three completing uneventfully.
+    fn long_run() -> (crate::plan::Plan, Tb, Vec<String>) {
+        let phases = format!(
+            "phases=[{{name: baseline, duration: {LONG}s}}, {{name: fault, duration: 10s}}, {{name: degraded, duration: 10s}}, {{name: recovery, duration: {LONG}s}}]"
+        );
+        let p = plan(&[&phases]);
+        let mut tb = Tb::new();
+        tb.phases(&p);
+        let mut out = std::mem::take(&mut tb.events);
+        let (fault, kill) = (1.0 + LONG, 3.0 + LONG);
+        let end = fault + 20.0 + LONG;
+        load(
+            &mut tb,
+            &mut out,
+            "baseline",
+            (1.0, fault),
+            &["w1", "w2", "w3"],
+        );
+        let w13 = ["w1", "w3"];
+        load(&mut tb, &mut out, "fault", (fault, fault + 10.0), &w13);
+        let caught: Vec<String> = (0..3).map(|i| format!("caught-{i}")).collect();
+        for (i, id) in caught.iter().enumerate() {
+            let sent = kill - 0.2 + 0.05 * i as f64;
+            tb.request(R::ok(id.as_str(), "fault", sent, "w2").outcome(Outcome::Reset));
+        }
+        tb.inject("kill-w2", "w2", us(kill), true);
+        tb.removed(us(kill + 0.05), "w2", "connection failed");
+        load(
+            &mut tb,
+            &mut out,
+            "degraded",
+            (fault + 10.0, fault + 20.0),
+            &w13,
+        );
+        load(&mut tb, &mut out, "recovery", (fault + 20.0, end), &w13);
+        tb.run_end(us(end + 1.0));
+        out.append(&mut tb.events);
+        tb.events = out;
+        (p, tb, caught)
+    }
+
+    /// Regression (issue 17 item 3): `haq check`'s fold ([`Keep::Bounded`]) keeps a
+    /// long run's per-request records and gateway attempts only near its events — a
+    /// number set by the events, not by the run's length — while the unfiltered
+    /// reference keeps every one; the judgements are the same. Counted on the
+    /// evidence the fold hands the verdicts (`facts.requests`, `facts.gateway`), so a
+    /// fold that went back to keeping everything fails here though every verdict
+    /// would still agree.
+    #[test]
+    fn bounded_judging_of_a_long_run_keeps_only_the_requests_near_its_events() {
+        let (p, tb, caught) = long_run();
+        let mut events = tb.events.clone();
+        events.sort_by_key(Event::t);
+        let mut journal = tb.journal.clone().unwrap_or_default();
+        journal.sort_by_key(|l| l.t_ns);
+        let judge = |keep| {
+            let src = Sources::from_memory(Some(journal.clone()), None);
+            judge_keeping(&p, || events.clone(), src, keep)
+        };
+        let (bounded, all) = (judge(Keep::Bounded), judge(Keep::Unfiltered));
+
+        let sent = events
+            .iter()
+            .filter(|e| matches!(e, Event::Request { .. }))
+            .count();
+        assert!(sent > 20_000, "{sent} requests");
+        assert_eq!(
+            all.facts.requests.len(),
+            sent,
+            "unfiltered keeps every request"
+        );
+        assert_eq!(bounded.facts.summary.finished, sent as u64);
+        assert_eq!(
+            bounded.facts.every, None,
+            "haq check keeps no list for the CSV"
+        );
+        // Kept: the first POST_US after the load's start (a phase edge), PRE_US
+        // before the kill to POST_US after the degraded phase, the three caught, the
+        // slowest few per phase; 10 s of slack for requests across a window's edge.
+        let windows = (2 * POST_US + PRE_US) as f64 / 1e6 + 18.0 + 10.0;
+        let cap = (RATE * windows) as usize + caught.len() + 100;
+        let kept = bounded.facts.requests.len();
+        println!("{sent} requests: {kept} kept (bound {cap})");
+        assert!(
+            kept <= cap,
+            "kept {kept} of {sent} requests, more than the events' windows hold ({cap})"
+        );
+        for id in &caught {
+            assert!(
+                bounded.facts.requests.iter().any(|r| &r.id == id),
+                "the caught request {id} was not kept"
+            );
+        }
+        let attempts = |j: &crate::check::Judgement| j.facts.gateway.as_ref().map_or(0, Vec::len);
+        assert!(attempts(&all) >= 2 * sent, "{} attempts", attempts(&all));
+        assert!(
+            attempts(&bounded) <= 2 * cap + 10,
+            "kept {} gateway entries of {}",
+            attempts(&bounded),
+            attempts(&all)
+        );
+
+        // The same judgement either way, and the kill's findings name the caught.
+        assert!(
+            bounded
+                .fate_requests
+                .iter()
+                .any(|f| caught.contains(&f.request)),
+            "{:?}",
+            bounded.fate_requests
+        );
+        let (Ok(serde_json::Value::Object(jb)), Ok(serde_json::Value::Object(ju))) =
+            (serde_json::to_value(&bounded), serde_json::to_value(&all))
+        else {
+            panic!("a judgement that is not a JSON object");
+        };
+        assert_eq!(jb.len(), ju.len());
+        for (k, v) in &jb {
+            assert_eq!(
+                Some(v),
+                ju.get(k),
+                "the bounded fold judged `{k}` otherwise"
+            );
+        }
     }
 }

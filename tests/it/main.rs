@@ -21,6 +21,7 @@ mod layers;
 mod load;
 mod m9;
 mod marker;
+mod memory;
 mod nginx;
 mod proxyd;
 mod repeats;
