@@ -286,8 +286,7 @@ async fn run(a: RunArgs, cancel: CancellationToken) -> Exit {
             Exit::Unusable
         }
     };
-    // What a run left running on an error path (a restart command's group), and what
-    // a second signal left applied.
+    // A command a second signal cut short, and what that signal left applied.
     let _ =
         tokio::task::spawn_blocking(|| crate::target::group::end_all(Duration::from_secs(2))).await;
     say_left_open();

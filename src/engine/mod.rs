@@ -364,9 +364,6 @@ async fn drive(
     target.stop_proxies();
     collect_evidence(r).await;
     target.stop().await;
-    // A replacement started by a restart command ends with the run, its process
-    // group whole (issue 15 item 2).
-    target::replace::stop_restarts(&r.dir).await;
     drop(guard);
     Ok(driven)
 }

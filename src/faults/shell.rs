@@ -124,7 +124,7 @@ pub fn run_sh(
         }
     };
     // Known while it runs: a second signal, or haq's end, ends it.
-    let grp = group::Group::of(child.id(), None);
+    let grp = group::Group::of(child.id());
     // Read the pipes on their own threads so a chatty command never blocks.
     let ro = Drain::new(child.stdout.take());
     let re = Drain::new(child.stderr.take());

@@ -1,29 +1,25 @@
 //! The process groups haq starts for the user's shell commands (a command fault's
 //! inject, verify and heal, a heal from the ledger, a replica's restart command): each
 //! `sh -c` leads a group of its own, so that everything it started without `setsid` —
-//! a background child included — is signalled with it. A group is known here while it
-//! runs; [`end_owned`] ends a run's restart commands when the run ends and [`end_all`]
-//! every group when haq ends (SIGTERM, then SIGKILL after a grace). After a second
-//! SIGINT/SIGTERM ([`abandon`]) no command is started and running ones are killed.
+//! a background child included — is signalled with it, and a Ctrl-C at haq's terminal
+//! reaches none of them. A fault command's group is known here while it runs
+//! ([`Group`]), killed at its timeout or an interrupt, and [`end_all`] ends what is
+//! left when haq ends (SIGTERM, then SIGKILL after a grace); a restart command's is not
+//! (the replacement outlives the run). After a second SIGINT/SIGTERM ([`abandon`]) no
+//! command is started and running ones are killed.
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// A group haq started and may still have to end; `owner`: the run directory whose
-/// end ends it (`None`: the code that started it ends it, or haq's end does).
-struct Live {
-    pgid: i32,
-    owner: Option<PathBuf>,
-}
-
-static LIVE: Mutex<Vec<Live>> = Mutex::new(Vec::new());
+/// The groups haq started and may still have to end (their ids).
+static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 static ABANDONED: AtomicBool = AtomicBool::new(false);
 
-fn live() -> std::sync::MutexGuard<'static, Vec<Live>> {
+fn live() -> std::sync::MutexGuard<'static, Vec<i32>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -39,20 +35,16 @@ pub fn sh(cmd: &str) -> Command {
     c
 }
 
-/// A group started from [`sh`] (its leader's pid is its id), known until dropped —
-/// or, once [`Group::keep`] hands it to its run, until the run or haq ends.
+/// A group started from [`sh`] (its leader's pid is its id), known until dropped.
 pub struct Group {
     pgid: i32,
 }
 
 impl Group {
-    /// Records the group `leader` leads; `owner`: the run it belongs to.
-    pub fn of(leader: u32, owner: Option<&Path>) -> Group {
+    /// Records the group `leader` leads.
+    pub fn of(leader: u32) -> Group {
         let pgid = leader as i32;
-        live().push(Live {
-            pgid,
-            owner: owner.map(Path::to_path_buf),
-        });
+        live().push(pgid);
         Group { pgid }
     }
 
@@ -61,17 +53,11 @@ impl Group {
         // SAFETY: killpg on a group this process started and still knows.
         unsafe { libc::killpg(self.pgid, libc::SIGKILL) };
     }
-
-    /// Leaves the group known after this handle is gone: [`end_owned`] for its run,
-    /// or [`end_all`], ends it.
-    pub fn keep(self) {
-        std::mem::forget(self);
-    }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        live().retain(|l| l.pgid != self.pgid);
+        live().retain(|&g| g != self.pgid);
     }
 }
 
@@ -115,22 +101,15 @@ fn end(pgids: &[i32], grace: Duration) {
     signal(libc::SIGKILL);
 }
 
-/// Ends the groups run `owner` handed over (its restart commands), blocking up to
-/// about `grace`.
-pub fn end_owned(owner: &Path, grace: Duration) {
-    let mine: Vec<i32> = {
-        let mut g = live();
-        let (mine, rest): (Vec<Live>, Vec<Live>) =
-            g.drain(..).partition(|l| l.owner.as_deref() == Some(owner));
-        *g = rest;
-        mine.into_iter().map(|l| l.pgid).collect()
-    };
-    end(&mine, grace);
+/// Whether haq knows group `pgid` (would end it when it ends).
+#[cfg(test)]
+pub fn known(pgid: i32) -> bool {
+    live().contains(&pgid)
 }
 
 /// Ends every group haq still knows (haq is ending), blocking up to about `grace`.
 pub fn end_all(grace: Duration) {
-    let all: Vec<i32> = live().drain(..).map(|l| l.pgid).collect();
+    let all: Vec<i32> = live().drain(..).collect();
     end(&all, grace);
 }
 

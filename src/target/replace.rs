@@ -3,7 +3,7 @@
 //! runs. [`ready_within`] follows the new replica to readiness. The stages are
 //! recorded by the fault that asked for the replacement (`faults::replace`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -19,8 +19,7 @@ pub struct Restart {
     pub cold_start: Option<Duration>,
     /// Environment of the restart command (`HAQ_FAULT`, `HAQ_REPLICA`, …).
     pub env: Vec<(String, String)>,
-    /// Where the restart command's output goes, in the run directory (the run that
-    /// owns the command's process group, [`stop_restarts`]).
+    /// Where the restart command's output goes (in the run directory).
     pub log: PathBuf,
     /// The load ended: stop waiting.
     pub stop: CancellationToken,
@@ -141,11 +140,9 @@ async fn start_command(r: &Replica, how: &Restart) -> Result<(Option<u32>, Strin
         .spawn()
         .map_err(|e| format!("starting `{cmd}`: {e}"))?;
     let child_pid = child.id();
-    // Its whole process group (a server it started in the background too) ends with
-    // the run ([`stop_restarts`]) or with haq. The log is in the run directory.
-    if let Some(pid) = child_pid {
-        super::group::Group::of(pid, how.log.parent()).keep();
-    }
+    // It leads a process group of its own, so a Ctrl-C at haq's terminal does not reach
+    // it, and it is left running when the run ends: the replacement is what brings the
+    // killed replica back, and the cluster should be whole after the run, as before it.
     // Reap it whenever it ends (a launcher exits at once; a server runs on).
     tokio::spawn(async move {
         let _ = child.wait().await;
@@ -179,18 +176,6 @@ async fn start_command(r: &Replica, how: &Restart) -> Result<(Option<u32>, Strin
         child_pid,
         format!("`{cmd}` started (pid {})", child_pid.unwrap_or(0)),
     ))
-}
-
-/// How long a restart command's process group has between SIGTERM and SIGKILL when
-/// its run ends.
-const RESTART_GRACE: Duration = Duration::from_secs(3);
-
-/// Ends the process groups of the restart commands run `run_dir` started (SIGTERM,
-/// then SIGKILL after [`RESTART_GRACE`]): a replacement haq started does not outlive
-/// the run (issue 15 item 2).
-pub async fn stop_restarts(run_dir: &Path) {
-    let dir = run_dir.to_path_buf();
-    let _ = tokio::task::spawn_blocking(move || super::group::end_owned(&dir, RESTART_GRACE)).await;
 }
 
 /// Polls the replica's readiness path (directly, not through the gateway) until it
@@ -228,9 +213,11 @@ mod tests {
     use crate::target::group;
 
     /// A restart command whose server runs on in the background (`&`, no `setsid`)
-    /// leaves no process behind once its run stops its replacements (issue 15 item 2).
+    /// leads a process group of its own — a Ctrl-C at haq's terminal reaches neither —
+    /// that haq does not end with its processes: the replacement outlives the run, as
+    /// the replica it replaces would have.
     #[tokio::test]
-    async fn a_restart_commands_whole_process_group_ends_with_its_run() {
+    async fn a_restart_command_leads_its_own_group_and_is_left_running() {
         let dir = std::env::temp_dir().join(format!("haq-restart-group-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
@@ -252,8 +239,8 @@ mod tests {
         };
         let (pid, _) = start(&r, &Respawn::Command, &how).await.expect("started");
         let pgid = pid.expect("pid") as i32;
-        // Both sleeps run, in the group the restart command leads.
-        let t0 = Instant::now();
+        // SAFETY: getpgrp has no preconditions.
+        assert_ne!(pgid, unsafe { libc::getpgrp() }, "not in haq's group");
         let sleeps = || {
             group::members(pgid)
                 .into_iter()
@@ -263,21 +250,15 @@ mod tests {
                 })
                 .count()
         };
+        let t0 = Instant::now();
         while sleeps() < 2 && t0.elapsed() < Duration::from_secs(30) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(sleeps(), 2, "{:?}", group::members(pgid));
-        stop_restarts(&dir).await;
-        // SIGTERM ended them; the leader is reaped by its task.
-        let t0 = Instant::now();
-        while !group::members(pgid).is_empty() && t0.elapsed() < Duration::from_secs(30) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(
-            group::members(pgid).is_empty(),
-            "left behind: {:?}",
-            group::members(pgid)
-        );
+        // Not among the groups haq ends when it ends.
+        assert!(!group::known(pgid));
+        // SAFETY: killpg on the group this test started.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
