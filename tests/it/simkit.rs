@@ -108,9 +108,19 @@ pub fn kill_pid(pid: u32) {
     );
 }
 
+/// A loopback port nobody listens on now, never one this test process handed out
+/// before: two binds to port 0 in a row may get the same port back once the first is
+/// closed (two replicas' listen addresses drawn equal failed a real-router test in CI).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// `host:port` of an `http://` URL.

@@ -17,16 +17,9 @@ use haq::check::Status;
 use haq::check::fate::FindingKind;
 use serde_json::json;
 
-use crate::simkit::{Proc, worker_in};
+use crate::simkit::{Proc, free_port, worker_in};
 use crate::support::{plan_text, run, scratch, verdict};
 use crate::testgw::{self, Policy};
-
-/// A port nobody listens on right now (a proxy listen address the gateway must know
-/// before haq starts).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
 
 /// Two sim workers `a` and `b` (engine settings `engine`), the proxy listen ports the
 /// gateway's upstreams point at, and the test gateway.
